@@ -1,5 +1,87 @@
-"""Placeholder until the CLI lands."""
+"""The ``mxtrain`` command group and the error handling every command shares.
+
+MXNet is imported lazily inside commands, so ``mxtrain --help`` and ``mxtrain check``
+answer quickly.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import click
+
+from mxtrain import __version__
+from mxtrain.errors import ExitCode, MxtrainError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EPILOG = """\b
+Examples:
+  mxtrain fit configs/ptb_lstm.yaml
+  mxtrain fit configs/ptb_lstm.yaml --set optimizer.learning_rate=0.5 --set fit.num_epoch=2
+  mxtrain check configs/ptb_lstm.yaml --explain
+  mxtrain list models
+
+Exit codes: 0 done, 1 internal error, 2 config/usage error, 3 data error,
+4 training diverged, 5 run folder problem, 75 preempted (resumable), 130 interrupted.
+"""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
+@click.version_option(__version__, prog_name="mxtrain")
+@click.option("--debug", is_flag=True, help="Show full tracebacks for errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Train, evaluate and serve Apache MXNet models from YAML experiment files."""
+    ctx.obj = {"debug": debug}
+
+
+def handle_errors(func: F) -> F:
+    """Turn mxtrain errors into one-paragraph messages and exit codes (no traceback)."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        debug = bool(click.get_current_context().find_root().obj.get("debug"))
+        try:
+            return func(*args, **kwargs)
+        except MxtrainError as exc:
+            if debug:
+                traceback.print_exc()
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(int(exc.exit_code))
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as exc:  # a bug: say so, keep the message short unless --debug
+            if debug:
+                traceback.print_exc()
+            click.echo(
+                f"internal error: {type(exc).__name__}: {exc}. This is a bug in mxtrain or "
+                "MXNet; run again with `mxtrain --debug ...` for the traceback and report it.",
+                err=True,
+            )
+            sys.exit(int(ExitCode.INTERNAL))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _register_commands() -> None:
+    from mxtrain.cli import check, fit, listing
+
+    cli.add_command(fit.fit_command)
+    cli.add_command(check.check_command)
+    cli.add_command(listing.list_command)
+
+
+_register_commands()
 
 
 def main() -> None:
-    raise SystemExit(0)
+    """Console-script entry point."""
+    cli(prog_name="mxtrain")

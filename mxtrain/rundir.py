@@ -1,0 +1,193 @@
+"""The run folder: where one experiment keeps everything it produces.
+
+Layout (``runs/<experiment>/``)::
+
+    config.yaml            the resolved configuration (every default filled in)
+    run.json               status (running/finished/failed/preempted), times, versions
+    vocab.json             the training vocabulary, reused for evaluation
+    <prefix>-symbol.json   the model symbol (default bucket), loadable by mx.mod.Module.load
+    <prefix>-0001.params   parameters after epoch 1, MXNet's standard naming
+    metrics.jsonl          one JSON object per logged interval and per epoch
+    train.log              the full log (debug level)
+
+Small files are written atomically (temporary name, flush, fsync, rename) so a crash never
+leaves a half-written file under a real name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mxtrain import __version__
+from mxtrain.errors import RunFolderError
+
+CONFIG_FILE = "config.yaml"
+RUN_FILE = "run.json"
+VOCAB_FILE = "vocab.json"
+METRICS_FILE = "metrics.jsonl"
+LOG_FILE = "train.log"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Text flavour of :func:`atomic_write_bytes` (UTF-8)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Paths inside one run folder."""
+
+    path: Path
+    replaced: Path | None = None  # where a run replaced with --force waits until we finish
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def run_file(self) -> Path:
+        return self.path / RUN_FILE
+
+    @property
+    def vocab_file(self) -> Path:
+        return self.path / VOCAB_FILE
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / METRICS_FILE
+
+    @property
+    def log_file(self) -> Path:
+        return self.path / LOG_FILE
+
+    def symbol_file(self, prefix: str) -> Path:
+        return self.path / f"{prefix}-symbol.json"
+
+    def params_file(self, prefix: str, epoch: int) -> Path:
+        return self.path / f"{prefix}-{epoch:04d}.params"
+
+    def read_status(self) -> dict[str, Any]:
+        """The contents of run.json, or an empty dict if it is missing or unreadable."""
+        try:
+            data = json.loads(self.run_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def write_status(self, **fields: Any) -> None:
+        """Merge ``fields`` into run.json (atomically)."""
+        status = self.read_status()
+        status.update(fields)
+        atomic_write_text(self.run_file, json.dumps(status, indent=2, sort_keys=True) + "\n")
+
+
+def create_run_folder(runs_dir: Path, name: str, *, force: bool) -> RunFolder:
+    """Create ``runs_dir/name`` for a new run.
+
+    An existing folder is an error unless ``force`` is true. Even then it is not deleted
+    yet: it is moved aside (``.<name>.replaced-<time>``) and only removed by
+    :func:`finish_replacement` once the new run has finished, so a failed new run never
+    costs the old one.
+    """
+    if not name or name in {".", ".."} or "/" in name or "\\" in name:
+        raise RunFolderError(
+            f"experiment name {name!r} cannot be used as a run folder name.",
+            hint="Set experiment.name (or --name) to a plain name such as 'ptb_lstm'.",
+        )
+    path = runs_dir / name
+    if path.exists():
+        if not force:
+            raise RunFolderError(
+                f"the run folder {path} already exists; mxtrain never overwrites a run.",
+                hint="Pass --name NEW_NAME to start a separate run, or --force to delete "
+                "the existing folder and start again.",
+            )
+        if not path.is_dir():
+            raise RunFolderError(f"{path} exists and is not a folder; remove it or pick --name.")
+        replaced = runs_dir / f".{name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}"
+        path.rename(replaced)
+    else:
+        replaced = None
+    try:
+        path.mkdir(parents=True)
+    except OSError as exc:
+        if replaced is not None:
+            replaced.rename(path)  # put the old run back: nothing is lost on failure
+        raise RunFolderError(
+            f"cannot create the run folder {path}: {exc.strerror}.",
+            hint="Check that experiment.runs_dir points at a writable location.",
+        ) from exc
+    return RunFolder(path, replaced)
+
+
+def finish_replacement(run: RunFolder, *, succeeded: bool) -> str | None:
+    """Delete the run that ``--force`` replaced if the new one succeeded.
+
+    Returns a message for the log when the old run is kept (the new one failed).
+    """
+    if run.replaced is None or not run.replaced.exists():
+        return None
+    if succeeded:
+        shutil.rmtree(run.replaced, ignore_errors=True)
+        return None
+    return f"the run this one was replacing is kept at {run.replaced}"
+
+
+def environment_facts() -> dict[str, Any]:
+    """Versions and machine facts recorded in run.json (MXNet's version is added by the caller)."""
+    return {
+        "mxtrain": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "argv": sys.argv,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "MXNET_CPU_WORKER_NTHREADS": os.environ.get("MXNET_CPU_WORKER_NTHREADS"),
+    }
+
+
+class MetricsLog:
+    """Appends one JSON object per line to metrics.jsonl, flushed after each record."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        """Append ``record`` with a wall-clock timestamp."""
+        line = json.dumps({"time": round(time.time(), 3), **record}, allow_nan=True)
+        self._handle.write(line + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """All records of a metrics.jsonl file (a torn last line from a crash is skipped)."""
+    records = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+    return records

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Creates .venv, installs mxtrain with its test extras, then runs lint, types and the whole
+# test suite. Extra arguments go to pytest, e.g. scripts/test.sh -k config
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/_venv.sh" "[test]"
+cd "$ROOT"
+# One OpenMP thread per MXNet process keeps the suite predictable on small CI machines.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+echo "== ruff"
+.venv/bin/ruff check mxtrain tests scripts
+.venv/bin/ruff format --check mxtrain tests scripts
+echo "== mypy"
+.venv/bin/mypy mxtrain
+echo "== pytest"
+.venv/bin/python -m pytest -q "$@"

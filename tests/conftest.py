@@ -1,0 +1,75 @@
+"""Shared fixtures: tiny generated corpora and configs, and a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import random
+import textwrap
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+WORDS = "the a cat dog sat on mat ran far away big small red blue house tree".split()
+
+
+def write_corpus(path: Path, sentences: int, *, seed: int = 0, max_len: int = 12) -> Path:
+    """A text file with one generated sentence per line (lengths 2..max_len)."""
+    rng = random.Random(seed)
+    lines = [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, max_len)))
+        for _ in range(sentences)
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tiny_corpus(tmp_path: Path) -> tuple[Path, Path]:
+    """(train.txt, valid.txt) in tmp_path."""
+    return (
+        write_corpus(tmp_path / "train.txt", 120, seed=1),
+        write_corpus(tmp_path / "valid.txt", 30, seed=2),
+    )
+
+
+TINY_CONFIG = """\
+experiment:
+  name: tiny
+  seed: 3
+  runs_dir: {runs_dir}
+model:
+  name: lstm_lm
+  num_embed: 8
+  num_hidden: 12
+  num_layers: 1
+  cell: unfused
+data:
+  train:
+    iterator: bucket_sentence
+    source: train.txt
+    batch_size: 8
+    buckets: [5, 9, 13]
+  eval:
+    iterator: bucket_sentence
+    source: valid.txt
+    batch_size: 8
+    shuffle: false
+optimizer:
+  name: sgd
+  learning_rate: 0.5
+fit:
+  num_epoch: 2
+  log_interval: 5
+checkpoint:
+  prefix: model
+"""
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path, tiny_corpus: tuple[Path, Path]) -> Path:
+    """A config that trains a very small LSTM LM on the tiny corpus in a second or two."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(textwrap.dedent(TINY_CONFIG.format(runs_dir=tmp_path / "runs")))
+    return path

@@ -1,0 +1,189 @@
+"""End-to-end: `mxtrain fit/check/list` through click's CliRunner and real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mxtrain.cli.main import cli
+from mxtrain.rundir import read_metrics
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def run_cli(runner: CliRunner, *args: str):
+    return runner.invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_fit_writes_a_complete_run_folder(runner: CliRunner, tiny_config: Path) -> None:
+    result = run_cli(runner, "fit", str(tiny_config), "--progress", "plain")
+    assert result.exit_code == 0, result.output
+    run = tiny_config.parent / "runs" / "tiny"
+    names = {p.name for p in run.iterdir()}
+    assert {
+        "config.yaml",
+        "run.json",
+        "vocab.json",
+        "model-symbol.json",
+        "model-0001.params",
+        "model-0002.params",
+        "metrics.jsonl",
+        "train.log",
+    } <= names
+    assert json.loads((run / "run.json").read_text())["status"] == "finished"
+    records = read_metrics(run / "metrics.jsonl")
+    epochs = [r for r in records if r["event"] == "epoch"]
+    intervals = [r for r in records if r["event"] == "interval"]
+    assert [r["epoch"] for r in epochs] == [1, 2]
+    assert intervals, "log_interval 5 must give interval records"
+    for r in intervals:
+        assert {"epoch", "batch", "samples_per_s", "train", "lr"} <= set(r)
+    vocab_size = len(json.loads((run / "vocab.json").read_text())["tokens"])
+    # Learning happened: better than a uniform guess over the vocabulary, and improving.
+    assert epochs[1]["eval"]["perplexity"] < vocab_size
+    assert epochs[1]["train"]["perplexity"] < epochs[0]["train"]["perplexity"]
+    assert "epoch 2 done" in (run / "train.log").read_text()
+    assert "finished:" in result.output
+
+
+def test_checkpoint_loads_with_stock_module(runner: CliRunner, tiny_config: Path) -> None:
+    import mxnet as mx
+
+    assert run_cli(runner, "fit", str(tiny_config)).exit_code == 0
+    prefix = str(tiny_config.parent / "runs" / "tiny" / "model")
+    module = mx.mod.Module.load(prefix, 2, label_names=("softmax_label",))
+    module.bind(data_shapes=[("data", (8, 13))], label_shapes=[("softmax_label", (8, 13))])
+    module.forward(mx.io.DataBatch([mx.nd.ones((8, 13))], [mx.nd.ones((8, 13))]), is_train=False)
+    assert module.get_outputs()[0].shape[0] == 8 * 13
+
+
+def test_existing_run_folder_is_never_overwritten(runner: CliRunner, tiny_config: Path) -> None:
+    assert run_cli(runner, "fit", str(tiny_config)).exit_code == 0
+    params = tiny_config.parent / "runs" / "tiny" / "model-0002.params"
+    before = params.read_bytes()
+    result = run_cli(runner, "fit", str(tiny_config))
+    assert result.exit_code == 5
+    assert "already exists" in result.output and "--force" in result.output
+    assert params.read_bytes() == before
+    # A new name is a separate run; --force replaces.
+    assert run_cli(runner, "fit", str(tiny_config), "--name", "tiny2").exit_code == 0
+    assert (tiny_config.parent / "runs" / "tiny2" / "model-0002.params").exists()
+    assert run_cli(runner, "fit", str(tiny_config), "--force").exit_code == 0
+    leftovers = [p for p in (tiny_config.parent / "runs").iterdir() if "replaced" in p.name]
+    assert leftovers == []
+
+
+def test_failed_forced_run_keeps_the_old_one(runner: CliRunner, tiny_config: Path) -> None:
+    assert run_cli(runner, "fit", str(tiny_config)).exit_code == 0
+    # Diverge on purpose: an absurd learning rate makes the loss non-finite.
+    result = run_cli(
+        runner,
+        "fit",
+        str(tiny_config),
+        "--force",
+        "--set",
+        "optimizer.learning_rate=1e30",
+    )
+    assert result.exit_code == 4, result.output
+    assert "diverged" in result.output
+    runs = tiny_config.parent / "runs"
+    kept = [p for p in runs.iterdir() if p.name.startswith(".tiny.replaced-")]
+    assert len(kept) == 1 and (kept[0] / "model-0002.params").exists()
+    assert json.loads((runs / "tiny" / "run.json").read_text())["status"] == "failed"
+
+
+def test_set_overrides_reach_the_run(runner: CliRunner, tiny_config: Path) -> None:
+    result = run_cli(
+        runner, "fit", str(tiny_config), "--set", "fit.num_epoch=1", "--set", "model.num_hidden=7"
+    )
+    assert result.exit_code == 0, result.output
+    run = tiny_config.parent / "runs" / "tiny"
+    assert (run / "model-0001.params").exists() and not (run / "model-0002.params").exists()
+    saved = (run / "config.yaml").read_text()
+    assert "num_hidden: 7" in saved and "num_epoch: 1" in saved
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needles"),
+    [
+        (["fit", "missing.yaml"], 2, ["missing.yaml"]),
+        (["fit", "{cfg}", "--set", "model.num_hiden=3"], 2, ["num_hiden", "num_hidden"]),
+        (["fit", "{cfg}", "--set", "model.name=lstm_lmm"], 2, ["lstm_lmm", "lstm_lm"]),
+        (["fit", "{cfg}", "--set", "data.train.source=nope.txt"], 3, ["nope.txt"]),
+        (["check", "{cfg}", "--set", "fit.num_epoch=many"], 2, ["fit.num_epoch", "many"]),
+    ],
+)
+def test_bad_input_gets_one_clear_message(
+    runner: CliRunner, tiny_config: Path, args: list[str], code: int, needles: list[str]
+) -> None:
+    args = [a.replace("{cfg}", str(tiny_config)) for a in args]
+    result = runner.invoke(cli, args)
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in result.output
+    assert not (tiny_config.parent / "runs" / "tiny").exists()
+
+
+def test_check_prints_resolved_config_and_explains(runner: CliRunner, tiny_config: Path) -> None:
+    result = run_cli(runner, "check", str(tiny_config))
+    assert result.exit_code == 0, result.output
+    assert "num_hidden: 12" in result.output and "learning_rate: 0.5" in result.output
+    result = run_cli(runner, "check", str(tiny_config), "--explain")
+    assert result.exit_code == 0
+    assert "model.num_hidden" in result.output and "default" in result.output
+
+
+def test_list_shows_builtins(runner: CliRunner) -> None:
+    result = run_cli(runner, "list")
+    assert result.exit_code == 0
+    for name in ("lstm_lm", "bucket_sentence", "perplexity"):
+        assert name in result.output
+
+
+def _python(code: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=cwd
+    )
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["fit", "--help"], ["check", "{cfg}"]])
+def test_help_and_check_do_not_import_mxnet(tiny_config: Path, argv: list[str]) -> None:
+    argv = [a.replace("{cfg}", str(tiny_config)) for a in argv]
+    code = (
+        "import sys\n"
+        "from mxtrain.cli.main import cli\n"
+        f"try:\n    cli({argv!r}, prog_name='mxtrain')\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "assert 'mxnet' not in sys.modules, 'mxnet was imported'\n"
+    )
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert "Example" in proc.stdout or "experiment:" in proc.stdout
+
+
+def test_real_subprocess_fit_prints_plain_lines(tiny_config: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mxtrain", "fit", str(tiny_config)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=tiny_config.parent,
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    lines = proc.stdout.splitlines()
+    assert any("epoch 1 batch 5" in line and "perplexity=" in line for line in lines)
+    assert any("epoch 2 done" in line for line in lines)
+    assert "\x1b[" not in proc.stdout  # no terminal escapes when stdout is a pipe
