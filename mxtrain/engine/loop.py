@@ -106,8 +106,8 @@ class EpochResult:
     eval_seconds: float | None = None
 
 
-class FitHooks:
-    """Callbacks of the fit loop; the default does nothing. Subclass what you need."""
+class FitHooks(Protocol):
+    """Callbacks of the fit loop."""
 
     def on_epoch_start(self, epoch: int, num_batches: int | None) -> None:
         """Called before the first batch of ``epoch`` (1-based)."""
@@ -117,6 +117,19 @@ class FitHooks:
 
     def on_epoch_end(self, result: EpochResult) -> None:
         """Called after the epoch and its evaluation."""
+
+
+class NoHooks:
+    """Fit-loop callbacks that do nothing."""
+
+    def on_epoch_start(self, epoch: int, num_batches: int | None) -> None:
+        pass
+
+    def on_interval(self, record: IntervalRecord) -> None:
+        pass
+
+    def on_epoch_end(self, result: EpochResult) -> None:
+        pass
 
 
 @dataclass
@@ -202,7 +215,7 @@ def fit(
     hooks: FitHooks | None = None,
 ) -> list[EpochResult]:
     """Train ``module`` (bound, initialized, optimizer ready) for the configured epochs."""
-    hooks = hooks or FitHooks()
+    hooks = hooks or NoHooks()
     metrics = options.metric_factory()
     results = []
     for epoch_index in range(options.begin_epoch, options.num_epoch):

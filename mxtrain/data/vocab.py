@@ -1,0 +1,188 @@
+"""Token vocabulary with fixed special ids, saved as JSON beside the checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from mxtrain.errors import DataError
+
+PAD = "<pad>"
+UNK = "<unk>"
+EOS = "<eos>"
+SPECIALS = (PAD, UNK, EOS)  # their ids are their positions: pad 0, unk 1, eos 2
+FORMAT = "mxtrain-vocab"
+VERSION = 1
+
+
+class Vocab:
+    """A list of tokens; the id of a token is its position.
+
+    ``<pad>`` = 0, ``<unk>`` = 1, ``<eos>`` = 2, then regular tokens. Unknown tokens encode
+    to ``<unk>``; so does a literal ``<pad>`` in the text, which must not vanish from the
+    loss as padding would. ``level`` and ``lowercase`` record how the text was tokenized so
+    a vocabulary is not reused with a different tokenizer by mistake (None: not recorded).
+    """
+
+    pad_id = 0
+    unk_id = 1
+    eos_id = 2
+
+    def __init__(
+        self,
+        tokens: Sequence[str],
+        *,
+        level: str | None = None,
+        lowercase: bool | None = None,
+    ) -> None:
+        tokens = list(tokens)
+        if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(f"a vocabulary must start with {list(SPECIALS)}")
+        if len(set(tokens)) != len(tokens):
+            raise ValueError("a vocabulary must not contain a token twice")
+        self._tokens = tokens
+        self._ids = {token: i for i, token in enumerate(tokens)}
+        self._ids[PAD] = self.unk_id
+        self.level = level
+        self.lowercase = lowercase
+
+    @classmethod
+    def build(
+        cls,
+        sentences: Iterable[Sequence[str]],
+        *,
+        min_count: int = 1,
+        max_size: int | None = None,
+        level: str | None = None,
+        lowercase: bool | None = None,
+    ) -> Vocab:
+        """Count tokens and keep the frequent ones, most frequent first (ties: by token).
+
+        ``max_size`` limits the whole vocabulary, the three specials included.
+        """
+        counts: Counter[str] = Counter()
+        for sentence in sentences:
+            counts.update(sentence)
+        for special in SPECIALS:
+            counts.pop(special, None)
+        kept = sorted(
+            (item for item in counts.items() if item[1] >= min_count),
+            key=lambda item: (-item[1], item[0]),
+        )
+        if max_size is not None:
+            kept = kept[: max(0, max_size - len(SPECIALS))]
+        return cls([*SPECIALS, *(token for token, _ in kept)], level=level, lowercase=lowercase)
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    def __contains__(self, token: object) -> bool:
+        return token in self._ids
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Vocab) and self._tokens == other._tokens
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def tokens(self) -> list[str]:
+        """All tokens in id order (a copy)."""
+        return list(self._tokens)
+
+    def token_id(self, token: str) -> int:
+        """The id of one token (``<unk>``'s id if unknown)."""
+        return self._ids.get(token, self.unk_id)
+
+    def encode(self, tokens: Iterable[str]) -> list[int]:
+        """Token ids; unknown tokens become ``<unk>``."""
+        get, unk = self._ids.get, self.unk_id
+        return [get(token, unk) for token in tokens]
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        """Tokens of ``ids`` (ints or floats holding ints); out-of-range ids raise IndexError."""
+        tokens = self._tokens
+        out = []
+        for i in ids:
+            index = int(i)
+            if index < 0:
+                raise IndexError(f"token id {index} is negative")
+            out.append(tokens[index])
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The saved form."""
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "specials": {"pad": PAD, "unk": UNK, "eos": EOS},
+            "level": self.level,
+            "lowercase": self.lowercase,
+            "tokens": self._tokens,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write JSON atomically (a temporary file renamed over ``path``)."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.to_json(), f, ensure_ascii=False, indent=0)
+            f.write("\n")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Vocab:
+        """Read a file written by ``save``; raise ``DataError`` naming the file and the fault."""
+        path = Path(path)
+        hint = (
+            "Use the vocab.json that mxtrain wrote into the run folder, or remove the "
+            "vocab_file setting to build the vocabulary from the training data."
+        )
+
+        def bad(what: str) -> DataError:
+            return DataError(f"The vocabulary file {path} {what}.", hint=hint)
+
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise bad("does not exist") from None
+        except IsADirectoryError:
+            raise bad("is a directory, not a file") from None
+        except UnicodeDecodeError as exc:
+            raise bad(f"is not UTF-8 text (byte {exc.start})") from None
+        except OSError as exc:
+            raise bad(f"cannot be read ({exc.strerror or exc})") from None
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise bad(
+                f"is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+            ) from None
+        if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+            raise bad(f'is not an mxtrain vocabulary (no "format": "{FORMAT}" entry)')
+        if obj.get("version") != VERSION:
+            raise bad(
+                f"has format version {obj.get('version')!r}; this mxtrain reads version {VERSION}"
+            )
+        specials = obj.get("specials")
+        if specials != {"pad": PAD, "unk": UNK, "eos": EOS}:
+            raise bad(f"has unexpected specials {specials!r}")
+        tokens = obj.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise bad('has no "tokens" list of strings')
+        if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
+            raise bad(f"does not start with the special tokens {list(SPECIALS)}")
+        seen: set[str] = set()
+        for i, token in enumerate(tokens):
+            if token in seen:
+                raise bad(f"lists the token {token!r} twice (again at id {i})")
+            seen.add(token)
+        level, lowercase = obj.get("level"), obj.get("lowercase")
+        if level is not None and not isinstance(level, str):
+            raise bad(f'has a "level" that is not a string: {level!r}')
+        if lowercase is not None and not isinstance(lowercase, bool):
+            raise bad(f'has a "lowercase" that is not true/false: {lowercase!r}')
+        return cls(tokens, level=level, lowercase=lowercase)

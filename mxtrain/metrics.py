@@ -1,0 +1,137 @@
+"""Metrics accumulated on the device, read back only when asked.
+
+MXNet's stock metrics call ``asnumpy()`` on every batch, which stalls the asynchronous
+engine. These keep running sums as NDArrays on each prediction's own device (``+=`` is just
+another queued operation) and synchronise only in ``get()`` / ``get_interval()``.
+Each metric keeps two sets of sums, updated together: the epoch's (``get``/``reset``) and
+the log interval's (``get_interval``/``reset_interval``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import mxnet as mx
+import numpy as np
+
+_Sums = dict[tuple[str, int], list[Any]]  # device -> [numerator, denominator] float64 NDArrays
+
+
+class _DeviceMetric:
+    """Sums of a per-position numerator over non-padding positions, per device."""
+
+    name = "metric"
+
+    def __init__(self, pad_id: int | None = 0, *, name: str | None = None) -> None:
+        self.pad_id = pad_id
+        if name is not None:
+            self.name = name
+        self._epoch: _Sums = {}
+        self._interval: _Sums = {}
+
+    def _batch(self, label: Any, pred: Any) -> tuple[Any, Any]:
+        """(numerator, denominator) of one batch as 1-element NDArrays on pred's device."""
+        raise NotImplementedError
+
+    def _value(self, numerator: float, denominator: float) -> float:
+        raise NotImplementedError
+
+    def _mask(self, label: Any) -> Any:
+        if self.pad_id is None:
+            return mx.nd.ones_like(label)
+        return label != self.pad_id
+
+    def update(self, labels: Sequence[Any], preds: Sequence[Any]) -> None:
+        """Add one batch: labels (B, T) or (B,), preds (B*T, C) probabilities; per device."""
+        if len(labels) != len(preds):
+            raise ValueError(f"{self.name}: {len(labels)} labels but {len(preds)} predictions")
+        for label, pred in zip(labels, preds, strict=True):
+            ctx = pred.context
+            # a no-op when the label already lives on the prediction's device
+            label = label.as_in_context(ctx).reshape((-1,))
+            numerator, denominator = self._batch(label, pred)
+            numerator = numerator.astype(np.float64)
+            denominator = denominator.astype(np.float64)
+            key = (ctx.device_type, ctx.device_id)
+            for sums in (self._epoch, self._interval):
+                slot = sums.get(key)
+                if slot is None:
+                    sums[key] = [numerator.copy(), denominator.copy()]
+                else:
+                    slot[0] += numerator
+                    slot[1] += denominator
+
+    def update_dict(self, label_dict: Mapping[str, Any], pred_dict: Mapping[str, Any]) -> None:
+        """``update`` with the label and output dicts stock modules pass around."""
+        self.update(list(label_dict.values()), list(pred_dict.values()))
+
+    @staticmethod
+    def _read(sums: _Sums) -> tuple[float, float]:
+        numerator = sum(float(slot[0].asscalar()) for slot in sums.values())
+        denominator = sum(float(slot[1].asscalar()) for slot in sums.values())
+        return numerator, denominator
+
+    def get(self) -> dict[str, float]:
+        """The value since ``reset()`` (synchronises with the devices)."""
+        return {self.name: self._value(*self._read(self._epoch))}
+
+    def get_interval(self) -> dict[str, float]:
+        """The value since ``reset_interval()`` (synchronises with the devices)."""
+        return {self.name: self._value(*self._read(self._interval))}
+
+    def reset(self) -> None:
+        """Start a new epoch (the interval too)."""
+        self._epoch = {}
+        self._interval = {}
+
+    def reset_interval(self) -> None:
+        """Start a new log interval; the epoch sums go on."""
+        self._interval = {}
+
+    @property
+    def total_tokens(self) -> int:
+        """Non-padding positions counted since ``reset()`` (synchronises)."""
+        return round(self._read(self._epoch)[1])
+
+
+class DevicePerplexity(_DeviceMetric):
+    """exp(mean negative log-likelihood) over labels that are not ``pad_id``.
+
+    Equals ``mx.metric.Perplexity(ignore_label=pad_id)``: nll = -log(max(p, 1e-10)).
+    """
+
+    name = "perplexity"
+
+    def _batch(self, label: Any, pred: Any) -> tuple[Any, Any]:
+        prob = mx.nd.pick(pred.reshape((-1, pred.shape[-1])), label, axis=-1)
+        if prob.dtype != np.float32:
+            prob = prob.astype(np.float32)
+        mask = self._mask(label)
+        nll = -mx.nd.log(mx.nd.maximum(prob, 1e-10)) * mask
+        return mx.nd.sum(nll), mx.nd.sum(mask)
+
+    def _value(self, numerator: float, denominator: float) -> float:
+        return math.exp(numerator / denominator) if denominator > 0 else math.nan
+
+
+class DeviceAccuracy(_DeviceMetric):
+    """Fraction of labels that are not ``pad_id`` whose arg-max prediction equals them.
+
+    Predictions are probabilities (..., C), or class ids shaped like the labels.
+    """
+
+    name = "accuracy"
+
+    def _batch(self, label: Any, pred: Any) -> tuple[Any, Any]:
+        if pred.size == label.size:
+            guess = pred.reshape((-1,))
+        else:
+            guess = mx.nd.argmax(pred.reshape((-1, pred.shape[-1])), axis=-1)
+        mask = self._mask(label)
+        correct = (guess == label.astype(guess.dtype)) * mask
+        return mx.nd.sum(correct), mx.nd.sum(mask)
+
+    def _value(self, numerator: float, denominator: float) -> float:
+        return numerator / denominator if denominator > 0 else math.nan

@@ -1,0 +1,172 @@
+"""lstm_lm: options, parameter names, fused/unfused bind + forward/backward, padding gradient."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import typing
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from mxtrain.data.base import DataInfo
+from mxtrain.models.lstm_lm import LstmLmOptions, build_lstm_lm
+
+INFO = DataInfo(vocab_size=11, num_classes=11, pad_id=0)
+SMALL = {"num_embed": 6, "num_hidden": 5, "num_layers": 2}
+
+
+def test_importing_models_and_data_options_does_not_import_mxnet() -> None:
+    code = (
+        "import sys\n"
+        "import mxtrain.models.lstm_lm, mxtrain.data.options, mxtrain.data.vocab\n"
+        "from mxtrain.registry import MODELS\n"
+        "MODELS.get('lstm_lm').options_class()\n"
+        "assert 'mxnet' not in sys.modules, 'mxnet was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_options_docs_and_validation() -> None:
+    hints = typing.get_type_hints(LstmLmOptions)
+    for f in dataclasses.fields(LstmLmOptions):
+        assert f.metadata["doc"], f.name
+        assert f.name in hints
+    assert LstmLmOptions().fused
+    assert not LstmLmOptions(cell="unfused").fused
+    for bad in (
+        {"num_embed": 0},
+        {"num_hidden": -1},
+        {"num_layers": 0},
+        {"num_layers": True},
+        {"dropout": 1.0},
+        {"dropout": -0.1},
+        {"cell": "gru"},
+    ):
+        name = next(iter(bad))
+        with pytest.raises(ValueError, match=name):
+            LstmLmOptions(**bad)
+
+
+def test_data_info_must_give_sizes() -> None:
+    with pytest.raises(ValueError, match="vocab_size"):
+        build_lstm_lm(LstmLmOptions(), DataInfo())
+    with pytest.raises(ValueError, match="pad_id"):
+        build_lstm_lm(LstmLmOptions(), DataInfo(vocab_size=5, num_classes=5))
+    build_lstm_lm(LstmLmOptions(ignore_padding=False), DataInfo(vocab_size=5, num_classes=5))
+    with pytest.raises(ValueError, match="bucket keys"):
+        build_lstm_lm(LstmLmOptions(), INFO)((3, 4))
+
+
+@pytest.mark.parametrize(
+    ("cell", "lstm_params"),
+    [
+        ("fused", ["lstm_parameters"]),
+        (
+            "unfused",
+            [
+                f"lstm_l{i}_{p}_{w}"
+                for i in (0, 1)
+                for p in ("i2h", "h2h")
+                for w in ("weight", "bias")
+            ],
+        ),
+    ],
+)
+def test_parameter_names_and_interface(cell, lstm_params) -> None:
+    symbol, data_names, label_names = build_lstm_lm(LstmLmOptions(cell=cell, **SMALL), INFO)(4)
+    assert (data_names, label_names) == (("data",), ("softmax_label",))
+    assert symbol.list_arguments() == [
+        "data",
+        "embed_weight",
+        *lstm_params,
+        "pred_weight",
+        "pred_bias",
+        "softmax_label",
+    ]
+    assert symbol.list_outputs() == ["softmax_output"]
+
+
+def _batch(rng: np.random.Generator, batch: int, length: int) -> mx.io.DataBatch:
+    data = mx.nd.array(rng.integers(1, 11, (batch, length)))
+    label = mx.nd.array(rng.integers(0, 11, (batch, length)))
+    return mx.io.DataBatch(
+        [data],
+        [label],
+        bucket_key=length,
+        provide_data=[mx.io.DataDesc("data", (batch, length))],
+        provide_label=[mx.io.DataDesc("softmax_label", (batch, length))],
+    )
+
+
+@pytest.mark.parametrize("cell", ["fused", "unfused"])
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_binds_and_trains_two_buckets(cell, dropout) -> None:
+    sym_gen = build_lstm_lm(LstmLmOptions(cell=cell, dropout=dropout, **SMALL), INFO)
+    module = mx.mod.BucketingModule(sym_gen, default_bucket_key=7, context=mx.cpu())
+    module.bind([("data", (3, 7))], [("softmax_label", (3, 7))])
+    mx.random.seed(0)
+    module.init_params(mx.init.Xavier())
+    module.init_optimizer(optimizer="sgd", optimizer_params={"learning_rate": 0.1})
+    rng = np.random.default_rng(0)
+    before = module.get_params()[0]["pred_weight"].asnumpy()
+    for length in (7, 4, 7):
+        batch = _batch(rng, 3, length)
+        module.forward(batch, is_train=True)
+        out = module.get_outputs()[0].asnumpy()
+        assert out.shape == (3 * length, 11)
+        np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-5)
+        module.backward()
+        module.update()
+    assert not np.allclose(module.get_params()[0]["pred_weight"].asnumpy(), before)
+
+
+@pytest.mark.parametrize("ignore_padding", [True, False])
+def test_padding_labels_get_no_gradient(ignore_padding) -> None:
+    symbol, _, _ = build_lstm_lm(
+        LstmLmOptions(cell="fused", ignore_padding=ignore_padding, **SMALL), INFO
+    )(3)
+    req = {name: "write" for name in symbol.list_arguments()}
+    req.update(data="null", softmax_label="null")
+    executor = symbol.simple_bind(mx.cpu(), grad_req=req, data=(2, 3), softmax_label=(2, 3))
+    for name, array in executor.arg_dict.items():
+        if name not in ("data", "softmax_label"):
+            array[:] = mx.nd.random.uniform(-0.5, 0.5, array.shape)
+    executor.arg_dict["data"][:] = mx.nd.array([[1, 2, 3], [4, 5, 6]])
+    executor.arg_dict["softmax_label"][:] = 0  # every position is padding
+    executor.forward(is_train=True)
+    executor.backward()
+    grad = np.abs(executor.grad_dict["pred_weight"].asnumpy()).sum()
+    assert (grad == 0) == ignore_padding
+
+
+def test_fused_and_unfused_compute_the_same_function() -> None:
+    """The unfused parameter names are those of FusedRNNCell.unfuse(): checkpoints convert."""
+    fused, _, _ = build_lstm_lm(LstmLmOptions(cell="fused", **SMALL), INFO)(4)
+    unfused, _, _ = build_lstm_lm(LstmLmOptions(cell="unfused", **SMALL), INFO)(4)
+    shapes = {"data": (2, 4), "softmax_label": (2, 4)}
+    ex_f = fused.simple_bind(mx.cpu(), grad_req="null", **shapes)
+    ex_u = unfused.simple_bind(mx.cpu(), grad_req="null", **shapes)
+    data = mx.nd.array([[1, 2, 3, 4], [5, 6, 7, 0]])
+    params = {}
+    for name, array in ex_f.arg_dict.items():
+        if name == "data":
+            array[:] = data
+        elif name != "softmax_label":
+            array[:] = mx.nd.random.uniform(-0.3, 0.3, array.shape)
+            params[name] = array
+    cell = mx.rnn.FusedRNNCell(SMALL["num_hidden"], num_layers=2, mode="lstm", prefix="lstm_")
+    # fused blob -> per-gate arrays -> the unfused cells' arrays
+    unpacked = cell.unfuse().pack_weights(cell.unpack_weights(dict(params)))
+    for name, array in ex_u.arg_dict.items():
+        if name == "data":
+            array[:] = data
+        elif name != "softmax_label":
+            array[:] = unpacked[name]
+    ex_f.forward(is_train=False)
+    ex_u.forward(is_train=False)
+    np.testing.assert_allclose(
+        ex_f.outputs[0].asnumpy(), ex_u.outputs[0].asnumpy(), rtol=1e-4, atol=1e-6
+    )
