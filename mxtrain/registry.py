@@ -52,8 +52,7 @@ def _import_target(target: str, base_dir: Path | None, what: str) -> Any:
             except Exception as exc:
                 del sys.modules[module_name]
                 raise ConfigError(
-                    f"{what} {target!r}: importing {path} failed with "
-                    f"{type(exc).__name__}: {exc}."
+                    f"{what} {target!r}: importing {path} failed with {type(exc).__name__}: {exc}."
                 ) from exc
     else:
         try:
@@ -114,11 +113,16 @@ class Entry:
             return None
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
             return None
-        return [
-            p.name
+        named = [
+            p
             for p in params
             if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         ]
+        # The first positional parameter receives what mxtrain passes (data_info for a
+        # model, the DataContext for an iterator); it is not a YAML option.
+        if named and named[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+            named = named[1:]
+        return [p.name for p in named]
 
 
 class Registry:

@@ -1,0 +1,1119 @@
+"""YAML experiment files -> :class:`~mxtrain.config.schema.Config`, and back.
+
+The file is composed (not loaded) so every key keeps its line; values are typed by the schema
+dataclasses, unknown keys are refused with a suggestion, duplicate keys are refused, and every
+error is one :class:`~mxtrain.errors.ConfigError` paragraph that starts with ``file:line`` (or
+with the ``--set`` override that caused it).
+
+Scalars follow YAML 1.2's core schema rather than PyYAML's YAML 1.1 one: only ``true``/``false``
+are booleans (``yes``, ``no``, ``on``, ``off`` stay strings), ``1e-3`` is a number, ``010`` is
+ten and dates stay strings. Only plain scalars, lists and mappings are built: no tags, no
+Python objects. This module is the only place in mxtrain that reads or writes YAML; it imports
+neither MXNet nor click.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, NoReturn, get_args, get_origin, get_type_hints
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+import mxtrain
+from mxtrain.config.schema import (
+    INITIALIZERS,
+    LR_REQUIRED_KEYS,
+    LR_SCHEDULER_KEYS,
+    LR_WARMUP_KEYS,
+    OPTIMIZERS,
+    REQUIRED,
+    SECTIONS,
+    CheckpointSection,
+    ComponentSection,
+    Config,
+    ContextSection,
+    DataSection,
+    ExperimentSection,
+    FitSection,
+    InitializerSection,
+    InvalidValue,
+    IteratorSection,
+    KVStoreSection,
+    LrSchedulerSection,
+    ModelSection,
+    OptimizerSection,
+    ParamSpec,
+)
+from mxtrain.errors import ConfigError
+from mxtrain.registry import ITERATORS, METRICS, MODELS, Registry
+
+__all__ = [
+    "ExplainRow",
+    "Registries",
+    "config_to_dict",
+    "dump_config",
+    "explain_config",
+    "load_config",
+    "parse_config",
+]
+
+KeyPath = tuple[str | int, ...]
+ExplainRow = tuple[str, Any, Any, str]  # (dotted key, value, default, doc)
+
+# --------------------------------------------------------------------------------------------
+# YAML 1.2 core-schema resolution for both reading and writing
+# --------------------------------------------------------------------------------------------
+
+_NULL = "tag:yaml.org,2002:null"
+_BOOL = "tag:yaml.org,2002:bool"
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_STR = "tag:yaml.org,2002:str"
+_SEQ = "tag:yaml.org,2002:seq"
+_MAP = "tag:yaml.org,2002:map"
+_MERGE = "tag:yaml.org,2002:merge"
+
+_RESOLVERS: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    (_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), "tTfF"),
+    (_NULL, re.compile(r"^(?:~|null|Null|NULL|)$"), "~nN"),
+    (_INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), "-+0123456789"),
+    (
+        _FLOAT,
+        re.compile(
+            r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
+        "-+.0123456789",
+    ),
+    (_MERGE, re.compile(r"^<<$"), "<"),
+)
+
+
+def _install_resolvers(cls: Any) -> None:
+    cls.yaml_implicit_resolvers = {}
+    for tag, regexp, first in _RESOLVERS:
+        cls.add_implicit_resolver(tag, regexp, list(first))
+    cls.add_implicit_resolver(_NULL, _RESOLVERS[1][1], [""])
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 core-schema scalars; we only ever compose with it."""
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that quotes every string the loader would not read back as a string."""
+
+
+_install_resolvers(_Loader)
+_install_resolvers(_Dumper)
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> Node:
+    """Lists of scalars on one line (``ids: [0, 1]``), anything nested in block style."""
+    flow = all(not isinstance(v, (list, tuple, dict)) for v in data)
+    return dumper.represent_sequence(_SEQ, data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _represent_list)
+
+# --------------------------------------------------------------------------------------------
+# Small helpers for messages
+# --------------------------------------------------------------------------------------------
+
+
+def _dotted(path: KeyPath) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, Mapping):
+        return "mapping"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return type(value).__name__
+
+
+def _show(value: Any) -> str:
+    """A value as the user wrote it, with its type: ``'abc' (str)``, ``true (bool)``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, Mapping):
+        text = "{" + ", ".join(f"{k}: {_show_plain(v)}" for k, v in value.items()) + "}"
+    else:
+        text = _show_plain(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} ({_type_name(value)})"
+
+
+def _show_plain(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_show_plain(v) for v in value) + "]"
+    return repr(value)
+
+
+def _suggest(word: str, choices: Sequence[str]) -> str | None:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "?", "!")) else text + "."
+
+
+def _is_union(tp: Any) -> bool:
+    return get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _describe(tp: Any, plural: bool = False) -> str:
+    """How a type reads in an error message: ``an integer``, ``one of 'cpu', 'gpu'``."""
+    if tp is Any:
+        return "any values" if plural else "any value"
+    if _is_union(tp):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        text = " or ".join(_describe(a, plural) for a in args)
+        return text + " or null" if type(None) in get_args(tp) else text
+    origin = get_origin(tp)
+    if origin is Literal:
+        opts = ", ".join(_show_plain(a) for a in get_args(tp))
+        return opts if len(get_args(tp)) == 1 else f"one of {opts}"
+    if origin in (list, tuple, Sequence) or tp in (list, tuple):
+        args = [a for a in get_args(tp) if a is not Ellipsis]
+        return f"a list of {_describe(args[0], True)}" if args else "a list"
+    if origin in (dict, Mapping) or tp in (dict, Mapping) or dataclasses.is_dataclass(tp):
+        return "mappings" if plural else "a mapping"
+    names = {
+        bool: ("true or false", "true or false values"),
+        int: ("an integer", "integers"),
+        float: ("a number", "numbers"),
+        str: ("a string", "strings"),
+        Path: ("a path", "paths"),
+        type(None): ("null", "nulls"),
+    }
+    if tp in names:
+        return names[tp][1 if plural else 0]
+    return getattr(tp, "__name__", str(tp))
+
+
+class _Mismatch(Exception):
+    """A value of the wrong type; becomes a ConfigError once its location is known."""
+
+    def __init__(self, path: KeyPath, expected: str, value: Any, hint: str = "") -> None:
+        super().__init__(expected)
+        self.path = path
+        self.expected = expected
+        self.value = value
+        self.hint = hint
+
+
+# --------------------------------------------------------------------------------------------
+# Locations: dotted key -> "file:line" or "--set key=value"
+# --------------------------------------------------------------------------------------------
+
+
+class _Locations:
+    def __init__(self, default: str) -> None:
+        self.default = default
+        self._where: dict[KeyPath, str] = {}
+
+    def set(self, path: KeyPath, where: str) -> None:
+        self._where[path] = where
+
+    def drop_under(self, path: KeyPath) -> None:
+        n = len(path)
+        for key in [k for k in self._where if k[:n] == path]:
+            del self._where[key]
+
+    def where(self, path: KeyPath) -> str:
+        for i in range(len(path), -1, -1):
+            found = self._where.get(path[:i])
+            if found is not None:
+                return found
+        return self.default
+
+    def known(self, path: KeyPath) -> bool:
+        return path in self._where
+
+
+# --------------------------------------------------------------------------------------------
+# Reading YAML text into plain values + locations
+# --------------------------------------------------------------------------------------------
+
+_MAX_NODES = 1_000_000
+
+
+class _TreeBuilder:
+    """Plain Python values from composed nodes, recording each key's line."""
+
+    def __init__(self, label: str, locs: _Locations, line_prefix: Callable[[int], str]) -> None:
+        self.label = label
+        self.locs = locs
+        self.line_prefix = line_prefix
+        self.budget = _MAX_NODES
+        self.active: set[int] = set()
+
+    def fail(self, node: Node, message: str, hint: str | None = None) -> NoReturn:
+        raise ConfigError(f"{self.line_prefix(node.start_mark.line + 1)}: {message}", hint=hint)
+
+    def build(self, node: Node, path: KeyPath) -> Any:
+        self.budget -= 1
+        if self.budget < 0:
+            self.fail(node, "the document expands to too many values (alias bomb?).")
+        if id(node) in self.active:
+            self.fail(node, f"{_dotted(path) or 'the document'} refers to itself via an alias.")
+        self.active.add(id(node))
+        try:
+            if isinstance(node, MappingNode):
+                return self._mapping(node, path)
+            if isinstance(node, SequenceNode):
+                if node.tag != _SEQ:
+                    self.fail(node, f"unsupported YAML tag {node.tag!r} at {_dotted(path)}.")
+                items = []
+                for i, item in enumerate(node.value):
+                    self.locs.set((*path, i), self.line_prefix(item.start_mark.line + 1))
+                    items.append(self.build(item, (*path, i)))
+                return items
+            return self._scalar(node, path)
+        finally:
+            self.active.discard(id(node))
+
+    def _scalar(self, node: Node, path: KeyPath) -> Any:
+        tag, text = node.tag, node.value
+        what = _dotted(path) or "the value"
+        try:
+            if tag == _NULL:
+                return None
+            if tag == _STR:
+                return text
+            if tag == _BOOL:
+                if text.lower() not in ("true", "false"):
+                    raise ValueError
+                return text.lower() == "true"
+            if tag == _INT:
+                if text.startswith(("0o", "0x")):
+                    return int(text, 0)
+                return int(text, 10)
+            if tag == _FLOAT:
+                low = text.lower().lstrip("+")
+                if low in (".inf", "-.inf", ".nan"):
+                    return {".inf": math.inf, "-.inf": -math.inf, ".nan": math.nan}[low]
+                return float(text)
+        except ValueError:
+            self.fail(node, f"{what}: {text!r} is not a valid {tag.rsplit(':', 1)[-1]}.")
+        self.fail(
+            node,
+            f"unsupported YAML tag {tag!r} at {what}.",
+            hint="Only plain strings, numbers, true/false, null, lists and mappings are allowed.",
+        )
+
+    def _mapping(self, node: MappingNode, path: KeyPath) -> dict[str, Any]:
+        if node.tag != _MAP:
+            self.fail(node, f"unsupported YAML tag {node.tag!r} at {_dotted(path)}.")
+        seen: dict[str, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE:
+                continue
+            key = self._key(key_node, path)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                self.fail(
+                    key_node,
+                    f"duplicate key {_dotted((*path, key))!r} (first set at line {seen[key]}).",
+                    hint="YAML would silently keep the last one; remove one of them.",
+                )
+            seen[key] = line
+        if any(k.tag == _MERGE for k, _ in node.value):
+            try:
+                yaml.constructor.SafeConstructor().flatten_mapping(node)
+            except yaml.MarkedYAMLError as exc:
+                self.fail(node, f"bad '<<' merge in {_dotted(path) or 'the document'}: {exc}")
+        result: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = self._key(key_node, path)
+            sub = (*path, key)
+            result.pop(key, None)  # merged keys come first; the mapping's own keys win
+            self.locs.drop_under(sub)
+            self.locs.set(sub, self.line_prefix(key_node.start_mark.line + 1))
+            result[key] = self.build(value_node, sub)
+        return result
+
+    def _key(self, key_node: Node, path: KeyPath) -> str:
+        if not isinstance(key_node, ScalarNode) or key_node.tag != _STR:
+            value = self._scalar(key_node, path) if isinstance(key_node, ScalarNode) else None
+            shown = _show(value) if isinstance(key_node, ScalarNode) else "a collection"
+            self.fail(
+                key_node,
+                f"keys must be strings, got {shown} in {_dotted(path) or 'the top level'}.",
+                hint="Put the key in quotes if you meant the text.",
+            )
+        return str(key_node.value)
+
+
+def _compose(text: str, label: str, *, is_file: bool = True) -> Node | None:
+    loader = _Loader(text)
+    try:
+        return loader.get_single_node()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        if mark is None:
+            where = label
+        elif is_file:
+            where = f"{label}:{mark.line + 1}:{mark.column + 1}"
+        else:
+            where = f"{label}: column {mark.column + 1}"
+        problem = exc.problem or "invalid YAML"
+        context = ""
+        if exc.context and exc.context_mark and exc.context_mark is not mark:
+            context = f" ({exc.context} at line {exc.context_mark.line + 1})"
+        elif exc.context:
+            context = f" ({exc.context})"
+        raise ConfigError(
+            f"{where}: invalid YAML: {problem}{context}.",
+            hint="Check the indentation, colons and quotes around that position.",
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{label}: invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+# --------------------------------------------------------------------------------------------
+# Overrides
+# --------------------------------------------------------------------------------------------
+
+
+def _apply_override(tree: dict[str, Any], text: str, locs: _Locations) -> None:
+    label = f"--set {text}"
+    key, sep, value_text = text.partition("=")
+    key = key.strip()
+    parts = key.split(".")
+    if not sep or not key or any(not p.strip() for p in parts):
+        raise ConfigError(
+            f"{label}: expected KEY=VALUE with a dotted key.",
+            hint="For example --set fit.num_epoch=2 or --set context.ids=[0,1].",
+        )
+    parts = [p.strip() for p in parts]
+    vlocs = _Locations(label)
+    node = _compose(value_text, label, is_file=False) if value_text.strip() else None
+    builder = _TreeBuilder(label, vlocs, lambda _line: label)
+    value = builder.build(node, ()) if node is not None else None
+    target: dict[str, Any] = tree
+    for i, part in enumerate(parts[:-1]):
+        path = tuple(parts[: i + 1])
+        child = target.get(part)
+        if child is None:
+            child = {}
+            target[part] = child
+            locs.set(path, label)
+        elif not isinstance(child, dict):
+            raise ConfigError(
+                f"{label}: {_dotted(path)!r} is {_show(child)}, not a section, so it has no "
+                f"key {parts[i + 1]!r}.",
+                hint=f"Set the whole value instead: --set {_dotted(path)}=...",
+            )
+        target = child
+    full: KeyPath = tuple(parts)
+    target[parts[-1]] = value
+    locs.drop_under(full)
+    locs.set(full, label)
+
+
+# --------------------------------------------------------------------------------------------
+# Typing plain values into dataclasses
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Registries:
+    """Where component names are looked up (tests pass their own)."""
+
+    models: Registry = MODELS
+    iterators: Registry = ITERATORS
+    metrics: Registry = METRICS
+
+
+@dataclass(frozen=True)
+class _FieldSpec:
+    name: str
+    type: Any
+    default: Any  # REQUIRED when there is none
+    doc: str
+
+
+def _field_default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return REQUIRED
+
+
+def _field_specs(cls: type, what: str) -> list[_FieldSpec]:
+    try:
+        hints = get_type_hints(cls)
+    except Exception as exc:
+        raise ConfigError(
+            f"{what}: cannot read the type annotations of {cls.__qualname__} "
+            f"({type(exc).__name__}: {exc})."
+        ) from None
+    return [
+        _FieldSpec(f.name, hints.get(f.name, Any), _field_default(f), f.metadata.get("doc", ""))
+        for f in dataclasses.fields(cls)
+        if f.init
+    ]
+
+
+class _Builder:
+    def __init__(
+        self, locs: _Locations, base_dir: Path, registries: Registries, default_name: str
+    ) -> None:
+        self.locs = locs
+        self.base_dir = base_dir
+        self.registries = registries
+        self.default_name = default_name
+
+    # -- errors ---------------------------------------------------------------------------
+
+    def where(self, path: KeyPath) -> str:
+        return self.locs.where(path)
+
+    def fail(self, path: KeyPath, message: str, hint: str | None = None) -> NoReturn:
+        raise ConfigError(f"{self.where(path)}: {_sentence(message)}", hint=hint)
+
+    def unknown_key(
+        self, path: KeyPath, key: str, valid: Sequence[str], extra: str | None = None
+    ) -> NoReturn:
+        close = _suggest(key, valid)
+        parts = []
+        if close:
+            parts.append(f"Did you mean {close!r}?")
+        if extra:
+            parts.append(extra)
+        section = f"in {_dotted(path)!r}" if path else "at the top level"
+        parts.append(f"Valid keys {section}: {', '.join(valid)}.")
+        self.fail((*path, key), f"unknown key {_dotted((*path, key))!r}.", hint=" ".join(parts))
+
+    def mismatch(self, exc: _Mismatch) -> NoReturn:
+        hint = exc.hint or None
+        self.fail(
+            exc.path, f"{_dotted(exc.path)} must be {exc.expected}, got {_show(exc.value)}", hint
+        )
+
+    def mapping(self, raw: Any, path: KeyPath, *, null_ok: bool = True) -> dict[str, Any]:
+        if raw is None and null_ok:
+            return {}
+        if not isinstance(raw, dict):
+            self.fail(
+                path,
+                f"{_dotted(path)} must be a mapping of keys to values, got {_show(raw)}",
+                hint="Indent its keys below it, or write {key: value, ...}.",
+            )
+        return raw
+
+    # -- values ---------------------------------------------------------------------------
+
+    def value(self, tp: Any, raw: Any, path: KeyPath) -> Any:
+        """``raw`` typed as ``tp``; raises _Mismatch with the failing path."""
+        if tp is Any or tp is object:
+            return raw
+        if _is_union(tp):
+            return self._union(tp, raw, path)
+        origin = get_origin(tp)
+        if origin is Literal:
+            for option in get_args(tp):
+                if type(raw) is type(option) and raw == option:
+                    return option
+            hint = ""
+            if isinstance(raw, str):
+                close = _suggest(raw, [a for a in get_args(tp) if isinstance(a, str)])
+                hint = f"Did you mean {close!r}?" if close else ""
+            raise _Mismatch(path, _describe(tp), raw, hint)
+        if tp is bool:
+            if isinstance(raw, bool):
+                return raw
+            hint = ""
+            if isinstance(raw, str) and raw.lower() in ("yes", "no", "on", "off", "y", "n"):
+                hint = "Write true or false (unquoted)."
+            raise _Mismatch(path, "true or false", raw, hint)
+        if tp is int:
+            if isinstance(raw, int) and not isinstance(raw, bool):
+                return raw
+            if isinstance(raw, float) and raw.is_integer():
+                return int(raw)
+            raise _Mismatch(path, "an integer", raw)
+        if tp is float:
+            if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+                return float(raw)
+            raise _Mismatch(path, "a number", raw)
+        if tp is str:
+            if isinstance(raw, str):
+                return raw
+            hint = "Put it in quotes if it is meant as text." if raw is not None else ""
+            raise _Mismatch(path, "a string", raw, hint)
+        if tp is Path:
+            if isinstance(raw, str) and raw:
+                return Path(raw)
+            raise _Mismatch(path, "a path", raw)
+        if tp is type(None):
+            if raw is None:
+                return None
+            raise _Mismatch(path, "null", raw)
+        if origin in (list, tuple, Sequence) or tp in (list, tuple):
+            return self._sequence(tp, raw, path)
+        if origin in (dict, Mapping) or tp in (dict, Mapping):
+            if not isinstance(raw, dict):
+                raise _Mismatch(path, "a mapping", raw)
+            args = get_args(tp)
+            vtype = args[1] if len(args) == 2 else Any
+            items = {str(k): self.value(vtype, v, (*path, str(k))) for k, v in raw.items()}
+            return items if origin is dict or tp is dict else MappingProxyType(items)
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            if not isinstance(raw, dict):
+                raise _Mismatch(path, "a mapping", raw)
+            return self.dataclass(tp, raw, path)
+        return raw  # an annotation we do not check (the class's own __post_init__ may)
+
+    def _union(self, tp: Any, raw: Any, path: KeyPath) -> Any:
+        args = get_args(tp)
+        if raw is None:
+            if type(None) in args:
+                return None
+            raise _Mismatch(path, _describe(tp), raw)
+        deepest: _Mismatch | None = None
+        hint = ""
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return self.value(arg, raw, path)
+            except _Mismatch as exc:
+                if len(exc.path) > len(path) and deepest is None:
+                    deepest = exc
+                hint = hint or exc.hint
+        if deepest is not None:
+            raise deepest
+        raise _Mismatch(path, _describe(tp), raw, hint)
+
+    def _sequence(self, tp: Any, raw: Any, path: KeyPath) -> Any:
+        if not isinstance(raw, list):
+            raise _Mismatch(path, _describe(tp), raw)
+        origin = get_origin(tp) or tp
+        args = get_args(tp)
+        if origin is tuple and args and (len(args) != 2 or args[1] is not Ellipsis):
+            if len(raw) != len(args):
+                raise _Mismatch(path, f"a list of {len(args)} values", raw)
+            return tuple(
+                self.value(a, v, (*path, i)) for i, (a, v) in enumerate(zip(args, raw, strict=True))
+            )
+        elem = args[0] if args else Any
+        items = [self.value(elem, v, (*path, i)) for i, v in enumerate(raw)]
+        return items if origin is list else tuple(items)
+
+    # -- dataclasses ----------------------------------------------------------------------
+
+    def check_keys(
+        self,
+        raw: Mapping[str, Any],
+        path: KeyPath,
+        valid: Sequence[str],
+        extra_hint: Callable[[str], str | None] | None = None,
+    ) -> None:
+        for key in raw:
+            if key not in valid:
+                self.unknown_key(path, key, valid, extra_hint(key) if extra_hint else None)
+
+    def convert(self, specs: Sequence[_FieldSpec], raw: Mapping[str, Any], path: KeyPath) -> dict:
+        """Typed values of the keys present in ``raw``; complains about missing required ones."""
+        out: dict[str, Any] = {}
+        for spec in specs:
+            if spec.name in raw:
+                try:
+                    out[spec.name] = self.value(spec.type, raw[spec.name], (*path, spec.name))
+                except _Mismatch as exc:
+                    self.mismatch(exc)
+            elif spec.default is REQUIRED:
+                doc = f" ({spec.doc})" if spec.doc else ""
+                self.fail(
+                    path,
+                    f"{_dotted(path) or 'the config'} is missing the required key "
+                    f"{spec.name!r}{doc}",
+                    hint=f"Add {spec.name}: ... to {_dotted(path) or 'the file'}.",
+                )
+        return out
+
+    def instantiate(self, cls: type, kwargs: dict[str, Any], path: KeyPath) -> Any:
+        """``cls(**kwargs)``, its ValueError turned into a ConfigError at the right line."""
+        try:
+            return cls(**kwargs)
+        except InvalidValue as exc:
+            key_path = (*path, *exc.key.split("."))
+            self.fail(key_path, f"{_dotted(key_path)} {exc.problem}")
+        except ValueError as exc:
+            message = str(exc).strip() or type(exc).__name__
+            first = re.split(r"[\s:,]", message, maxsplit=1)[0]
+            names = {f.name for f in dataclasses.fields(cls)}
+            if first in names:
+                self.fail((*path, first), f"{_dotted(path)}.{message}")
+            self.fail(path, f"{_dotted(path)}: {message}")
+
+    def dataclass(self, cls: type, raw: Mapping[str, Any], path: KeyPath, **preset: Any) -> Any:
+        specs = _field_specs(cls, self.where(path))
+        self.check_keys(raw, path, [s.name for s in specs if s.name not in preset])
+        return self.instantiate(cls, {**self.convert(specs, raw, path), **preset}, path)
+
+    # -- sections -------------------------------------------------------------------------
+
+    def config(self, tree: dict[str, Any], source: str) -> Config:
+        self.check_keys(tree, (), list(SECTIONS))
+
+        def simple(cls: type, name: str) -> Callable[[Any], Any]:
+            return lambda raw: self.dataclass(cls, self.mapping(raw, (name,)), (name,))
+
+        builders: dict[str, Callable[[Any], Any]] = {
+            "experiment": lambda raw: self.dataclass(
+                ExperimentSection,
+                {"name": self.default_name, **self.mapping(raw, ("experiment",))},
+                ("experiment",),
+            ),
+            "model": lambda raw: self.component(
+                raw, ("model",), self.registries.models, ModelSection, required=False
+            ),
+            "data": self.data,
+            "context": simple(ContextSection, "context"),
+            "kvstore": simple(KVStoreSection, "kvstore"),
+            "optimizer": lambda raw: self.optimizer(self.mapping(raw, ("optimizer",))),
+            "initializer": lambda raw: self.initializer(self.mapping(raw, ("initializer",))),
+            "fit": lambda raw: self.fit(self.mapping(raw, ("fit",))),
+            "checkpoint": simple(CheckpointSection, "checkpoint"),
+        }
+        # sections in file order, so the first error reported is the first one in the file
+        order = [name for name in tree if name in builders]
+        order += [name for name in builders if name not in tree]
+        sections = {name: builders[name](tree.get(name)) for name in order}
+        config = Config(**sections, source=source, base_dir=self.base_dir)
+        self.cross_check(config)
+        return config
+
+    def component(
+        self,
+        raw: Any,
+        path: KeyPath,
+        registry: Registry,
+        cls: type[ComponentSection],
+        *,
+        required: bool,
+    ) -> Any:
+        if raw is None and required:
+            self.fail(
+                path,
+                f"{_dotted(path)} is required: it says which data to train on",
+                hint=f"Add for example {path[-1]}: {{{cls.selector}: "
+                f"{_field_default(_dc_field(cls, 'name'))}, source: train.txt}}.",
+            )
+        section = self.mapping(raw, path)
+        selector = cls.selector
+        name_default = _field_default(_dc_field(cls, "name"))
+        sel_path = (*path, selector)
+        try:
+            name = self.value(str, section.get(selector, name_default), sel_path)
+        except _Mismatch as exc:
+            self.mismatch(exc)
+        where = f"{self.where(sel_path)}: {_dotted(sel_path)}"
+        try:
+            entry = registry.get(name, base_dir=self.base_dir, where=where)
+            options_cls = entry.options_class()
+        except ConfigError as exc:
+            if exc.message.startswith(where):
+                raise
+            raise ConfigError(f"{where}: {exc.message}", hint=exc.hint) from None
+        rest = {k: v for k, v in section.items() if k != selector}
+        if options_cls is not None and dataclasses.is_dataclass(options_cls):
+            specs = _field_specs(options_cls, where)
+            self.check_keys(rest, path, [selector, *(s.name for s in specs)])
+            options = self.instantiate(options_cls, self.convert(specs, rest, path), path)
+        else:
+            try:
+                accepted = entry.accepted_keywords()
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {exc.message}", hint=exc.hint) from None
+            if accepted is not None:
+                self.check_keys(rest, path, [selector, *accepted])
+            options = MappingProxyType(dict(rest))
+        return cls(name=name, options=options)
+
+    def data(self, raw: Any) -> DataSection:
+        path: KeyPath = ("data",)
+        if raw is None:
+            self.fail(
+                path,
+                "the config has no data section; data.train is required",
+                hint="Add for example data: {train: {iterator: bucket_sentence, "
+                "source: train.txt}}.",
+            )
+        section = self.mapping(raw, path)
+        self.check_keys(section, path, ["train", "eval"])
+        its = self.registries.iterators
+        train = self.component(
+            section.get("train"), ("data", "train"), its, IteratorSection, required=True
+        )
+        eval_raw = section.get("eval")
+        evaluate = None
+        if eval_raw is not None:
+            evaluate = self.component(
+                eval_raw, ("data", "eval"), its, IteratorSection, required=False
+            )
+        return DataSection(train=train, eval=evaluate)
+
+    def optimizer(self, raw: dict[str, Any]) -> OptimizerSection:
+        path: KeyPath = ("optimizer",)
+        try:
+            name = self.value(str, raw.get("name", "sgd"), (*path, "name"))
+        except _Mismatch as exc:
+            self.mismatch(exc)
+        if name not in OPTIMIZERS:
+            close = _suggest(name.lower(), list(OPTIMIZERS))
+            self.fail(
+                (*path, "name"),
+                f"unknown optimizer {name!r} in optimizer.name",
+                hint=(f"Did you mean {close!r}? " if close else "")
+                + f"MXNet optimizers: {', '.join(OPTIMIZERS)}.",
+            )
+        spec = OPTIMIZERS[name]
+        own = [s for s in _field_specs(OptimizerSection, "optimizer") if s.name != "params"]
+        own = [
+            dataclasses.replace(s, default=spec.learning_rate) if s.name == "learning_rate" else s
+            for s in own
+        ]
+        params = _param_field_specs(spec.params)
+        valid = [s.name for s in own] + [s.name for s in params]
+
+        def other_optimizers(key: str) -> str | None:
+            users = [n for n, o in OPTIMIZERS.items() if key in o.params]
+            if users:
+                return f"{key!r} is a parameter of {', '.join(users)}, not of {name}."
+            return None
+
+        self.check_keys(raw, path, valid, other_optimizers)
+        own_raw = {k: v for k, v in raw.items() if k != "lr_scheduler"}
+        kwargs = self.convert([s for s in own if s.name != "lr_scheduler"], own_raw, path)
+        kwargs.setdefault("learning_rate", spec.learning_rate)
+        if raw.get("lr_scheduler") is not None:
+            kwargs["lr_scheduler"] = self.lr_scheduler(raw["lr_scheduler"])
+        values = self.convert(params, raw, path)
+        return typing.cast(
+            OptimizerSection,
+            self.instantiate(OptimizerSection, {**kwargs, "params": values}, path),
+        )
+
+    def lr_scheduler(self, raw: Any) -> LrSchedulerSection:
+        path: KeyPath = ("optimizer", "lr_scheduler")
+        section = self.mapping(raw, path, null_ok=False)
+        specs = _field_specs(LrSchedulerSection, "optimizer.lr_scheduler")
+        self.check_keys(section, path, [s.name for s in specs])
+        kwargs = self.convert(specs, section, path)
+        kind = kwargs["type"]
+        applicable = {"type", *LR_SCHEDULER_KEYS[kind], *LR_WARMUP_KEYS}
+        for key in section:
+            if key not in applicable:
+                users = [t for t, keys in LR_SCHEDULER_KEYS.items() if key in keys]
+                close = _suggest(key, sorted(applicable))
+                hint = f"Did you mean {close!r}? " if close else ""
+                self.fail(
+                    (*path, key),
+                    f"optimizer.lr_scheduler.{key} does not apply to type {kind!r} "
+                    f"(it is used by {', '.join(users)})",
+                    hint=f"{hint}Keys for {kind!r}: "
+                    f"{', '.join(k for k in (s.name for s in specs) if k in applicable)}; "
+                    f"{kind!r} requires {LR_REQUIRED_KEYS[kind]}.",
+                )
+        return typing.cast(LrSchedulerSection, self.instantiate(LrSchedulerSection, kwargs, path))
+
+    def initializer(self, raw: dict[str, Any]) -> InitializerSection:
+        path: KeyPath = ("initializer",)
+        try:
+            name = self.value(str, raw.get("name", "xavier"), (*path, "name"))
+        except _Mismatch as exc:
+            self.mismatch(exc)
+        if name not in INITIALIZERS:
+            close = _suggest(name.lower(), list(INITIALIZERS))
+            self.fail(
+                (*path, "name"),
+                f"unknown initializer {name!r} in initializer.name",
+                hint=(f"Did you mean {close!r}? " if close else "")
+                + f"MXNet initializers: {', '.join(INITIALIZERS)}.",
+            )
+        params = _param_field_specs(INITIALIZERS[name].params)
+
+        def others(key: str) -> str | None:
+            users = [n for n, s in INITIALIZERS.items() if key in s.params]
+            if users:
+                return f"{key!r} is a parameter of {', '.join(users)}, not of {name}."
+            return None
+
+        self.check_keys(raw, path, ["name", *(s.name for s in params)], others)
+        values = self.convert(params, raw, path)
+        return typing.cast(
+            InitializerSection,
+            self.instantiate(InitializerSection, {"name": name, "params": values}, path),
+        )
+
+    def fit(self, raw: dict[str, Any]) -> FitSection:
+        path: KeyPath = ("fit",)
+        fit = typing.cast(FitSection, self.dataclass(FitSection, raw, path))
+        for i, name in enumerate(fit.metrics):
+            item = (*path, "metrics", i)
+            if "metrics" not in raw:
+                item = (*path,)
+            where = f"{self.where(item)}: fit.metrics[{i}]"
+            try:
+                self.registries.metrics.get(name, base_dir=self.base_dir, where=where)
+            except ConfigError as exc:
+                if exc.message.startswith(where):
+                    raise
+                raise ConfigError(f"{where}: {exc.message}", hint=exc.hint) from None
+        return fit
+
+    def cross_check(self, config: Config) -> None:
+        """Rules that involve more than one section."""
+        if config.kvstore.type == "nccl" and config.context.devices != "gpu":
+            self.fail(
+                ("kvstore", "type"),
+                "kvstore.type nccl needs context.devices: gpu (NCCL only reduces on GPUs)",
+                hint="Use kvstore.type local or device on CPUs.",
+            )
+
+
+def _dc_field(cls: type, name: str) -> dataclasses.Field[Any]:
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f
+    raise KeyError(name)
+
+
+def _param_field_specs(params: Mapping[str, ParamSpec]) -> list[_FieldSpec]:
+    return [_FieldSpec(k, p.type, p.default, p.doc) for k, p in params.items()]
+
+
+# --------------------------------------------------------------------------------------------
+# Public API: load
+# --------------------------------------------------------------------------------------------
+
+
+def _default_name(source: str) -> str:
+    if source.startswith("<"):
+        return "experiment"
+    stem = Path(source).stem
+    return stem or "experiment"
+
+
+def parse_config(
+    text: str,
+    *,
+    source: str,
+    base_dir: Path,
+    overrides: Sequence[str] = (),
+    registries: Registries | None = None,
+) -> Config:
+    """Parse YAML ``text`` (named ``source`` in messages) and apply ``--set`` ``overrides``.
+
+    Relative paths in the config are resolved against ``base_dir``. Raises ``ConfigError``.
+    """
+    locs = _Locations(source)
+    node = _compose(text, source)
+    if node is None or (isinstance(node, ScalarNode) and node.tag == _NULL):
+        raise ConfigError(
+            f"{source} is empty; an experiment needs at least a data.train section.",
+            hint="See configs/ for complete examples.",
+        )
+    tree = _TreeBuilder(source, locs, lambda line: f"{source}:{line}").build(node, ())
+    if not isinstance(tree, dict):
+        raise ConfigError(
+            f"{source}:{node.start_mark.line + 1}: the top level must be a mapping of sections "
+            f"({', '.join(SECTIONS)}), got {_show(tree)}."
+        )
+    for text_ in overrides:
+        _apply_override(tree, text_, locs)
+    builder = _Builder(locs, Path(base_dir), registries or Registries(), _default_name(source))
+    return builder.config(tree, source)
+
+
+def load_config(
+    path: str | Path,
+    overrides: Sequence[str] = (),
+    *,
+    base_dir: Path | None = None,
+    registries: Registries | None = None,
+) -> Config:
+    """Read the experiment file ``path``, apply ``overrides`` (``"a.b=value"``), check it all.
+
+    ``base_dir`` defaults to the file's folder; pass the original one when loading a copy of
+    a config (a run folder's ``config.yaml``) whose relative paths point elsewhere.
+    """
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file {source} does not exist.",
+            hint="Check the path; it is relative to the current directory.",
+        ) from None
+    except IsADirectoryError:
+        raise ConfigError(f"{source} is a folder, not a config file.") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source} is not UTF-8 text (byte {exc.start}: {exc.reason}).") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {source}: {exc.strerror or exc}.") from None
+    folder = base_dir if base_dir is not None else path.absolute().parent
+    return parse_config(
+        text, source=source, base_dir=folder, overrides=overrides, registries=registries
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Public API: dump and explain
+# --------------------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """YAML-able plain values: lists, dicts, str/int/float/bool/None."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Path):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+    return value
+
+
+def _rows(config: Config) -> Iterator[tuple[tuple[str, ...], Any, Any, str]]:
+    """(key path, value, default, doc) of every resolved leaf key, in schema order."""
+
+    def section(obj: Any, path: tuple[str, ...], skip: Sequence[str] = ()) -> Iterator[Any]:
+        for spec in _field_specs(type(obj), _dotted(path)):
+            if spec.name in skip:
+                continue
+            yield (*path, spec.name), getattr(obj, spec.name), spec.default, spec.doc
+
+    def component(comp: ComponentSection, path: tuple[str, ...]) -> Iterator[Any]:
+        f = _dc_field(type(comp), "name")
+        yield (*path, comp.selector), comp.name, _field_default(f), f.metadata.get("doc", "")
+        if dataclasses.is_dataclass(comp.options):
+            yield from section(comp.options, path)
+        else:
+            for key, value in (comp.options or {}).items():
+                doc = f"option of {comp.name} (no options dataclass: passed as given)"
+                yield (*path, key), value, None, doc
+
+    for name in SECTIONS:
+        obj = getattr(config, name)
+        path = (name,)
+        if name == "experiment":
+            for key, value, default, doc in section(obj, path):
+                if key[-1] == "name":
+                    default = _default_name(config.source)
+                yield key, value, default, doc
+        elif name == "model":
+            yield from component(obj, path)
+        elif name == "data":
+            yield from component(obj.train, ("data", "train"))
+            if obj.eval is None:
+                yield ("data", "eval"), None, None, _dc_field(DataSection, "eval").metadata["doc"]
+            else:
+                yield from component(obj.eval, ("data", "eval"))
+        elif name == "optimizer":
+            spec = OPTIMIZERS[obj.name]
+            for key, value, default, doc in section(obj, path, skip=("params", "lr_scheduler")):
+                if key[-1] == "learning_rate":
+                    default = spec.learning_rate
+                yield key, value, default, doc
+            sched = obj.lr_scheduler
+            if sched is None:
+                f = _dc_field(OptimizerSection, "lr_scheduler")
+                yield (*path, "lr_scheduler"), None, None, f.metadata["doc"]
+            else:
+                keys = sched.applicable_keys()
+                for row in section(sched, (*path, "lr_scheduler")):
+                    if row[0][-1] in keys:
+                        yield row
+            for key, value in obj.params.items():
+                yield (*path, key), value, spec.params[key].default, spec.params[key].doc
+        elif name == "initializer":
+            ispec = INITIALIZERS[obj.name]
+            yield from section(obj, path, skip=("params",))
+            for key, value in obj.params.items():
+                yield (*path, key), value, ispec.params[key].default, ispec.params[key].doc
+        else:
+            yield from section(obj, path)
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """The resolved config as plain, YAML-able values, every default included.
+
+    Component sections are flattened back (``model: {name: lstm_lm, num_hidden: 200, ...}``)
+    and optimizer/initializer parameters sit beside ``name``, as in the file.
+    """
+    out: dict[str, Any] = {}
+    for path, value, _default, _doc in _rows(config):
+        target = out
+        for part in path[:-1]:
+            target = target.setdefault(part, {})
+        target[path[-1]] = _plain(value)
+    return out
+
+
+def dump_config(config: Config) -> str:
+    """YAML text of the resolved config; ``load_config`` of it gives an equal Config."""
+    source = config.source.replace("\n", " ")
+    header = (
+        f"# Resolved experiment config written by mxtrain {mxtrain.__version__}: every key,\n"
+        f"# defaults included. Loaded from {source}.\n"
+    )
+    body = yaml.dump(
+        config_to_dict(config),
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=100,
+    )
+    return header + body
+
+
+def explain_config(config: Config) -> list[ExplainRow]:
+    """``(dotted key, value, default, doc)`` for every resolved key, for ``check --explain``.
+
+    Values and defaults are plain (lists, not tuples); a field without a default has
+    ``REQUIRED`` as its default.
+    """
+    return [
+        (_dotted(path), _plain(value), _plain(default), doc)
+        for path, value, default, doc in _rows(config)
+    ]

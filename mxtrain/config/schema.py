@@ -1,0 +1,942 @@
+"""The experiment file's schema: one frozen dataclass per YAML section, defaults explained.
+
+Read this file like the top of nanoGPT's ``train.py``: every field says what it does and what
+its default means; ``mxtrain check --explain`` prints the same text next to the resolved values.
+Sections check their own values in ``__post_init__`` and raise :class:`InvalidValue` naming the
+key, so the loader can point at the YAML line. Checks that span sections live in the loader.
+
+Optimizer and initializer parameters are checked against static tables of MXNet 1.9.1's
+constructors (:data:`OPTIMIZERS`, :data:`INITIALIZERS`); a unit test compares them with the real
+signatures. Nothing here imports MXNet, click or YAML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar, Literal
+
+
+class InvalidValue(ValueError):
+    """A value a section cannot accept; ``key`` is its dotted path inside the section."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        self.problem = message
+        super().__init__(f"{key} {message}")
+
+
+class _Required:
+    """Marks a field with no default (``explain_config`` shows it as ``required``)."""
+
+    _instance: ClassVar[_Required | None] = None
+
+    def __new__(cls) -> _Required:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "required"
+
+    def __reduce__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+
+def _at_least(key: str, value: float | None, low: float) -> None:
+    if value is not None and value < low:
+        raise InvalidValue(key, f"must be at least {low:g}, got {value!r}.")
+
+
+def _positive(key: str, value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise InvalidValue(key, f"must be greater than 0, got {value!r}.")
+
+
+def _frozen_mapping(values: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(values or {}))
+
+
+# --------------------------------------------------------------------------------------------
+# experiment
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExperimentSection:
+    """Who this run is and where its folder goes."""
+
+    name: str = field(
+        default="",
+        metadata={
+            "doc": "name of the experiment and of its run folder; defaults to the config file's "
+            "name without .yaml (ptb.yaml -> ptb)"
+        },
+    )
+    seed: int = field(
+        default=1,
+        metadata={
+            "doc": "seed of every random choice (initial weights, dropout, shuffling) in Python, "
+            "NumPy and MXNet; the same seed and config give the same run"
+        },
+    )
+    runs_dir: str = field(
+        default="runs",
+        metadata={
+            "doc": "folder that holds one sub-folder per run (relative to the current directory)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if not self.name.strip():
+            raise InvalidValue("name", "must not be empty.")
+        if "/" in self.name or "\\" in self.name or self.name in (".", ".."):
+            raise InvalidValue(
+                "name", f"is used as a folder name and cannot contain slashes, got {self.name!r}."
+            )
+        if not 0 <= self.seed < 2**31:
+            raise InvalidValue("seed", f"must be between 0 and 2**31 - 1, got {self.seed}.")
+        if not self.runs_dir.strip():
+            raise InvalidValue("runs_dir", "must not be empty.")
+
+
+# --------------------------------------------------------------------------------------------
+# model / data: components picked from a registry by name, options checked by their dataclass
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ComponentSection:
+    """A registered component (or a plugin) and its options.
+
+    ``options`` is an instance of the component's options dataclass, or, for a plugin without
+    one, a read-only mapping of the keys given in the file.
+    """
+
+    selector: ClassVar[str] = "name"
+
+    name: str = field(
+        default="",
+        metadata={"doc": "registered name, or a plugin: 'package.module:attr' / 'file.py:attr'"},
+    )
+    options: Any = field(
+        default=None,
+        metadata={"doc": "the component's own options (the other keys of the section)"},
+    )
+
+
+@dataclass(frozen=True)
+class ModelSection(ComponentSection):
+    """The network. ``name`` picks a model builder; the other keys are its options."""
+
+    selector: ClassVar[str] = "name"
+
+    name: str = field(
+        default="lstm_lm",
+        metadata={
+            "doc": "model builder: lstm_lm (built in), or your own as 'package.module:attr' or "
+            "'path/to/file.py:attr' (relative to the config file's folder)"
+        },
+    )
+    options: Any = field(
+        default=None,
+        metadata={"doc": "options of that model (the other keys of the model section)"},
+    )
+
+
+@dataclass(frozen=True)
+class IteratorSection(ComponentSection):
+    """One data iterator. ``iterator`` picks the implementation; other keys are its options."""
+
+    selector: ClassVar[str] = "iterator"
+
+    name: str = field(
+        default="bucket_sentence",
+        metadata={
+            "doc": "data iterator: bucket_sentence (built in), or your own as "
+            "'package.module:attr' or 'path/to/file.py:attr'"
+        },
+    )
+    options: Any = field(
+        default=None, metadata={"doc": "options of that iterator (the other keys of the section)"}
+    )
+
+
+@dataclass(frozen=True)
+class DataSection:
+    """Training data (required) and evaluation data (optional)."""
+
+    train: IteratorSection = field(
+        default=REQUIRED,
+        metadata={
+            "doc": "iterator that feeds training batches (required); its vocabulary is saved"
+        },
+    )
+    eval: IteratorSection | None = field(
+        default=None,
+        metadata={
+            "doc": "iterator scored after every epoch (null: no evaluation); it reuses the "
+            "training vocabulary and buckets"
+        },
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# context / kvstore
+# --------------------------------------------------------------------------------------------
+
+Devices = Literal["cpu", "gpu"]
+KVStoreType = Literal[
+    "local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async", "horovod"
+]
+
+
+@dataclass(frozen=True)
+class ContextSection:
+    """Which devices compute, and how many threads the CPU side gets."""
+
+    devices: Devices = field(default="cpu", metadata={"doc": "cpu or gpu"})
+    ids: tuple[int, ...] | None = field(
+        default=None,
+        metadata={
+            "doc": "device ids to use, e.g. [0, 1] for two GPUs (null: device 0); each batch is "
+            "split across them"
+        },
+    )
+    count: int | None = field(
+        default=None,
+        metadata={
+            "doc": "cpu only: number of CPU contexts to split each batch over (null: 1); use ids "
+            "or count, not both"
+        },
+    )
+    work_load: tuple[float, ...] | None = field(
+        default=None,
+        metadata={
+            "doc": "relative share of each batch per device, one number per device (null: equal "
+            "shares)"
+        },
+    )
+    omp_threads: int | Literal["auto"] = field(
+        default="auto",
+        metadata={
+            "doc": "OpenMP threads per operator; auto: chosen per model (MXNet itself would use "
+            "half the cores)"
+        },
+    )
+    engine_threads: int | Literal["auto"] = field(
+        default="auto",
+        metadata={
+            "doc": "MXNet engine worker threads per device (MXNET_CPU_WORKER_NTHREADS / "
+            "MXNET_GPU_WORKER_NTHREADS); auto: MXNet's default"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.ids is not None:
+            if not self.ids:
+                raise InvalidValue("ids", "must list at least one device id (or be null).")
+            if any(i < 0 for i in self.ids):
+                raise InvalidValue("ids", f"must not be negative, got {list(self.ids)}.")
+            if len(set(self.ids)) != len(self.ids):
+                raise InvalidValue("ids", f"lists a device twice: {list(self.ids)}.")
+        if self.count is not None:
+            if self.devices != "cpu":
+                raise InvalidValue(
+                    "count",
+                    "only applies to devices: cpu (it is the number of CPU contexts); "
+                    "for GPUs list the devices in context.ids.",
+                )
+            if self.ids is not None:
+                raise InvalidValue("count", "and context.ids cannot both be set: give one of them.")
+            _at_least("count", self.count, 1)
+        if self.work_load is not None:
+            if len(self.work_load) != self.num_devices:
+                raise InvalidValue(
+                    "work_load",
+                    f"needs one number per device: {self.num_devices} device(s) are "
+                    f"configured, got {len(self.work_load)} number(s).",
+                )
+            if any(not w > 0 for w in self.work_load):
+                raise InvalidValue(
+                    "work_load", f"must be positive numbers, got {list(self.work_load)}."
+                )
+        if self.omp_threads != "auto":
+            _at_least("omp_threads", self.omp_threads, 1)
+        if self.engine_threads != "auto":
+            _at_least("engine_threads", self.engine_threads, 1)
+
+    @property
+    def num_devices(self) -> int:
+        """How many contexts a batch is split over."""
+        if self.ids is not None:
+            return len(self.ids)
+        return self.count if self.count is not None else 1
+
+
+@dataclass(frozen=True)
+class KVStoreSection:
+    """How gradients from several devices or machines are combined."""
+
+    type: KVStoreType = field(
+        default="local",
+        metadata={
+            "doc": "local (aggregate on CPU), device (aggregate on GPUs), nccl (GPUs), dist_sync / "
+            "dist_device_sync / dist_async (several machines, see mxtrain launch), horovod"
+        },
+    )
+    update_on_kvstore: bool | Literal["auto"] = field(
+        default="auto",
+        metadata={
+            "doc": "true: the kvstore runs the optimizer; false: each device updates its own copy; "
+            "auto: MXNet's choice (dist_async always updates on the kvstore)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.type == "dist_async" and self.update_on_kvstore is False:
+            raise InvalidValue(
+                "update_on_kvstore",
+                "cannot be false with kvstore.type dist_async: asynchronous training "
+                "updates on the servers. Set it to true or auto.",
+            )
+        if self.type == "horovod" and self.update_on_kvstore is True:
+            raise InvalidValue(
+                "update_on_kvstore",
+                "cannot be true with kvstore.type horovod: horovod only all-reduces "
+                "gradients. Set it to false or auto.",
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# optimizer
+# --------------------------------------------------------------------------------------------
+
+LrSchedulerType = Literal["factor", "multifactor", "poly", "cosine"]
+
+#: Keys of ``optimizer.lr_scheduler`` that apply to each scheduler type (``type`` aside).
+LR_SCHEDULER_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "factor": ("step", "factor", "stop_factor_lr"),
+        "multifactor": ("steps", "factor"),
+        "poly": ("max_update", "final_lr", "pwr"),
+        "cosine": ("max_update", "final_lr"),
+    }
+)
+LR_WARMUP_KEYS = ("warmup_steps", "warmup_begin_lr", "warmup_mode")
+LR_REQUIRED_KEYS: Mapping[str, str] = MappingProxyType(
+    {"factor": "step", "multifactor": "steps", "poly": "max_update", "cosine": "max_update"}
+)
+
+
+@dataclass(frozen=True)
+class LrSchedulerSection:
+    """Learning-rate schedule, counted in updates (batches), starting from the optimizer's
+    ``learning_rate``: the schedule's base lr IS ``optimizer.learning_rate``, so there is
+    exactly one place to set it and MXNet never overrides one with the other."""
+
+    type: LrSchedulerType = field(
+        default=REQUIRED,
+        metadata={
+            "doc": "factor: multiply by factor every step updates; multifactor: at each of steps; "
+            "poly / cosine: decay to final_lr over max_update updates"
+        },
+    )
+    step: int | None = field(
+        default=None, metadata={"doc": "factor: updates between two decays (required for factor)"}
+    )
+    steps: tuple[int, ...] | None = field(
+        default=None,
+        metadata={
+            "doc": "multifactor: increasing update counts at which lr is multiplied by factor"
+        },
+    )
+    factor: float = field(
+        default=1.0,
+        metadata={"doc": "factor / multifactor: multiplier applied at each decay (<= 1)"},
+    )
+    stop_factor_lr: float = field(
+        default=1e-8, metadata={"doc": "factor: the lr never decays below this"}
+    )
+    max_update: int | None = field(
+        default=None,
+        metadata={
+            "doc": "poly / cosine: update count at which lr reaches final_lr (required for both)"
+        },
+    )
+    final_lr: float = field(
+        default=0.0, metadata={"doc": "poly / cosine: lr at max_update and after"}
+    )
+    pwr: float = field(
+        default=2.0, metadata={"doc": "poly: power of the polynomial (1 = linear decay)"}
+    )
+    warmup_steps: int = field(
+        default=0,
+        metadata={"doc": "updates spent warming up before the schedule starts (0 = none)"},
+    )
+    warmup_begin_lr: float = field(default=0.0, metadata={"doc": "lr at update 0 of the warmup"})
+    warmup_mode: Literal["linear", "constant"] = field(
+        default="linear",
+        metadata={"doc": "warmup: ramp linearly to the base lr, or hold warmup_begin_lr constant"},
+    )
+
+    def __post_init__(self) -> None:
+        required = LR_REQUIRED_KEYS[self.type]
+        if getattr(self, required) is None:
+            raise InvalidValue(
+                "type",
+                f"{self.type!r} needs lr_scheduler.{required}: "
+                + {
+                    "step": "the number of updates between two decays, e.g. step: 1000.",
+                    "steps": "the update counts at which to decay, e.g. steps: [1000, 2000].",
+                    "max_update": "the update count at which the lr reaches final_lr, "
+                    "e.g. max_update: 10000.",
+                }[required],
+            )
+        if self.step is not None:
+            _at_least("step", self.step, 1)
+        if self.steps is not None:
+            if not self.steps:
+                raise InvalidValue("steps", "must list at least one update count.")
+            if self.steps[0] < 1 or any(
+                a >= b for a, b in zip(self.steps, self.steps[1:], strict=False)
+            ):
+                raise InvalidValue(
+                    "steps",
+                    f"must be increasing update counts of at least 1, got {list(self.steps)}.",
+                )
+        if self.type in ("factor", "multifactor") and not 0 < self.factor <= 1:
+            raise InvalidValue(
+                "factor", f"must be in (0, 1] so the lr decreases, got {self.factor!r}."
+            )
+        _at_least("stop_factor_lr", self.stop_factor_lr, 0)
+        _at_least("final_lr", self.final_lr, 0)
+        if self.max_update is not None:
+            _at_least("max_update", self.max_update, 1)
+            if self.type in ("poly", "cosine") and self.warmup_steps >= self.max_update:
+                raise InvalidValue(
+                    "warmup_steps",
+                    f"({self.warmup_steps}) must be smaller than max_update "
+                    f"({self.max_update}): the decay happens after the warmup.",
+                )
+        _at_least("warmup_steps", self.warmup_steps, 0)
+        _at_least("warmup_begin_lr", self.warmup_begin_lr, 0)
+
+    def applicable_keys(self) -> tuple[str, ...]:
+        """The keys that mean something for this ``type``, in schema order."""
+        keys = {"type", *LR_SCHEDULER_KEYS[self.type], *LR_WARMUP_KEYS}
+        return tuple(f.name for f in dataclasses.fields(self) if f.name in keys)
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One keyword parameter of an MXNet optimizer or initializer constructor."""
+
+    type: Any  # annotation the loader checks values against (float, bool, Literal[...], ...)
+    default: Any
+    doc: str
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """What the config layer knows about one MXNet optimizer (its registry name is the key)."""
+
+    learning_rate: float  # the optimizer's own default learning rate
+    params: Mapping[str, ParamSpec]
+    summary: str
+
+
+def _params(**specs: tuple[Any, Any, str]) -> Mapping[str, ParamSpec]:
+    return MappingProxyType({k: ParamSpec(t, d, doc) for k, (t, d, doc) in specs.items()})
+
+
+_MULTI_PRECISION = (
+    bool,
+    False,
+    "keep float32 master weights and optimizer state for float16 weights",
+)
+_LAZY = (bool, True, "with row_sparse weights and gradients, update only the rows in the gradient")
+_MOMENTUM0 = (float, 0.0, "momentum factor (0 = none)")
+_BETA1 = (float, 0.9, "decay rate of the first-moment (mean) estimate")
+_BETA2 = (float, 0.999, "decay rate of the second-moment (variance) estimate")
+_EPSILON8 = (float, 1e-8, "small constant added to the denominator for stability")
+
+#: MXNet 1.9.1 optimizers (registry name -> constructor keywords beyond the common ones that
+#: the schema has its own fields for: learning_rate, wd, clip_gradient, rescale_grad,
+#: lr_scheduler). ``multi_precision`` is accepted by all of them.
+OPTIMIZERS: Mapping[str, OptimizerSpec] = MappingProxyType(
+    {
+        "sgd": OptimizerSpec(
+            0.01,
+            _params(momentum=_MOMENTUM0, lazy_update=_LAZY, multi_precision=_MULTI_PRECISION),
+            "stochastic gradient descent, optionally with momentum",
+        ),
+        "nag": OptimizerSpec(
+            0.01,
+            _params(momentum=_MOMENTUM0, multi_precision=_MULTI_PRECISION),
+            "Nesterov accelerated gradient",
+        ),
+        "signum": OptimizerSpec(
+            0.01,
+            _params(
+                momentum=(float, 0.9, "momentum factor of the sign of the gradient"),
+                wd_lh=(float, 0.0, "decoupled weight decay applied to the weight directly"),
+                multi_precision=_MULTI_PRECISION,
+            ),
+            "signSGD with momentum (updates by the sign of the gradient)",
+        ),
+        "ftml": OptimizerSpec(
+            0.01,
+            _params(
+                beta1=(float, 0.6, "decay rate of the first-moment estimate"),
+                beta2=_BETA2,
+                epsilon=_EPSILON8,
+                multi_precision=_MULTI_PRECISION,
+            ),
+            "follow the moving leader",
+        ),
+        "lars": OptimizerSpec(
+            0.01,
+            _params(
+                momentum=_MOMENTUM0,
+                lazy_update=_LAZY,
+                eta=(float, 0.001, "LARS coefficient that scales each layer's learning rate"),
+                eps=(float, 0.0, "added to the norm ratio's denominator for tiny gradients"),
+                momentum_correction=(
+                    bool,
+                    True,
+                    "rescale the momentum when the lr scheduler changes the learning rate",
+                ),
+                multi_precision=_MULTI_PRECISION,
+            ),
+            "layer-wise adaptive rate scaling (large batches)",
+        ),
+        "lbsgd": OptimizerSpec(
+            0.01,
+            _params(
+                momentum=_MOMENTUM0,
+                multi_precision=_MULTI_PRECISION,
+                warmup_strategy=(
+                    Literal["linear", "power2", "sqrt", "lars"],
+                    "linear",
+                    "how the large-batch lr multiplier ramps up during warmup",
+                ),
+                warmup_epochs=(int, 5, "epochs of warmup"),
+                batch_scale=(int, 1, "batch size multiple relative to the base batch size"),
+                updates_per_epoch=(int, 32, "updates per epoch, used to time the warmup"),
+                begin_epoch=(int, 0, "epoch the warmup counts from"),
+                num_epochs=(int, 60, "total epochs, used by the lars warmup strategy"),
+            ),
+            "large-batch SGD with warmup",
+        ),
+        "lamb": OptimizerSpec(
+            0.001,
+            _params(
+                beta1=_BETA1,
+                beta2=_BETA2,
+                epsilon=(float, 1e-6, "small constant added to the denominator for stability"),
+                lower_bound=(float | None, None, "lower clip of the trust ratio (null: none)"),
+                upper_bound=(float | None, None, "upper clip of the trust ratio (null: none)"),
+                bias_correction=(bool, True, "correct the moment estimates' bias toward 0"),
+                multi_precision=_MULTI_PRECISION,
+            ),
+            "layer-wise adaptive moments (large batches)",
+        ),
+        "dcasgd": OptimizerSpec(
+            0.01,
+            _params(
+                momentum=_MOMENTUM0,
+                lamda=(float, 0.04, "strength of the delay compensation"),
+                multi_precision=_MULTI_PRECISION,
+            ),
+            "delay-compensated asynchronous SGD",
+        ),
+        "sgld": OptimizerSpec(
+            0.01,
+            _params(multi_precision=_MULTI_PRECISION),
+            "stochastic gradient Langevin dynamics",
+        ),
+        "adam": OptimizerSpec(
+            0.001,
+            _params(
+                beta1=_BETA1,
+                beta2=_BETA2,
+                epsilon=_EPSILON8,
+                lazy_update=_LAZY,
+                multi_precision=_MULTI_PRECISION,
+            ),
+            "adaptive moment estimation",
+        ),
+        "adagrad": OptimizerSpec(
+            0.01,
+            _params(
+                eps=(float, 1e-7, "small constant added to the denominator for stability"),
+                multi_precision=_MULTI_PRECISION,
+            ),
+            "adaptive subgradient",
+        ),
+        "rmsprop": OptimizerSpec(
+            0.001,
+            _params(
+                gamma1=(float, 0.9, "decay rate of the squared-gradient average"),
+                gamma2=(float, 0.9, "centered only: decay rate of the gradient average"),
+                epsilon=_EPSILON8,
+                centered=(bool, False, "centered RMSProp (Graves 2013) instead of Tieleman's"),
+                clip_weights=(
+                    float | None,
+                    None,
+                    "clip weights into [-clip_weights, clip_weights] (null: no clipping)",
+                ),
+                multi_precision=_MULTI_PRECISION,
+            ),
+            "RMSProp",
+        ),
+        "adadelta": OptimizerSpec(
+            0.01,
+            _params(
+                rho=(float, 0.9, "decay rate of the running averages"),
+                epsilon=(float, 1e-5, "small constant added for stability"),
+                multi_precision=_MULTI_PRECISION,
+            ),
+            "AdaDelta",
+        ),
+        "ftrl": OptimizerSpec(
+            0.1,
+            _params(
+                lamda1=(float, 0.01, "L1 regularization strength"),
+                beta=(float, 1.0, "smoothing term of the per-coordinate learning rate"),
+                multi_precision=_MULTI_PRECISION,
+            ),
+            "follow the regularized leader (sparse models)",
+        ),
+        "adamax": OptimizerSpec(
+            0.002,
+            _params(beta1=_BETA1, beta2=_BETA2, multi_precision=_MULTI_PRECISION),
+            "Adam with the infinity norm",
+        ),
+        "nadam": OptimizerSpec(
+            0.001,
+            _params(
+                beta1=_BETA1,
+                beta2=_BETA2,
+                epsilon=_EPSILON8,
+                schedule_decay=(float, 0.004, "decay of the momentum schedule"),
+                multi_precision=_MULTI_PRECISION,
+            ),
+            "Adam with Nesterov momentum",
+        ),
+        "groupadagrad": OptimizerSpec(
+            0.01,
+            _params(
+                eps=(float, 1e-5, "small constant added to the denominator for stability"),
+                multi_precision=_MULTI_PRECISION,
+            ),
+            "AdaGrad with one history per row (embeddings); no weight decay",
+        ),
+    }
+)
+
+
+@dataclass(frozen=True)
+class OptimizerSection:
+    """How parameters are updated. Keys other than the ones below are the chosen optimizer's
+    own parameters (``momentum`` for sgd, ``beta1`` for adam, ...); every one of them is
+    checked and its MXNet default written into the resolved config."""
+
+    name: str = field(
+        default="sgd", metadata={"doc": "MXNet optimizer: " + ", ".join(sorted(OPTIMIZERS))}
+    )
+    learning_rate: float = field(
+        default=0.01,
+        metadata={
+            "doc": "base learning rate; default: the optimizer's own (sgd 0.01, adam 0.001, ...); "
+            "with an lr_scheduler it is the schedule's base lr"
+        },
+    )
+    wd: float = field(
+        default=0.0, metadata={"doc": "L2 weight decay added to every gradient (0 = none)"}
+    )
+    clip_gradient: float | None = field(
+        default=None,
+        metadata={
+            "doc": "clip each gradient element into [-clip_gradient, clip_gradient] (null: no "
+            "clipping)"
+        },
+    )
+    rescale_grad: float | Literal["auto"] = field(
+        default="auto",
+        metadata={
+            "doc": "gradients are multiplied by this before the update; auto: 1 / batch size, so "
+            "the lr does not depend on the batch size"
+        },
+    )
+    lr_scheduler: LrSchedulerSection | None = field(
+        default=None, metadata={"doc": "learning-rate schedule (null: constant learning_rate)"}
+    )
+    params: Mapping[str, Any] = field(
+        default_factory=_frozen_mapping,
+        metadata={"doc": "the optimizer's own parameters, all of them, defaults filled in"},
+    )
+
+    def __post_init__(self) -> None:
+        if self.name not in OPTIMIZERS:
+            raise InvalidValue(
+                "name", f"must be one of {', '.join(sorted(OPTIMIZERS))}, got {self.name!r}."
+            )
+        spec = OPTIMIZERS[self.name].params
+        unknown = sorted(set(self.params) - set(spec))
+        if unknown:
+            raise InvalidValue(unknown[0], f"is not a parameter of the {self.name} optimizer.")
+        # every parameter, MXNet's default where none was given: equal configs compare equal
+        resolved = {k: self.params.get(k, p.default) for k, p in spec.items()}
+        object.__setattr__(self, "params", _frozen_mapping(resolved))
+        _positive("learning_rate", self.learning_rate)
+        _at_least("wd", self.wd, 0)
+        if self.name == "groupadagrad" and self.wd != 0:
+            raise InvalidValue("wd", "must be 0 for groupadagrad: it has no weight decay.")
+        _positive("clip_gradient", self.clip_gradient)
+        if self.rescale_grad != "auto":
+            _positive("rescale_grad", self.rescale_grad)
+        sched = self.lr_scheduler
+        if sched is not None and sched.warmup_begin_lr > self.learning_rate:
+            raise InvalidValue(
+                "lr_scheduler.warmup_begin_lr",
+                f"({sched.warmup_begin_lr:g}) must not exceed learning_rate "
+                f"({self.learning_rate:g}): the warmup ramps up to the learning rate.",
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# initializer
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InitializerSpec:
+    """What the config layer knows about one MXNet initializer."""
+
+    params: Mapping[str, ParamSpec]
+    summary: str
+
+
+#: MXNet 1.9.1 initializers (registry name -> constructor keywords).
+INITIALIZERS: Mapping[str, InitializerSpec] = MappingProxyType(
+    {
+        "xavier": InitializerSpec(
+            _params(
+                rnd_type=(
+                    Literal["uniform", "gaussian"],
+                    "uniform",
+                    "draw from a uniform or a gaussian distribution",
+                ),
+                factor_type=(
+                    Literal["avg", "in", "out"],
+                    "avg",
+                    "scale by the average of fan-in and fan-out, by fan-in or by fan-out",
+                ),
+                magnitude=(float, 3.0, "scale of the distribution: sqrt(magnitude / factor)"),
+            ),
+            "Glorot/Xavier: variance scaled by the layer's fan-in/fan-out",
+        ),
+        "uniform": InitializerSpec(
+            _params(scale=(float, 0.07, "weights are drawn from U(-scale, scale)")),
+            "uniform distribution",
+        ),
+        "normal": InitializerSpec(
+            _params(sigma=(float, 0.01, "standard deviation of N(0, sigma^2)")),
+            "normal distribution",
+        ),
+        "orthogonal": InitializerSpec(
+            _params(
+                scale=(float, 1.414, "the orthogonal matrix is multiplied by this"),
+                rand_type=(
+                    Literal["uniform", "normal"],
+                    "uniform",
+                    "distribution of the random matrix that is orthogonalized",
+                ),
+            ),
+            "orthogonal matrices (Saxe et al.), good for recurrent weights",
+        ),
+        "zero": InitializerSpec(_params(), "all zeros"),
+        "one": InitializerSpec(_params(), "all ones"),
+    }
+)
+
+
+@dataclass(frozen=True)
+class InitializerSection:
+    """How weights are initialized before the first batch. Keys other than ``name`` are the
+    initializer's own parameters (``magnitude`` for xavier, ``sigma`` for normal, ...)."""
+
+    name: str = field(
+        default="xavier", metadata={"doc": "MXNet initializer: " + ", ".join(INITIALIZERS)}
+    )
+    params: Mapping[str, Any] = field(
+        default_factory=_frozen_mapping,
+        metadata={"doc": "the initializer's own parameters, all of them, defaults filled in"},
+    )
+
+    def __post_init__(self) -> None:
+        if self.name not in INITIALIZERS:
+            raise InvalidValue(
+                "name", f"must be one of {', '.join(INITIALIZERS)}, got {self.name!r}."
+            )
+        spec = INITIALIZERS[self.name].params
+        unknown = sorted(set(self.params) - set(spec))
+        if unknown:
+            raise InvalidValue(unknown[0], f"is not a parameter of the {self.name} initializer.")
+        resolved = {k: self.params.get(k, p.default) for k, p in spec.items()}
+        object.__setattr__(self, "params", _frozen_mapping(resolved))
+        for key in ("scale", "sigma", "magnitude"):
+            if key in self.params:
+                _positive(key, self.params[key])
+
+
+# --------------------------------------------------------------------------------------------
+# fit / checkpoint
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FitSection:
+    """The training loop."""
+
+    num_epoch: int = field(default=10, metadata={"doc": "passes over the training data"})
+    log_interval: int = field(
+        default=50,
+        metadata={
+            "doc": "batches between two progress lines / metrics.jsonl records (metrics are read "
+            "then)"
+        },
+    )
+    metrics: tuple[str, ...] = field(
+        default=("perplexity",),
+        metadata={
+            "doc": "metrics computed on the device and logged: perplexity, accuracy, or your own "
+            "'package.module:attr' / 'file.py:attr'"
+        },
+    )
+    fixed_params: tuple[str, ...] = field(
+        default=(),
+        metadata={"doc": "parameters whose name contains one of these strings are not trained"},
+    )
+    fixed_params_exclude: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "doc": "...unless their name also contains one of these (un-freezes part of "
+            "fixed_params)"
+        },
+    )
+    prefetch: int = field(
+        default=2,
+        metadata={"doc": "batches prepared ahead while the current one computes (0 = off)"},
+    )
+    max_batches_per_epoch: int | None = field(
+        default=None,
+        metadata={
+            "doc": "stop each epoch after this many batches (null: the whole data; quick runs)"
+        },
+    )
+    eval_max_batches: int | None = field(
+        default=None,
+        metadata={
+            "doc": "score at most this many eval batches after each epoch (null: all of them)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        _at_least("num_epoch", self.num_epoch, 1)
+        _at_least("log_interval", self.log_interval, 1)
+        _at_least("prefetch", self.prefetch, 0)
+        _at_least("max_batches_per_epoch", self.max_batches_per_epoch, 1)
+        _at_least("eval_max_batches", self.eval_max_batches, 1)
+        seen: set[str] = set()
+        for name in self.metrics:
+            if name in seen:
+                raise InvalidValue("metrics", f"lists {name!r} twice.")
+            seen.add(name)
+        if self.fixed_params_exclude and not self.fixed_params:
+            raise InvalidValue(
+                "fixed_params_exclude",
+                "has no effect without fit.fixed_params: it only un-freezes parameters "
+                "that fixed_params froze.",
+            )
+        for key in ("fixed_params", "fixed_params_exclude"):
+            if any(not s for s in getattr(self, key)):
+                raise InvalidValue(key, "must not contain empty strings (they match everything).")
+
+
+@dataclass(frozen=True)
+class CheckpointSection:
+    """What is saved in the run folder, and when."""
+
+    prefix: str = field(
+        default="model", metadata={"doc": "file name prefix of the saved symbol and parameters"}
+    )
+    period: int = field(
+        default=1,
+        metadata={
+            "doc": "save parameters and training state every N epochs (the last epoch is "
+            "always saved)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if not self.prefix.strip() or "/" in self.prefix or "\\" in self.prefix:
+            raise InvalidValue(
+                "prefix", f"must be a plain file name prefix without slashes, got {self.prefix!r}."
+            )
+        _at_least("period", self.period, 1)
+
+
+# --------------------------------------------------------------------------------------------
+# the whole file
+# --------------------------------------------------------------------------------------------
+
+#: Top-level sections in file order, with the dataclass of each.
+SECTIONS: Mapping[str, type] = MappingProxyType(
+    {
+        "experiment": ExperimentSection,
+        "model": ModelSection,
+        "data": DataSection,
+        "context": ContextSection,
+        "kvstore": KVStoreSection,
+        "optimizer": OptimizerSection,
+        "initializer": InitializerSection,
+        "fit": FitSection,
+        "checkpoint": CheckpointSection,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """A resolved experiment: every section, defaults filled in, values checked.
+
+    ``source`` (the file name or ``<string>``) and ``base_dir`` (the folder relative paths in
+    the config are resolved against: the config file's folder) say where it came from; they
+    are not dumped and not compared, so a config equals its own dump loaded back elsewhere.
+    """
+
+    experiment: ExperimentSection
+    model: ModelSection
+    data: DataSection
+    context: ContextSection
+    kvstore: KVStoreSection
+    optimizer: OptimizerSection
+    initializer: InitializerSection
+    fit: FitSection
+    checkpoint: CheckpointSection
+    source: str = field(default="<string>", compare=False)
+    base_dir: Path = field(default_factory=Path.cwd, compare=False)
+
+    def resolve_path(self, path: str | Path) -> Path:
+        """``path`` relative to the config file's folder (absolute paths are kept)."""
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else self.base_dir / p
