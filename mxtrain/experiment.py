@@ -30,9 +30,7 @@ def _call_factory(entry: Entry, options: Any, first: Any, where: str) -> Any:
         raise ConfigError(f"{where}: {exc}") from exc
 
 
-def build_data_iter(
-    section: Any, context: DataContext, base_dir: Path, where: str
-) -> Any:
+def build_data_iter(section: Any, context: DataContext, base_dir: Path, where: str) -> Any:
     """The DataIter for one ``data.train``/``data.eval`` section."""
     entry = ITERATORS.get(section.name, base_dir=base_dir, where=where)
     data_iter = _call_factory(entry, section.options, context, where)

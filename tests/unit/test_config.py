@@ -950,7 +950,7 @@ def build_with_options(**kwargs):
 build_with_options.Options = Options
 
 
-def build_plain(width=8, label="x"):
+def build_plain(data_info, width=8, label="x"):
     raise AssertionError
 
 
