@@ -11,7 +11,24 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-WORDS = "the a cat dog sat on mat ran far away big small red blue house tree".split()
+WORDS = [
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "sat",
+    "on",
+    "mat",
+    "ran",
+    "far",
+    "away",
+    "big",
+    "small",
+    "red",
+    "blue",
+    "house",
+    "tree",
+]
 
 
 def write_corpus(path: Path, sentences: int, *, seed: int = 0, max_len: int = 12) -> Path:

@@ -1,0 +1,1212 @@
+"""Our bucketing module: one set of parameters, one executor per (bucket, device).
+
+It follows the semantics of MXNet 1.9.1's ``mx.mod.BucketingModule`` (same initialization order,
+same optimizer indices, same kvstore calls, so training is numerically identical) but manages its
+executors itself instead of stacking ``BucketingModule -> Module -> DataParallelExecutorGroup``:
+
+* The default bucket's executors own the parameters, gradients and auxiliary states (the
+  "store"). Every other bucket aliases those arrays, so ``update()`` always works on the store,
+  whatever bucket ran last.
+* Buckets that fit inside the default bucket are bound with ``shared_exec`` (their intermediate
+  memory comes out of the default bucket's pool) and a per-device ``shared_buffer`` (their
+  data/label arrays are views of the default bucket's). A bucket larger than the default gets its
+  own memory but still binds to the store's parameter arrays.
+* Parameters are indexed by the default bucket's parameter order everywhere, so optimizer indices
+  never depend on which bucket happens to be current.
+
+Nothing here knows about YAML or click.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import mxnet as mx
+import numpy as np
+
+__all__ = ["BucketingModule", "key_fits", "largest_key", "split_batch"]
+
+NDArray = mx.nd.NDArray
+SymGen = Callable[[Any], tuple[Any, Sequence[str] | None, Sequence[str] | None]]
+ShapeList = Sequence[Any]  # (name, shape) pairs or mx.io.DataDesc
+
+_LOG = logging.getLogger(__name__)
+
+# MXNet's own heuristic: local kvstore updates on the kvstore unless a parameter is this big.
+_BIG_PARAM_ELEMENTS = 16 * 1024 * 1024
+
+
+# ----------------------------------------------------------------------------- bucket keys
+
+
+def _key_parts(key: Any) -> tuple[Any, ...] | None:
+    """Key as a tuple of comparable numbers, or None when keys of this kind have no order."""
+    if isinstance(key, bool):
+        return None
+    if isinstance(key, int | float | np.integer | np.floating):
+        return (key,)
+    if isinstance(key, tuple | list) and all(
+        isinstance(k, int | float | np.integer | np.floating) and not isinstance(k, bool)
+        for k in key
+    ):
+        return tuple(key)
+    return None
+
+
+def key_fits(key: Any, bound: Any) -> bool:
+    """True when bucket ``key`` is no larger than ``bound`` (elementwise for tuples).
+
+    Keys without an order (strings, mixed tuples, tuples of different lengths) are treated as
+    fitting: the module then falls back to comparing input sizes.
+    """
+    a, b = _key_parts(key), _key_parts(bound)
+    if a is None or b is None or len(a) != len(b):
+        return True
+    return all(x <= y for x, y in zip(a, b, strict=True))
+
+
+def largest_key(keys: Iterable[Any]) -> Any:
+    """The key to use as default bucket: the max for ints, the elementwise max for tuples.
+
+    For tuple keys the result may not be one of ``keys`` (``(5, 9)`` and ``(8, 4)`` give
+    ``(8, 9)``); it is the smallest key every bucket fits into, which is what the default bucket
+    must be for memory sharing.
+    """
+    keys = list(keys)
+    if not keys:
+        raise ValueError("largest_key() needs at least one bucket key")
+    parts = [_key_parts(k) for k in keys]
+    if any(p is None for p in parts) or len({len(p) for p in parts if p is not None}) != 1:
+        raise ValueError(f"bucket keys have no common order: {keys!r}")
+    if not isinstance(keys[0], tuple | list):
+        return max(keys)
+    best = tuple(max(col) for col in zip(*[p for p in parts if p is not None], strict=True))
+    return type(keys[0])(best) if isinstance(keys[0], tuple) else best
+
+
+def split_batch(batch_size: int, work_load_list: Sequence[float]) -> list[slice]:
+    """Split ``batch_size`` samples across devices in proportion to ``work_load_list``.
+
+    Same split as MXNet's data-parallel executors: each share is rounded, the last device takes
+    what rounding left over, and an empty share is an error.
+    """
+    total = float(sum(work_load_list))
+    counts = [round(w * batch_size / total) for w in work_load_list]
+    if sum(counts) < batch_size:
+        counts[-1] += batch_size - sum(counts)
+    slices = []
+    end = 0
+    for n in counts:
+        begin = min(end, batch_size)
+        end = min(begin + n, batch_size)
+        if begin >= end:
+            raise ValueError(
+                f"cannot split a batch of {batch_size} over work loads {list(work_load_list)}: "
+                "some devices would get no samples"
+            )
+        slices.append(slice(begin, end))
+    return slices
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _to_descs(shapes: ShapeList | None) -> list[Any] | None:
+    if shapes is None:
+        return None
+    return [s if isinstance(s, mx.io.DataDesc) else mx.io.DataDesc(*s) for s in shapes]
+
+
+def _signature(descs: Sequence[Any] | None) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    if not descs:
+        return ()
+    return tuple((d[0], tuple(d[1])) for d in descs)
+
+
+def _batch_axis(layout: str | None) -> int:
+    return mx.io.DataDesc.get_batch_axis(layout)
+
+
+def _elements(descs: Sequence[Any] | None) -> int:
+    return sum(int(np.prod(d.shape)) for d in descs or ())
+
+
+class _Bucket:
+    """The executors of one bucket key (one per device) and precomputed views of their arrays."""
+
+    def __init__(
+        self,
+        key: Any,
+        symbol: Any,
+        data_descs: list[Any],
+        label_descs: list[Any] | None,
+        execs: list[Any],
+        slices: list[slice],
+        batch_size: int,
+        shares_memory: bool,
+        update_indices: list[int],
+        origin: _Bucket | None = None,
+    ) -> None:
+        self.key = key
+        self.symbol = symbol
+        self.data_descs = data_descs
+        self.label_descs = label_descs
+        self.execs = execs
+        # the bucket first bound for this key: reshapes start from its executors, and the
+        # default bucket's are what the other buckets share memory with
+        self.origin: _Bucket = origin if origin is not None else self
+        self.base_execs = self.origin.execs
+        self.slices = slices
+        self.batch_size = batch_size
+        self.shares_memory = shares_memory
+        self.update_indices = update_indices
+        # filled by BucketingModule.update() on first use
+        self.device_updates: list[tuple[list[int], list[Any], list[Any]]] | None = None
+        self.data_sig = _signature(data_descs)
+        self.label_sig = _signature(label_descs)
+        self.data_names = [d.name for d in data_descs]
+        self.label_names = [d.name for d in label_descs] if label_descs else []
+        self.output_names: list[str] = symbol.list_outputs()
+        self.output_axes = [
+            _batch_axis(symbol[i].attr("__layout__")) for i in range(len(self.output_names))
+        ]
+        self.data_targets = self._targets(data_descs)
+        self.label_targets = self._targets(label_descs) if label_descs else None
+
+    def _targets(self, descs: list[Any]) -> list[list[tuple[int, slice | None, Any]]]:
+        """Per input, per device: (batch axis, slice of the batch or None for all, dest)."""
+        single = len(self.execs) == 1
+        out = []
+        for d in descs:
+            axis = _batch_axis(d.layout)
+            per_dev = []
+            for sl, ex in zip(self.slices, self.execs, strict=True):
+                whole = single or axis < 0
+                per_dev.append((axis, None if whole else sl, ex.arg_dict[d.name]))
+            out.append(per_dev)
+        return out
+
+    def matches(self, data_descs: Sequence[Any] | None, label_descs: Sequence[Any] | None) -> bool:
+        if data_descs and _signature(data_descs) != self.data_sig:
+            return False
+        return not (self.label_descs and label_descs and _signature(label_descs) != self.label_sig)
+
+
+def _copy_in(sources: Sequence[Any], targets: list[list[tuple[int, slice | None, Any]]]) -> None:
+    """Copy batch arrays into executor inputs without waiting on the engine."""
+    if len(sources) != len(targets):
+        raise ValueError(f"batch has {len(sources)} arrays, the executors take {len(targets)}")
+    for src, per_dev in zip(sources, targets, strict=True):
+        if not isinstance(src, NDArray):
+            src = mx.nd.array(src, ctx=mx.cpu(), dtype=per_dev[0][2].dtype)
+        for axis, sl, dst in per_dev:
+            if sl is None:
+                src.copyto(dst)
+            elif axis == 0:
+                src[sl.start : sl.stop].copyto(dst)  # a view, then an async copy
+            elif src.context == dst.context:
+                mx.nd.slice_axis(src, axis=axis, begin=sl.start, end=sl.stop, out=dst)
+            else:
+                mx.nd.slice_axis(src, axis=axis, begin=sl.start, end=sl.stop).copyto(dst)
+
+
+def _merge(per_dev: list[list[Any]], axes: Sequence[int]) -> list[Any]:
+    """Concatenate per-device arrays along their batch axis (first device's context)."""
+    merged = []
+    for arrays, axis in zip(per_dev, axes, strict=True):
+        if len(arrays) == 1 or axis < 0:
+            merged.append(arrays[0])
+        else:
+            ctx = arrays[0].context
+            merged.append(mx.nd.concat(*[a.as_in_context(ctx) for a in arrays], dim=axis))
+    return merged
+
+
+# ----------------------------------------------------------------------------- module
+
+
+class BucketingModule:
+    """Train one network unrolled at several sizes ("buckets") with shared parameters.
+
+    ``sym_gen(bucket_key) -> (symbol, data_names, label_names)`` as for MXNet's module.
+    ``fixed_param_patterns`` are fnmatch globs of parameters to freeze (minus those matching
+    ``fixed_param_exclude``); a glob that matches no parameter raises ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        sym_gen: SymGen,
+        default_bucket_key: Any,
+        context: Any | Sequence[Any] = None,
+        *,
+        work_load_list: Sequence[float] | None = None,
+        fixed_param_patterns: Sequence[str] = (),
+        fixed_param_exclude: Sequence[str] = (),
+        logger: logging.Logger | None = None,
+    ) -> None:
+        if default_bucket_key is None:
+            raise ValueError("default_bucket_key is required")
+        if context is None:
+            context = mx.cpu()
+        contexts = [context] if isinstance(context, mx.Context) else list(context)
+        if not contexts:
+            raise ValueError("at least one context is required")
+        if work_load_list is None:
+            work_load_list = [1.0] * len(contexts)
+        if len(work_load_list) != len(contexts):
+            raise ValueError(
+                f"work_load_list has {len(work_load_list)} entries for {len(contexts)} contexts"
+            )
+        self._sym_gen = sym_gen
+        self._default_key = default_bucket_key
+        self._contexts: list[Any] = contexts
+        self._work_load = list(work_load_list)
+        self.logger = logger or _LOG
+
+        symbol, data_names, label_names = self._call_sym_gen(default_bucket_key)
+        self._default_symbol = symbol
+        self._data_names = list(data_names or [])
+        self._label_names = list(label_names or [])
+        args = symbol.list_arguments()
+        missing = [n for n in self._data_names if n not in args]
+        if missing:
+            raise ValueError(f"data names {missing} are not arguments of the symbol: {args}")
+        inputs = set(self._data_names) | set(self._label_names)
+        self._param_names: list[str] = [a for a in args if a not in inputs]
+        self._aux_names: list[str] = symbol.list_auxiliary_states()
+        self._output_names: list[str] = symbol.list_outputs()
+        self._fixed = self._resolve_fixed(fixed_param_patterns, fixed_param_exclude)
+        self._fixed_set = frozenset(self._fixed)
+
+        self._reset_bind()
+        self.params_initialized = False
+        self.optimizer_initialized = False
+        self._optimizer: Any = None
+        self._kvstore: Any = None
+        self._update_on_kvstore = False
+        self._updater: Any = None
+
+    # -- construction helpers ---------------------------------------------------------------
+
+    def _call_sym_gen(self, key: Any) -> tuple[Any, Sequence[str] | None, Sequence[str] | None]:
+        # a fresh NameManager per call gives auto-named nodes the same names in every bucket
+        with mx.name.NameManager():
+            return self._sym_gen(key)
+
+    def _resolve_fixed(self, patterns: Sequence[str], exclude: Sequence[str]) -> list[str]:
+        names = self._param_names
+        if isinstance(patterns, str) or isinstance(exclude, str):
+            raise TypeError("fixed_param_patterns and fixed_param_exclude must be lists of globs")
+        for kind, globs in (("fixed_param_patterns", patterns), ("fixed_param_exclude", exclude)):
+            for pat in globs:
+                if not fnmatch.filter(names, pat):
+                    raise ValueError(
+                        f"{kind}: pattern {pat!r} matches no parameter; parameters are: "
+                        + ", ".join(names)
+                    )
+        return [
+            n
+            for n in names
+            if any(fnmatch.fnmatchcase(n, p) for p in patterns)
+            and not any(fnmatch.fnmatchcase(n, p) for p in exclude)
+        ]
+
+    def _reset_bind(self) -> None:
+        self.binded = False
+        self.for_training = False
+        self.inputs_need_grad = False
+        self._grad_req: Any = "write"
+        self._with_labels = False
+        self._buckets: dict[Any, _Bucket] = {}
+        self._curr: _Bucket | None = None
+        self._default: _Bucket | None = None
+        self._shared_buffers: list[dict[str, Any]] = []
+        self._params: dict[str, list[Any]] = {}
+        self._grads: dict[str, list[Any] | None] = {}
+        self._auxs: dict[str, list[Any]] = {}
+        self._arg_cpu: dict[str, Any] = {}
+        self._aux_cpu: dict[str, Any] = {}
+        self._warned_large = False
+
+    # -- properties -------------------------------------------------------------------------
+
+    @property
+    def default_bucket_key(self) -> Any:
+        return self._default_key
+
+    @property
+    def contexts(self) -> list[Any]:
+        return list(self._contexts)
+
+    @property
+    def symbol(self) -> Any:
+        """Symbol of the current bucket (the default bucket's before binding)."""
+        return self._curr.symbol if self._curr is not None else self._default_symbol
+
+    @property
+    def data_names(self) -> list[str]:
+        return list(self._curr.data_names) if self._curr is not None else list(self._data_names)
+
+    @property
+    def label_names(self) -> list[str]:
+        return list(self._curr.label_names) if self._curr is not None else list(self._label_names)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self._curr.output_names) if self._curr is not None else list(self._output_names)
+
+    @property
+    def param_names(self) -> list[str]:
+        """Parameter names in the default bucket's argument order (the optimizer's indices)."""
+        return list(self._param_names)
+
+    @property
+    def aux_names(self) -> list[str]:
+        return list(self._aux_names)
+
+    @property
+    def fixed_param_names(self) -> list[str]:
+        return list(self._fixed)
+
+    @property
+    def data_shapes(self) -> list[Any]:
+        return list(self._require_bucket().data_descs)
+
+    @property
+    def label_shapes(self) -> list[Any] | None:
+        descs = self._require_bucket().label_descs
+        return list(descs) if descs is not None else None
+
+    @property
+    def output_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        b = self._require_bucket()
+        shapes = []
+        for name, out, axis in zip(b.output_names, b.execs[0].outputs, b.output_axes, strict=True):
+            shape = list(out.shape)
+            if axis >= 0:
+                shape[axis] = b.batch_size
+            shapes.append((name, tuple(shape)))
+        return shapes
+
+    @property
+    def bucket_keys(self) -> list[Any]:
+        """Keys of the buckets bound so far, in binding order."""
+        return list(self._buckets)
+
+    @property
+    def curr_bucket_key(self) -> Any:
+        return self._curr.key if self._curr is not None else None
+
+    @property
+    def optimizer(self) -> Any:
+        return self._optimizer
+
+    @property
+    def kvstore(self) -> Any:
+        return self._kvstore
+
+    @property
+    def update_on_kvstore(self) -> bool:
+        return self._update_on_kvstore
+
+    @property
+    def updater(self) -> Any:
+        """The ``mx.optimizer.Updater`` holding optimizer state.
+
+        The local one, or the kvstore's when updating on a local/device kvstore; None for a
+        distributed kvstore (state lives on the servers) or before ``init_optimizer``.
+        """
+        if self._updater is not None:
+            return self._updater
+        if self._kvstore is not None and self._update_on_kvstore:
+            return getattr(self._kvstore, "_updater", None)
+        return None
+
+    def _require_bucket(self) -> _Bucket:
+        if self._curr is None:
+            raise RuntimeError("call bind() first")
+        return self._curr
+
+    def _require(self, params: bool = True, optimizer: bool = False) -> _Bucket:
+        if self._curr is None:
+            raise RuntimeError("call bind() first")
+        if params and not self.params_initialized:
+            raise RuntimeError("call init_params() or set_params() first")
+        if optimizer and not self.optimizer_initialized:
+            raise RuntimeError("call init_optimizer() first")
+        return self._curr
+
+    # -- binding ----------------------------------------------------------------------------
+
+    def bind(
+        self,
+        data_shapes: ShapeList,
+        label_shapes: ShapeList | None = None,
+        for_training: bool = True,
+        inputs_need_grad: bool = False,
+        grad_req: str | Mapping[str, str] = "write",
+        *,
+        force_rebind: bool = False,
+    ) -> None:
+        """Allocate the default bucket's executors; other buckets bind on first use.
+
+        ``data_shapes``/``label_shapes`` describe the default bucket, which should be the
+        largest (see :func:`largest_key`). With ``force_rebind`` the executors are rebuilt and
+        the current parameter values kept (e.g. to switch between training and inference).
+        """
+        if self.binded and not force_rebind:
+            self.logger.warning("already bound, ignoring bind()")
+            return
+        if not for_training and inputs_need_grad:
+            raise ValueError("inputs_need_grad requires for_training=True")
+        if not isinstance(grad_req, str | Mapping):
+            raise TypeError("grad_req must be a string or a mapping of argument name to string")
+        saved = self.get_params() if self.binded and self.params_initialized else None
+        self._reset_bind()
+        self.for_training = for_training
+        self.inputs_need_grad = inputs_need_grad
+        self._grad_req = grad_req
+        self._with_labels = label_shapes is not None
+        self._shared_buffers = [{} for _ in self._contexts]
+
+        bucket = self._bind_bucket(
+            self._default_key, self._default_symbol, data_shapes, label_shapes, default=True
+        )
+        self._default = self._curr = bucket
+        self._buckets[self._default_key] = bucket
+        self.binded = True
+
+        # CPU staging copies, as MXNet's module keeps them: init_params fills these in sorted
+        # name order, which is what makes a seeded initializer reproduce stock values.
+        self._arg_cpu = {
+            n: mx.nd.zeros(a[0].shape, ctx=mx.cpu(), dtype=a[0].dtype)
+            for n, a in self._params.items()
+        }
+        self._aux_cpu = {
+            n: mx.nd.zeros(a[0].shape, ctx=mx.cpu(), dtype=a[0].dtype)
+            for n, a in self._auxs.items()
+        }
+        if saved is not None:
+            self.params_initialized = False
+            self.set_params(*saved)
+
+    def _grad_reqs(self, symbol: Any, data_names: Sequence[str]) -> dict[str, str]:
+        req = self._grad_req
+        base = req if isinstance(req, str) else "write"
+        reqs = {}
+        for name in symbol.list_arguments():
+            if not self.for_training:
+                reqs[name] = "null"
+            elif name in self._param_names:
+                reqs[name] = "null" if name in self._fixed_set else base
+            elif name in data_names:
+                reqs[name] = base if self.inputs_need_grad else "null"
+            else:
+                reqs[name] = "null"
+        if isinstance(req, Mapping) and self.for_training:
+            reqs.update({k: v for k, v in req.items() if k in reqs})
+        return reqs
+
+    def _parse_shapes(
+        self,
+        key: Any,
+        data_names: Sequence[str],
+        label_names: Sequence[str],
+        args: Sequence[str],
+        data_shapes: ShapeList,
+        label_shapes: ShapeList | None,
+    ) -> tuple[list[Any], list[Any] | None]:
+        data = _to_descs(data_shapes) or []
+        if sorted(d.name for d in data) != sorted(data_names):
+            raise ValueError(
+                f"bucket {key!r}: data shapes {[d.name for d in data]} do not match the "
+                f"symbol's data names {list(data_names)}"
+            )
+        labels = _to_descs(label_shapes)
+        if labels is not None:
+            unknown = [d.name for d in labels if d.name not in args]
+            if unknown:
+                raise ValueError(
+                    f"bucket {key!r}: labels {unknown} are not arguments of the symbol "
+                    f"(label names from sym_gen: {list(label_names)})"
+                )
+        return data, labels
+
+    def _bind_bucket(
+        self,
+        key: Any,
+        symbol: Any,
+        data_shapes: ShapeList,
+        label_shapes: ShapeList | None,
+        *,
+        default: bool = False,
+        data_names: Sequence[str] | None = None,
+        label_names: Sequence[str] | None = None,
+    ) -> _Bucket:
+        if data_names is None:
+            data_names, label_names = self._data_names, self._label_names
+        args = symbol.list_arguments()
+        data, labels = self._parse_shapes(
+            key, data_names, label_names or [], args, data_shapes, label_shapes
+        )
+        inputs = data + (labels or [])
+        batch_size, slices = self._decide_slices(key, inputs)
+        names = set(d.name for d in inputs)
+        params = [a for a in args if a not in names and a not in (label_names or [])]
+        if not default:
+            extra = [p for p in params if p not in self._params]
+            if extra:
+                raise ValueError(
+                    f"bucket {key!r} has parameters the default bucket "
+                    f"{self._default_key!r} lacks: {extra}"
+                )
+        reqs = self._grad_reqs(symbol, [d.name for d in data])
+        types = {d.name: d.dtype for d in inputs}
+
+        shares = default or self._fits_default(key, inputs)
+        if not default:
+            self._check_param_shapes(key, symbol, inputs, slices)
+        if not shares and not self._warned_large:
+            self.logger.warning(
+                "bucket %r is larger than the default bucket %r: binding it with its own "
+                "memory. Make the default bucket the largest one (see largest_key()) so all "
+                "buckets share memory.",
+                key,
+                self._default_key,
+            )
+            self._warned_large = True
+
+        execs = []
+        for i, ctx in enumerate(self._contexts):
+            shapes = self._sliced(inputs, slices[i])
+            if default:
+                ex = symbol.simple_bind(
+                    ctx=ctx,
+                    grad_req=reqs,
+                    type_dict=types,
+                    shared_arg_names=params,
+                    shared_buffer=self._shared_buffers[i],
+                    **shapes,
+                )
+            elif shares:
+                assert self._default is not None
+                ex = symbol.simple_bind(
+                    ctx=ctx,
+                    grad_req=reqs,
+                    type_dict=types,
+                    shared_arg_names=params,
+                    shared_exec=self._default.base_execs[i],
+                    shared_buffer=self._shared_buffers[i],
+                    **shapes,
+                )
+            else:
+                ex = self._bind_own_memory(symbol, i, shapes, types, reqs)
+            execs.append(ex)
+
+        if default:
+            self._collect_store(symbol, execs)
+        present = set(params)
+        update_indices = [
+            i
+            for i, n in enumerate(self._param_names)
+            if n in present and self.for_training and self._grads.get(n) is not None
+        ]
+        return _Bucket(key, symbol, data, labels, execs, slices, batch_size, shares, update_indices)
+
+    def _collect_store(self, symbol: Any, execs: list[Any]) -> None:
+        missing = [p for p in self._param_names if p not in execs[0].arg_dict]
+        if missing:
+            raise ValueError(f"default bucket: parameters {missing} are not in the executor")
+        self._params = {n: [e.arg_dict[n] for e in execs] for n in self._param_names}
+        self._grads = {}
+        for n in self._param_names:
+            g = [e.grad_dict.get(n) for e in execs]
+            self._grads[n] = None if g[0] is None else g
+        self._auxs = {n: [e.aux_dict[n] for e in execs] for n in self._aux_names}
+
+    def _decide_slices(self, key: Any, inputs: list[Any]) -> tuple[int, list[slice]]:
+        batch_size = None
+        for d in inputs:
+            axis = _batch_axis(d.layout)
+            if axis < 0:
+                continue
+            if batch_size is None:
+                batch_size = d.shape[axis]
+            elif d.shape[axis] != batch_size:
+                raise ValueError(
+                    f"bucket {key!r}: inputs disagree on the batch size "
+                    f"({batch_size} vs {d.name} {tuple(d.shape)})"
+                )
+        if batch_size is None:
+            raise ValueError(f"bucket {key!r}: no input has a batch axis")
+        return batch_size, split_batch(batch_size, self._work_load)
+
+    @staticmethod
+    def _sliced(inputs: list[Any], sl: slice) -> dict[str, tuple[int, ...]]:
+        shapes = {}
+        for d in inputs:
+            shape = list(d.shape)
+            axis = _batch_axis(d.layout)
+            if axis >= 0:
+                shape[axis] = sl.stop - sl.start
+            shapes[d.name] = tuple(shape)
+        return shapes
+
+    def _fits_default(self, key: Any, inputs: list[Any]) -> bool:
+        assert self._default is not None
+        default_inputs = self._default.data_descs + (self._default.label_descs or [])
+        return key_fits(key, self._default_key) and _elements(inputs) <= _elements(default_inputs)
+
+    def _check_param_shapes(self, key: Any, symbol: Any, inputs: list[Any], slices: list) -> None:
+        # MXNet's own failure here is a C++ check naming one shape pair ("Inferred shape does
+        # not match shared_exec.arg_array's shape"), and the own-memory path would not check at
+        # all: say which bucket and which parameters instead
+        arg_shapes, _, aux_shapes = symbol.infer_shape(**self._sliced(inputs, slices[0]))
+        if arg_shapes is None:
+            raise ValueError(f"bucket {key!r}: cannot infer shapes from {inputs}")
+        wrong = []
+        for name, shape in zip(symbol.list_arguments(), arg_shapes, strict=True):
+            if name in self._params and tuple(self._params[name][0].shape) != tuple(shape):
+                wrong.append(f"{name} {tuple(shape)} vs {tuple(self._params[name][0].shape)}")
+        for name, shape in zip(symbol.list_auxiliary_states(), aux_shapes, strict=True):
+            if name not in self._auxs:
+                wrong.append(f"{name} (auxiliary state missing from the default bucket)")
+            elif tuple(self._auxs[name][0].shape) != tuple(shape):
+                wrong.append(f"{name} {tuple(shape)} vs {tuple(self._auxs[name][0].shape)}")
+        if wrong:
+            raise ValueError(
+                f"bucket {key!r} cannot share parameters with the default bucket "
+                f"{self._default_key!r}: " + "; ".join(wrong)
+            )
+
+    def _bind_own_memory(
+        self, symbol: Any, i: int, shapes: dict, types: dict, reqs: dict[str, str]
+    ) -> Any:
+        """Bind with the store's parameter arrays but freshly allocated inputs and workspace."""
+        ctx = self._contexts[i]
+        arg_shapes, _, _ = symbol.infer_shape(**shapes)
+        arg_types, _, _ = symbol.infer_type(**types)
+        args, grads = {}, {}
+        for name, shape, dtype in zip(symbol.list_arguments(), arg_shapes, arg_types, strict=True):
+            if name in self._params:
+                args[name] = self._params[name][i]
+                g = self._grads[name]
+                if reqs[name] != "null" and g is not None:
+                    grads[name] = g[i]
+            else:
+                args[name] = mx.nd.zeros(shape, ctx=ctx, dtype=dtype)
+                if reqs[name] != "null":
+                    grads[name] = mx.nd.zeros(shape, ctx=ctx, dtype=dtype)
+        reqs = {n: (r if n in grads else "null") for n, r in reqs.items()}
+        aux = {n: self._auxs[n][i] for n in symbol.list_auxiliary_states()}
+        return symbol.bind(ctx, args=args, args_grad=grads, grad_req=reqs, aux_states=aux)
+
+    def _reshape_bucket(
+        self, bucket: _Bucket, data_shapes: ShapeList, label_shapes: ShapeList | None
+    ) -> _Bucket:
+        """Same key, new input shapes (e.g. a short last batch): reshape its first executors."""
+        bucket = bucket.origin
+        if bucket.matches(data_shapes, label_shapes):
+            return bucket  # back to the shapes it was bound with: no reshape needed
+        data, labels = self._parse_shapes(
+            bucket.key,
+            bucket.data_names,
+            bucket.label_names,
+            bucket.symbol.list_arguments(),
+            data_shapes,
+            label_shapes,
+        )
+        if labels is None and bucket.label_descs:
+            labels = self._resized(bucket.label_descs, self._decide_slices(bucket.key, data)[0])
+        inputs = data + (labels or [])
+        batch_size, slices = self._decide_slices(bucket.key, inputs)
+        execs = [
+            ex.reshape(allow_up_sizing=True, **self._sliced(inputs, slices[i]))
+            for i, ex in enumerate(bucket.base_execs)
+        ]
+        return _Bucket(
+            bucket.key,
+            bucket.symbol,
+            data,
+            labels,
+            execs,
+            slices,
+            batch_size,
+            bucket.shares_memory,
+            bucket.update_indices,
+            origin=bucket,
+        )
+
+    @staticmethod
+    def _resized(descs: list[Any], batch_size: int) -> list[Any]:
+        """The same descriptors with another batch size."""
+        out = []
+        for d in descs:
+            shape = list(d.shape)
+            axis = _batch_axis(d.layout)
+            if axis >= 0:
+                shape[axis] = batch_size
+            out.append(mx.io.DataDesc(d.name, tuple(shape), d.dtype, d.layout))
+        return out
+
+    def _get_bucket(
+        self, key: Any, data_shapes: ShapeList | None, label_shapes: ShapeList | None
+    ) -> _Bucket:
+        if not self.binded:
+            raise RuntimeError("call bind() first")
+        if key is None:
+            key = self._default_key
+        if not self._with_labels:
+            label_shapes = None
+        bucket = self._buckets.get(key)
+        if bucket is not None:
+            if bucket.matches(data_shapes, label_shapes):
+                return bucket
+            assert data_shapes is not None
+            bucket = self._reshape_bucket(bucket, data_shapes, label_shapes or None)
+        else:
+            if data_shapes is None:
+                raise ValueError(f"bucket {key!r} is not bound yet: its data shapes are needed")
+            symbol, data_names, label_names = self._call_sym_gen(key)
+            bucket = self._bind_bucket(
+                key,
+                symbol,
+                data_shapes,
+                label_shapes,
+                data_names=list(data_names or []),
+                label_names=list(label_names or []),
+            )
+        # a reshaped default bucket replaces the entry but not self._default: sharing, size
+        # checks and rescale_grad keep referring to the executors bound first
+        self._buckets[key] = bucket
+        return bucket
+
+    def switch_bucket(
+        self, bucket_key: Any, data_shapes: ShapeList | None, label_shapes: ShapeList | None = None
+    ) -> None:
+        """Make ``bucket_key`` current, binding it (or reshaping it) if needed."""
+        self._curr = self._get_bucket(bucket_key, data_shapes, label_shapes)
+
+    def prepare(self, data_batch: Any) -> None:
+        """Bind the batch's bucket ahead of its forward; the current bucket does not change."""
+        self._bucket_for(data_batch)
+
+    def _bucket_for(self, batch: Any) -> _Bucket:
+        key = getattr(batch, "bucket_key", None)
+        if key is None:
+            key = self._default_key
+        bucket = self._buckets.get(key)
+        data_descs = getattr(batch, "provide_data", None)
+        label_descs = getattr(batch, "provide_label", None)
+        if bucket is not None and bucket.matches(data_descs, label_descs):
+            return bucket
+        if not data_descs:
+            names = bucket.data_names if bucket is not None else self._call_sym_gen(key)[1]
+            data_descs = [(n, a.shape) for n, a in zip(names or [], batch.data, strict=True)]
+        return self._get_bucket(key, data_descs, label_descs)
+
+    # -- parameters -------------------------------------------------------------------------
+
+    def init_params(
+        self,
+        initializer: Any = mx.init.Uniform(0.01),  # noqa: B008 - MXNet's default, immutable
+        arg_params: Mapping[str, Any] | None = None,
+        aux_params: Mapping[str, Any] | None = None,
+        allow_missing: bool = False,
+        force_init: bool = False,
+        allow_extra: bool = False,
+    ) -> None:
+        """Initialize parameters: copy from ``arg_params``/``aux_params``, else ``initializer``.
+
+        Names are visited in sorted order on CPU copies, exactly as MXNet's module does, so a
+        seeded initializer gives the same values as stock MXNet. Unlike stock, names in the
+        dicts that the network lacks raise ``ValueError`` unless ``allow_extra``.
+        """
+        if not self.binded:
+            raise RuntimeError("call bind() before init_params()")
+        if self.params_initialized and not force_init:
+            warnings.warn(
+                "parameters already initialized and force_init=False: init_params ignored",
+                stacklevel=2,
+            )
+            return
+        if not allow_extra:
+            extra = sorted(set(arg_params or {}) - set(self._param_names)) + sorted(
+                set(aux_params or {}) - set(self._aux_names)
+            )
+            if extra:
+                raise ValueError(f"parameters not in the network: {extra}")
+
+        attrs = self._default_symbol.attr_dict()
+
+        def fill(name: str, arr: Any, given: Mapping[str, Any] | None) -> bool:
+            """Set one staging array; False when it is left alone (missing, no initializer)."""
+            if given is not None:
+                if name in given:
+                    if given[name] is not arr:
+                        given[name].copyto(arr)
+                    return True
+                if not allow_missing:
+                    raise RuntimeError(f"{name} is missing from the given parameters")
+            if initializer is not None:
+                initializer(mx.init.InitDesc(name, attrs.get(name, None)), arr)
+                return True
+            if given is None:
+                raise ValueError("init_params needs an initializer or arg_params")
+            return False
+
+        # only what was set goes to the devices: a missing parameter keeps its current value
+        # (the staging copy may be stale after training)
+        args = {n: a for n, a in sorted(self._arg_cpu.items()) if fill(n, a, arg_params)}
+        auxs = {n: a for n, a in sorted(self._aux_cpu.items()) if fill(n, a, aux_params)}
+        self._write_to_devices(args, auxs)
+        self.params_initialized = True
+
+    def set_params(
+        self,
+        arg_params: Mapping[str, Any],
+        aux_params: Mapping[str, Any] | None,
+        allow_missing: bool = False,
+        force_init: bool = True,
+        allow_extra: bool = False,
+    ) -> None:
+        """Copy the given values into the parameters (missing ones keep their values if
+        ``allow_missing``)."""
+        if self.params_initialized and not force_init:
+            warnings.warn(
+                "parameters already initialized and force_init=False: set_params ignored",
+                stacklevel=2,
+            )
+            return
+        self.init_params(
+            initializer=None,
+            arg_params=arg_params,
+            aux_params=aux_params or {},
+            allow_missing=allow_missing,
+            force_init=True,
+            allow_extra=allow_extra,
+        )
+
+    def _write_to_devices(self, arg: Mapping[str, Any], aux: Mapping[str, Any]) -> None:
+        for store, values in ((self._params, arg), (self._auxs, aux)):
+            for name, src in values.items():
+                for dst in store[name]:
+                    (src if src.dtype == dst.dtype else src.astype(dst.dtype)).copyto(dst)
+        if self.optimizer_initialized and self._kvstore is not None and self._update_on_kvstore:
+            self._refresh_kvstore_weights()
+
+    def _refresh_kvstore_weights(self) -> None:
+        # The kvstore keeps its own copy of the weights when it runs the optimizer; after
+        # set_params that copy is stale and the next pull would undo the change. Overwrite it by
+        # pushing the new values through a temporary "copy" updater.
+        kv = self._kvstore
+        if "dist" in kv.type:
+            raise RuntimeError(
+                "set_params after init_optimizer is not supported with a distributed kvstore "
+                "that updates on the servers: set the parameters before init_optimizer"
+            )
+        saved = kv._updater
+
+        def overwrite(_key: Any, value: Any, stored: Any) -> None:
+            value.copyto(stored)
+
+        kv._set_updater(overwrite)
+        try:
+            for idx, name in enumerate(self._param_names):
+                kv.push(name, self._params[name][0], priority=-idx)
+        finally:
+            kv._set_updater(saved)
+
+    def get_params(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Copies of the parameters on CPU: ``(arg_params, aux_params)``.
+
+        With several devices the copies are averaged, as MXNet does (they are equal for params;
+        auxiliary states such as BatchNorm statistics differ per device).
+        """
+        if not self.params_initialized:
+            raise RuntimeError("parameters are not initialized")
+        return (
+            {n: self._gather(self._params[n]) for n in self._param_names},
+            {n: self._gather(self._auxs[n]) for n in self._aux_names},
+        )
+
+    @staticmethod
+    def _gather(arrays: list[Any]) -> Any:
+        total = arrays[0].copyto(mx.cpu())
+        if len(arrays) == 1:
+            return total
+        for a in arrays[1:]:
+            total = total + a.copyto(mx.cpu())
+        return total / len(arrays)
+
+    def save_params(self, fname: str | os.PathLike) -> None:
+        """Save parameters in MXNet's format (``arg:NAME``/``aux:NAME``), atomically."""
+        arg, aux = self.get_params()
+        data = {f"arg:{k}": v for k, v in arg.items()}
+        data.update({f"aux:{k}": v for k, v in aux.items()})
+        fname = os.fspath(fname)
+        tmp = f"{fname}.tmp-{os.getpid()}"
+        mx.nd.save(tmp, data)
+        os.replace(tmp, fname)
+
+    def load_params(self, fname: str | os.PathLike) -> None:
+        """Load a file written by :meth:`save_params` (or MXNet's ``save_params``)."""
+        loaded = mx.nd.load(os.fspath(fname))
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{fname}: not a parameter file (no names)")
+        arg, aux = {}, {}
+        for k, v in loaded.items():
+            kind, _, name = k.partition(":")
+            if kind == "arg":
+                arg[name] = v
+            elif kind == "aux":
+                aux[name] = v
+            else:
+                raise ValueError(f"{fname}: unexpected entry {k!r} (expected 'arg:' or 'aux:')")
+        self.set_params(arg, aux)
+
+    # -- optimizer --------------------------------------------------------------------------
+
+    def init_optimizer(
+        self,
+        kvstore: Any = "local",
+        optimizer: Any = "sgd",
+        optimizer_params: Mapping[str, Any] | Iterable[tuple[str, Any]] = (
+            ("learning_rate", 0.01),
+        ),
+        force_init: bool = False,
+        *,
+        update_on_kvstore: bool | None = None,
+    ) -> None:
+        """Create the optimizer, the kvstore (if any) and the updater.
+
+        ``kvstore`` is a type name, an ``mx.kv.KVStore`` or None. As in MXNet, a single device
+        without ``dist`` gets no kvstore; whether updates run on the kvstore follows MXNet
+        (``MXNET_UPDATE_ON_KVSTORE``, big-parameter rule for ``local``) unless
+        ``update_on_kvstore`` says otherwise. ``rescale_grad`` defaults to 1/batch_size
+        (times the number of workers for ``dist_sync``).
+        """
+        self._require(params=True)
+        if self.optimizer_initialized and not force_init:
+            self.logger.warning("optimizer already initialized, ignoring init_optimizer()")
+            return
+        if not self.for_training:
+            raise RuntimeError("the module is bound for inference: bind(for_training=True)")
+        assert self._default is not None
+        kv, on_kv = self._create_kvstore(kvstore, update_on_kvstore)
+
+        batch_size = self._default.batch_size
+        if kv is not None and "dist" in kv.type and "_sync" in kv.type:
+            batch_size *= kv.num_workers
+        rescale_grad = 1.0 / batch_size
+
+        ndev = len(self._contexts)
+        if on_kv:
+            idx2name = dict(enumerate(self._param_names))
+        else:
+            # the local updater keeps one state per (parameter, device): index i*ndev+k
+            idx2name = {
+                i * ndev + k: n for i, n in enumerate(self._param_names) for k in range(ndev)
+            }
+        if isinstance(optimizer, str):
+            params = dict(optimizer_params)
+            params.setdefault("rescale_grad", rescale_grad)
+            optimizer = mx.optimizer.create(
+                optimizer, sym=self._default_symbol, param_idx2name=idx2name, **params
+            )
+        elif isinstance(optimizer, mx.optimizer.Optimizer):
+            if optimizer.rescale_grad != rescale_grad:
+                warnings.warn(
+                    f"optimizer created outside the module has rescale_grad="
+                    f"{optimizer.rescale_grad}, not 1/batch_size/num_workers={rescale_grad}",
+                    stacklevel=2,
+                )
+            if not optimizer.idx2name:
+                optimizer.idx2name = idx2name.copy()
+        else:
+            raise TypeError(f"optimizer must be a name or an mx.optimizer.Optimizer: {optimizer!r}")
+
+        self._optimizer = optimizer
+        self._kvstore = kv
+        self._update_on_kvstore = on_kv
+        self._updater = None
+        if kv is not None:
+            if on_kv:
+                kv.set_optimizer(optimizer)
+            arg, _ = self.get_params()
+            for name in self._param_names:
+                if on_kv:
+                    kv.broadcast(name, arg[name], out=self._params[name])
+                else:
+                    kv.init(name, arg[name])
+        if not on_kv:
+            self._updater = mx.optimizer.get_updater(optimizer)
+        self.optimizer_initialized = True
+
+    def _create_kvstore(self, kvstore: Any, override: bool | None) -> tuple[Any, bool]:
+        ndev = len(self._contexts)
+        if kvstore is None:
+            kv = None
+        elif isinstance(kvstore, mx.kvstore.KVStoreBase):
+            kv = kvstore
+        elif isinstance(kvstore, str):
+            if ndev == 1 and "dist" not in kvstore and not override:
+                kv = None  # nothing to aggregate across devices
+            else:
+                kv = mx.kv.create(kvstore)
+        else:
+            raise TypeError(f"kvstore must be a name, an mx.kv.KVStore or None: {kvstore!r}")
+
+        if kv is None:
+            if override:
+                raise ValueError("update_on_kvstore=True needs a kvstore")
+            return None, False
+        capable = kv.is_capable(mx.kvstore.KVStoreBase.OPTIMIZER)
+        if override is not None:
+            if override and not capable:
+                raise ValueError(f"kvstore {kv.type!r} cannot run the optimizer")
+            return kv, override
+        on_kv = bool(int(os.environ.get("MXNET_UPDATE_ON_KVSTORE", "1")))
+        if kvstore == "local":
+            biggest = max((int(np.prod(a[0].shape)) for a in self._params.values()), default=0)
+            if biggest > _BIG_PARAM_ELEMENTS:
+                on_kv = False
+        return kv, on_kv and capable
+
+    # -- computation ------------------------------------------------------------------------
+
+    def forward(self, data_batch: Any, is_train: bool | None = None) -> None:
+        """Run the batch's bucket forward (binding it on first sight)."""
+        if not self.params_initialized:
+            raise RuntimeError("call init_params() or set_params() first")
+        bucket = self._bucket_for(data_batch)
+        self._curr = bucket
+        _copy_in(data_batch.data, bucket.data_targets)
+        if bucket.label_targets is not None and data_batch.label:
+            _copy_in(data_batch.label, bucket.label_targets)
+        train = self.for_training if is_train is None else is_train
+        for ex in bucket.execs:
+            ex.forward(is_train=train)
+
+    def backward(self, out_grads: Any = None) -> None:
+        """Backward through the current bucket; ``out_grads`` only for non-loss outputs."""
+        bucket = self._require()
+        if not self.for_training:
+            raise RuntimeError("the module is bound for inference: bind(for_training=True)")
+        if out_grads is None:
+            for ex in bucket.execs:
+                ex.backward()
+            return
+        if isinstance(out_grads, NDArray):
+            out_grads = [out_grads]
+        for i, ex in enumerate(bucket.execs):
+            sl = bucket.slices[i]
+            ctx = self._contexts[i]
+            mine = []
+            for grad, axis in zip(out_grads, bucket.output_axes, strict=False):
+                if axis >= 0 and len(bucket.execs) > 1:
+                    part = mx.nd.slice_axis(grad, axis=axis, begin=sl.start, end=sl.stop)
+                    mine.append(part.as_in_context(ctx))
+                else:
+                    mine.append(grad.as_in_context(ctx))
+            ex.backward(out_grads=mine)
+
+    def forward_backward(self, data_batch: Any) -> None:
+        """``forward(data_batch, is_train=True)`` then ``backward()``."""
+        self.forward(data_batch, is_train=True)
+        self.backward()
+
+    def update(self) -> None:
+        """Apply the optimizer to the gradients of the last backward."""
+        bucket = self._require(optimizer=True)
+        names = self._param_names
+        kv = self._kvstore
+        if self._update_on_kvstore:
+            for i in bucket.update_indices:
+                name = names[i]
+                kv.pushpull(name, self._grads[name], out=self._params[name], priority=-i)
+            return
+        if kv is not None:
+            for i in bucket.update_indices:
+                # sum the devices' gradients in place, then every device updates its own copy
+                kv.pushpull(names[i], self._grads[names[i]], priority=-i)
+        if bucket.device_updates is None:
+            bucket.device_updates = self._device_updates(bucket)
+        updater = self._updater
+        for indices, grads, weights in bucket.device_updates:
+            updater(indices, grads, weights)
+
+    def _device_updates(self, bucket: _Bucket) -> list[tuple[list[int], list[Any], list[Any]]]:
+        """Per device: optimizer indices, gradients and weights, built once per bucket."""
+        ndev = len(self._contexts)
+        names = self._param_names
+        out = []
+        for k in range(ndev):
+            indices = [i * ndev + k for i in bucket.update_indices]
+            if indices:
+                grads = [self._grads[names[i]][k] for i in bucket.update_indices]  # type: ignore[index]
+                weights = [self._params[names[i]][k] for i in bucket.update_indices]
+                out.append((indices, grads, weights))
+        return out
+
+    def get_outputs(self, merge_multi_context: bool = True) -> list[Any]:
+        """Outputs of the last forward: merged over devices, or ``[output][device]``."""
+        bucket = self._require()
+        per_dev = [[ex.outputs[i] for ex in bucket.execs] for i in range(len(bucket.output_names))]
+        if merge_multi_context:
+            return _merge(per_dev, bucket.output_axes)
+        return per_dev
+
+    def get_input_grads(self, merge_multi_context: bool = True) -> list[Any]:
+        """Gradients with respect to the data inputs (needs ``inputs_need_grad``)."""
+        bucket = self._require()
+        if not self.inputs_need_grad:
+            raise RuntimeError("bind with inputs_need_grad=True to get input gradients")
+        per_dev = [[ex.grad_dict[n] for ex in bucket.execs] for n in bucket.data_names]
+        if merge_multi_context:
+            return _merge(per_dev, [_batch_axis(d.layout) for d in bucket.data_descs])
+        return per_dev
+
+    def update_metric(
+        self, eval_metric: Any, labels: Sequence[Any], pre_sliced: bool = False
+    ) -> None:
+        """Feed the last outputs and ``labels`` to the metric, one call per device.
+
+        Uses ``eval_metric.update_dict(labels, preds)`` when the metric has it (MXNet metrics),
+        else ``eval_metric.update(labels, preds)`` with lists of NDArrays.
+        """
+        bucket = self._require()
+        has_dict = hasattr(eval_metric, "update_dict")
+        axes = [_batch_axis(d.layout) for d in bucket.label_descs or []]
+        single = len(bucket.execs) == 1
+        for k, ex in enumerate(bucket.execs):
+            if pre_sliced:
+                mine = list(labels[k])
+            elif single:
+                mine = list(labels)
+            else:
+                sl = bucket.slices[k]
+                mine = []
+                for j, label in enumerate(labels):
+                    axis = axes[j] if j < len(axes) else 0
+                    if axis == 0:
+                        mine.append(label[sl.start : sl.stop])
+                    elif axis > 0:
+                        mine.append(mx.nd.slice_axis(label, axis=axis, begin=sl.start, end=sl.stop))
+                    else:
+                        mine.append(label)
+            preds = ex.outputs
+            if has_dict:
+                names = bucket.label_names or self._label_names
+                eval_metric.update_dict(
+                    OrderedDict(zip(names, mine, strict=False)),
+                    OrderedDict(zip(bucket.output_names, preds, strict=True)),
+                )
+            else:
+                eval_metric.update(mine, preds)
