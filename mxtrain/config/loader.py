@@ -789,20 +789,28 @@ class _Builder:
             )
         return DataSection(train=train, eval=evaluate)
 
-    def optimizer(self, raw: dict[str, Any]) -> OptimizerSection:
-        path: KeyPath = ("optimizer",)
+    def table_name(
+        self, raw: dict[str, Any], path: KeyPath, default: str, table: Mapping[str, Any]
+    ) -> str:
+        """The section's ``name``, which must be a key of ``table`` (optimizers, initializers)."""
         try:
-            name = self.value(str, raw.get("name", "sgd"), (*path, "name"))
+            name = self.value(str, raw.get("name", default), (*path, "name"))
         except _Mismatch as exc:
             self.mismatch(exc)
-        if name not in OPTIMIZERS:
-            close = _suggest(name.lower(), list(OPTIMIZERS))
+        if name not in table:
+            kind = path[-1]
+            close = _suggest(name.lower(), list(table))
             self.fail(
                 (*path, "name"),
-                f"unknown optimizer {name!r} in optimizer.name",
+                f"unknown {kind} {name!r} in {kind}.name",
                 hint=(f"Did you mean {close!r}? " if close else "")
-                + f"MXNet optimizers: {', '.join(OPTIMIZERS)}.",
+                + f"MXNet {kind}s: {', '.join(table)}.",
             )
+        return typing.cast(str, name)
+
+    def optimizer(self, raw: dict[str, Any]) -> OptimizerSection:
+        path: KeyPath = ("optimizer",)
+        name = self.table_name(raw, path, "sgd", OPTIMIZERS)
         spec = OPTIMIZERS[name]
         own = [s for s in _field_specs(OptimizerSection, "optimizer") if s.name != "params"]
         own = [
@@ -855,18 +863,7 @@ class _Builder:
 
     def initializer(self, raw: dict[str, Any]) -> InitializerSection:
         path: KeyPath = ("initializer",)
-        try:
-            name = self.value(str, raw.get("name", "xavier"), (*path, "name"))
-        except _Mismatch as exc:
-            self.mismatch(exc)
-        if name not in INITIALIZERS:
-            close = _suggest(name.lower(), list(INITIALIZERS))
-            self.fail(
-                (*path, "name"),
-                f"unknown initializer {name!r} in initializer.name",
-                hint=(f"Did you mean {close!r}? " if close else "")
-                + f"MXNet initializers: {', '.join(INITIALIZERS)}.",
-            )
+        name = self.table_name(raw, path, "xavier", INITIALIZERS)
         params = _param_field_specs(INITIALIZERS[name].params)
 
         def others(key: str) -> str | None:
