@@ -62,3 +62,9 @@ class DivergedError(MxtrainError):
     """Training produced a non-finite loss."""
 
     exit_code = ExitCode.DIVERGED
+
+
+class PreemptedError(MxtrainError):
+    """Training stopped on request (SIGTERM/SIGINT) after saving a resumable checkpoint."""
+
+    exit_code = ExitCode.PREEMPTED

@@ -30,6 +30,9 @@ class _DeviceMetric:
             self.name = name
         self._epoch: _Sums = {}
         self._interval: _Sums = {}
+        # Sums restored from a checkpoint, folded into the first device's sums at its next
+        # update so that a resumed run adds in the same order as an uninterrupted one.
+        self._restored: dict[str, tuple[float, float]] = {}
 
     def _batch(self, label: Any, pred: Any) -> tuple[Any, Any]:
         """(numerator, denominator) of one batch as 1-element NDArrays on pred's device."""
@@ -55,10 +58,16 @@ class _DeviceMetric:
             numerator = numerator.astype(np.float64)
             denominator = denominator.astype(np.float64)
             key = (ctx.device_type, ctx.device_id)
-            for sums in (self._epoch, self._interval):
+            for which, sums in (("epoch", self._epoch), ("interval", self._interval)):
                 slot = sums.get(key)
                 if slot is None:
-                    sums[key] = [numerator.copy(), denominator.copy()]
+                    slot = sums[key] = [numerator.copy(), denominator.copy()]
+                    restored = self._restored.pop(which, None)
+                    if restored is not None:
+                        slot[0] = mx.nd.array([restored[0]], ctx=ctx, dtype=np.float64)
+                        slot[1] = mx.nd.array([restored[1]], ctx=ctx, dtype=np.float64)
+                        slot[0] += numerator
+                        slot[1] += denominator
                 else:
                     slot[0] += numerator
                     slot[1] += denominator
@@ -67,33 +76,54 @@ class _DeviceMetric:
         """``update`` with the label and output dicts stock modules pass around."""
         self.update(list(label_dict.values()), list(pred_dict.values()))
 
-    @staticmethod
-    def _read(sums: _Sums) -> tuple[float, float]:
+    def _read(self, sums: _Sums, which: str) -> tuple[float, float]:
         numerator = sum(float(slot[0].asscalar()) for slot in sums.values())
         denominator = sum(float(slot[1].asscalar()) for slot in sums.values())
+        pending = self._restored.get(which)
+        if pending is not None:
+            numerator += pending[0]
+            denominator += pending[1]
         return numerator, denominator
+
+    def get_state(self) -> dict[str, list[float]]:
+        """The running sums as JSON-able floats, for a checkpoint (synchronises)."""
+        return {
+            "epoch": list(self._read(self._epoch, "epoch")),
+            "interval": list(self._read(self._interval, "interval")),
+        }
+
+    def set_state(self, state: Mapping[str, Sequence[float]]) -> None:
+        """Restore sums saved by ``get_state`` (replaces the current ones)."""
+        self._epoch = {}
+        self._interval = {}
+        self._restored = {
+            which: (float(state[which][0]), float(state[which][1]))
+            for which in ("epoch", "interval")
+        }
 
     def get(self) -> dict[str, float]:
         """The value since ``reset()`` (synchronises with the devices)."""
-        return {self.name: self._value(*self._read(self._epoch))}
+        return {self.name: self._value(*self._read(self._epoch, "epoch"))}
 
     def get_interval(self) -> dict[str, float]:
         """The value since ``reset_interval()`` (synchronises with the devices)."""
-        return {self.name: self._value(*self._read(self._interval))}
+        return {self.name: self._value(*self._read(self._interval, "interval"))}
 
     def reset(self) -> None:
         """Start a new epoch (the interval too)."""
         self._epoch = {}
         self._interval = {}
+        self._restored = {}
 
     def reset_interval(self) -> None:
         """Start a new log interval; the epoch sums go on."""
         self._interval = {}
+        self._restored.pop("interval", None)
 
     @property
     def total_tokens(self) -> int:
         """Non-padding positions counted since ``reset()`` (synchronises)."""
-        return round(self._read(self._epoch)[1])
+        return round(self._read(self._epoch, "epoch")[1])
 
 
 class DevicePerplexity(_DeviceMetric):

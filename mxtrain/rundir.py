@@ -180,6 +180,12 @@ class MetricsLog:
     def close(self) -> None:
         self._handle.close()
 
+    def __enter__(self) -> MetricsLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """All records of a metrics.jsonl file (a torn last line from a crash is skipped)."""

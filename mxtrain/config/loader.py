@@ -903,6 +903,21 @@ class _Builder:
                 "kvstore.type nccl needs context.devices: gpu (NCCL only reduces on GPUs)",
                 hint="Use kvstore.type local or device on CPUs.",
             )
+        best = config.checkpoint.best_metric
+        if best is not None:
+            if config.data.eval is None:
+                self.fail(
+                    ("checkpoint", "best_metric"),
+                    "checkpoint.best_metric needs evaluation data, but data.eval is not set",
+                    hint="Add a data.eval section, or remove checkpoint.best_metric.",
+                )
+            if best not in config.fit.metrics:
+                self.fail(
+                    ("checkpoint", "best_metric"),
+                    f"checkpoint.best_metric {best!r} is not one of fit.metrics "
+                    f"({', '.join(config.fit.metrics)})",
+                    hint="Pick one of fit.metrics, or add it there.",
+                )
 
 
 def _dc_field(cls: type, name: str) -> dataclasses.Field[Any]:

@@ -887,12 +887,36 @@ class CheckpointSection:
         },
     )
 
+    keep_last: int | None = field(
+        default=None,
+        metadata={
+            "doc": "keep only the newest N checkpoints (older ones and their params files "
+            "are deleted; the best one is always kept); null keeps all"
+        },
+    )
+    best_metric: str | None = field(
+        default=None,
+        metadata={
+            "doc": "eval metric that picks the best checkpoint (needs data.eval), e.g. "
+            "perplexity; its tag is written to checkpoints/best"
+        },
+    )
+    best_mode: Literal["auto", "min", "max"] = field(
+        default="auto",
+        metadata={
+            "doc": "whether lower or higher best_metric is better; auto: lower for "
+            "perplexity, loss, error, mae, mse, rmse, cross-entropy; higher otherwise"
+        },
+    )
+
     def __post_init__(self) -> None:
         if not self.prefix.strip() or "/" in self.prefix or "\\" in self.prefix:
             raise InvalidValue(
                 "prefix", f"must be a plain file name prefix without slashes, got {self.prefix!r}."
             )
         _at_least("period", self.period, 1)
+        if self.keep_last is not None:
+            _at_least("keep_last", self.keep_last, 1)
 
 
 # --------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import mxnet as mx
@@ -132,3 +133,27 @@ def test_registered_metrics_take_pad_id() -> None:
         metric = factory(pad_id=2)
         assert metric.name == name and metric.pad_id == 2
     assert DevicePerplexity(name="ppl").get().keys() == {"ppl"}
+
+
+def test_state_round_trip_continues_exactly() -> None:
+    """A metric restored from get_state() and fed the rest gives the uninterrupted value."""
+    rng = np.random.default_rng(7)
+    batches = []
+    for _ in range(6):
+        label = mx.nd.array(rng.integers(0, 5, (3, 4)))
+        pred = mx.nd.softmax(mx.nd.array(rng.normal(size=(12, 5))))
+        batches.append(([label], [pred]))
+    straight = DevicePerplexity(pad_id=0)
+    for labels, preds in batches:
+        straight.update(labels, preds)
+    first = DevicePerplexity(pad_id=0)
+    for labels, preds in batches[:3]:
+        first.update(labels, preds)
+    state = json.loads(json.dumps(first.get_state()))  # through JSON, as in a checkpoint
+    resumed = DevicePerplexity(pad_id=0)
+    resumed.set_state(state)
+    assert resumed.get() == first.get()
+    for labels, preds in batches[3:]:
+        resumed.update(labels, preds)
+    assert resumed.get() == straight.get()
+    assert resumed.get_interval() == straight.get_interval()
