@@ -1,17 +1,662 @@
-"""Writing model checkpoints into the run folder in MXNet's standard format.
+"""Checkpoints in the run folder: complete (parameters, optimizer state, training state),
+atomic, verified on load, and free of pickle.
 
-``<prefix>-symbol.json`` and ``<prefix>-NNNN.params`` load with ``mx.mod.Module.load``.
-Every file is written under a temporary name and renamed into place, so a crash while
-saving leaves the previous checkpoints intact and no half-written file under a real name.
+Layout::
+
+    <prefix>-symbol.json            the default bucket's symbol (save_symbol)
+    <prefix>-0003.params            epoch-end parameters, MXNet's naming: mx.mod.Module.load works
+    checkpoints/
+        e0003-b000000/              after 3 epochs (epoch end)
+        e0003-b000120/              3 epochs and 120 batches of the 4th (mid-epoch)
+            params.nd               arg:/aux: NDArrays (same bytes as <prefix>-0003.params)
+            optimizer.nd            optimizer state arrays (mx.nd.save)
+            optimizer.json          optimizer counters and state layout (see BucketingModule)
+            state.json              the caller's training state, bucket keys, versions
+            manifest.json           written last: size and sha256 of every file above
+
+A checkpoint is built in ``checkpoints/.tmp-<tag>-<pid>/`` (every file fsynced), then renamed
+into place. A folder without a manifest whose own checksum and file checksums all match is
+never used, so a crash at any point leaves the previous checkpoints intact and nothing
+half-written that looks usable. Optimizer state is NDArrays plus JSON because MXNet's own
+``.states`` file is a pickle: loading one from elsewhere could run arbitrary code.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
+import platform
+import re
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mxtrain import __version__
+from mxtrain.errors import ExitCode, MxtrainError, RunFolderError
 from mxtrain.rundir import RunFolder
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointError",
+    "LoadedCheckpoint",
+    "checkpoint_tag",
+    "checkpoints_dir",
+    "find_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "prune_checkpoints",
+    "remove_checkpoint",
+    "restore_module",
+    "save_checkpoint",
+    "save_params",
+    "save_symbol",
+    "verify_checkpoint",
+]
+
+FORMAT_VERSION = 1
+CHECKPOINTS_DIR = "checkpoints"
+PARAMS_FILE = "params.nd"
+OPTIMIZER_ARRAYS_FILE = "optimizer.nd"
+OPTIMIZER_META_FILE = "optimizer.json"
+STATE_FILE = "state.json"
+MANIFEST_FILE = "manifest.json"
+DATA_FILES = (PARAMS_FILE, OPTIMIZER_ARRAYS_FILE, OPTIMIZER_META_FILE, STATE_FILE)
+
+_TAG = re.compile(r"e(\d{4,})-b(\d{6,})")
+# work folders: .tmp-<tag>-<pid> (being written), .old-<tag>-<pid> (being replaced),
+# .del-<tag>-<pid> (being removed)
+_WORK = re.compile(r"\.(tmp|old|del)-(e\d{4,}-b\d{6,})-(\d+)")
+_CHUNK = 1 << 20
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(MxtrainError):
+    """A checkpoint that is missing, incomplete, corrupted or does not fit the model."""
+
+    exit_code = ExitCode.DATA
+
+    def __init__(self, message: str, *, hint: str | None = None, reason: str | None = None):
+        super().__init__(message, hint=hint)
+        self.reason = reason or self.message  # short form, for "skipped X (reason)" lists
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint folder: ``epoch`` epochs done plus ``batch`` batches of the next."""
+
+    tag: str
+    epoch: int
+    batch: int
+    path: Path
+    created: float | None = field(default=None, compare=False)  # from the manifest, if readable
+
+    @property
+    def epoch_end(self) -> bool:
+        return self.batch == 0
+
+
+@dataclass
+class LoadedCheckpoint:
+    """Everything a verified checkpoint holds, ready for :func:`restore_module`."""
+
+    checkpoint: Checkpoint
+    arg_params: dict[str, Any]
+    aux_params: dict[str, Any]
+    optimizer_arrays: dict[str, Any]
+    optimizer_meta: dict[str, Any] | None  # None: saved before the optimizer existed
+    state: dict[str, Any]  # what the caller passed to save_checkpoint
+    bucket_keys: list[Any] | None  # tuple keys come back as tuples
+    versions: dict[str, str]
+
+
+def checkpoint_tag(epoch: int, batch: int) -> str:
+    """``e0003-b000000`` for the end of epoch 3, ``e0003-b000120`` 120 batches later."""
+    if epoch < 0 or batch < 0:
+        raise ValueError(f"checkpoint position must not be negative: epoch {epoch}, batch {batch}")
+    return f"e{epoch:04d}-b{batch:06d}"
+
+
+def parse_tag(name: str) -> tuple[int, int] | None:
+    """(epoch, batch) of a checkpoint folder name, or None when it is not one."""
+    match = _TAG.fullmatch(name)
+    if match is None:
+        return None
+    epoch, batch = int(match[1]), int(match[2])
+    # only the canonical spelling: two names for one position would be ambiguous
+    return (epoch, batch) if checkpoint_tag(epoch, batch) == name else None
+
+
+def checkpoints_dir(run: RunFolder) -> Path:
+    return run.path / CHECKPOINTS_DIR
+
+
+# ----------------------------------------------------------------------------- file primitives
+# Every write of save_checkpoint goes through these (and os.replace / os.rename), which is
+# what the crash tests interrupt one call at a time.
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _save_nd(path: Path, arrays: Mapping[str, Any]) -> None:
+    import mxnet as mx
+
+    mx.nd.save(str(path), dict(arrays))
+    # MXNet wrote and closed the file itself: fsync through a new descriptor (same inode)
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def _copy_file(src: Path, dst: Path) -> None:
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        shutil.copyfileobj(fin, fout, _CHUNK)
+        fout.flush()
+        os.fsync(fout.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make renames and new entries in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _digest(path: Path) -> dict[str, Any]:
+    sha = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            sha.update(chunk)
+            size += len(chunk)
+    return {"size": size, "sha256": sha.hexdigest()}
+
+
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def _dump_json(obj: Any, what: str) -> bytes:
+    try:
+        text = json.dumps(obj, indent=2, allow_nan=True)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} cannot be written as JSON: {exc}") from exc
+    return (text + "\n").encode("utf-8")
+
+
+def _seal(manifest: dict[str, Any]) -> bytes:
+    """The manifest with a checksum of itself, so an edited manifest is detected too."""
+    sealed = {**manifest, "manifest_sha256": hashlib.sha256(_canonical(manifest)).hexdigest()}
+    return _dump_json(sealed, "the manifest")
+
+
+# ----------------------------------------------------------------------------- bucket keys
+
+
+def _encode_key(key: Any) -> Any:
+    if isinstance(key, tuple | list):
+        return [_encode_key(k) for k in key]
+    if isinstance(key, bool | int | float | str) or key is None:
+        return key
+    if hasattr(key, "item"):  # numpy scalars
+        return key.item()
+    raise ValueError(f"bucket key {key!r} cannot be stored in JSON")
+
+
+def _decode_key(key: Any) -> Any:
+    # JSON has no tuples: every list in a stored key was a tuple (or list) key
+    return tuple(_decode_key(k) for k in key) if isinstance(key, list) else key
+
+
+def _versions() -> dict[str, str]:
+    import mxnet as mx
+    import numpy as np
+
+    return {
+        "mxtrain": __version__,
+        "mxnet": mx.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+
+
+# ----------------------------------------------------------------------------- saving
+
+
+def save_checkpoint(
+    run: RunFolder,
+    module: Any,
+    *,
+    prefix: str,
+    epoch: int,
+    batch: int,
+    state: Mapping[str, Any],
+    bucket_keys: Sequence[Any] | None = None,
+) -> Checkpoint:
+    """Write checkpoint ``e<epoch>-b<batch>`` atomically; return it.
+
+    ``epoch`` counts finished epochs and ``batch`` the batches trained of the next one, so
+    ``batch == 0`` is an epoch-end checkpoint, which also writes ``<prefix>-<epoch>.params``
+    at the top of the run folder. An existing checkpoint with the same tag is replaced; until
+    the new one is complete the old one stays usable. ``state`` must be JSON-able.
+    """
+    tag = checkpoint_tag(epoch, batch)
+    root = checkpoints_dir(run)
+    if not root.is_dir():
+        root.mkdir()
+        _fsync_dir(run.path)
+    _tidy(root, run, prefix)
+
+    # gather everything first: a state that cannot be saved fails before anything is written
+    state_bytes = _dump_json(
+        {
+            "format": FORMAT_VERSION,
+            "state": dict(state),
+            "bucket_keys": None if bucket_keys is None else [_encode_key(k) for k in bucket_keys],
+            "versions": _versions(),
+        },
+        "the training state",
+    )
+    arg, aux = module.get_params()
+    params = {f"arg:{k}": v for k, v in arg.items()}
+    params.update({f"aux:{k}": v for k, v in aux.items()})
+    opt_arrays: dict[str, Any] = {}
+    opt_meta: dict[str, Any] | None = None
+    if getattr(module, "optimizer_initialized", False):
+        if getattr(module, "updater", None) is not None:
+            opt_arrays, opt_meta = module.get_optimizer_states()
+        else:
+            log.warning(
+                "checkpoint %s: the optimizer state lives on the kvstore servers and is not "
+                "saved; a resume from it starts the optimizer state afresh",
+                tag,
+            )
+    opt_bytes = _dump_json(opt_meta, "the optimizer state")
+
+    pid = os.getpid()
+    tmp = root / f".tmp-{tag}-{pid}"
+    final = root / tag
+    aside = root / f".old-{tag}-{pid}"
+    top = run.params_file(prefix, epoch) if batch == 0 else None
+    top_tmp = top.with_name(f".{top.name}.tmp-{pid}") if top is not None else None
+    created = time.time()
+    try:
+        tmp.mkdir()
+        _save_nd(tmp / PARAMS_FILE, params)
+        _save_nd(tmp / OPTIMIZER_ARRAYS_FILE, opt_arrays)
+        _write_bytes(tmp / OPTIMIZER_META_FILE, opt_bytes)
+        _write_bytes(tmp / STATE_FILE, state_bytes)
+        files = {name: _digest(tmp / name) for name in DATA_FILES}
+        manifest: dict[str, Any] = {
+            "format": FORMAT_VERSION,
+            "tag": tag,
+            "epoch": epoch,
+            "batch": batch,
+            "created": created,
+            "mxtrain": __version__,
+            "files": files,
+            "top_level_params": None,
+        }
+        if top is not None:
+            manifest["top_level_params"] = {"file": top.name, **files[PARAMS_FILE]}
+        _write_bytes(tmp / MANIFEST_FILE, _seal(manifest))
+        _fsync_dir(tmp)
+        if top is not None and top_tmp is not None:
+            # in place before the checkpoint appears: a listed epoch-end checkpoint always has
+            # its Module.load-able file
+            _copy_file(tmp / PARAMS_FILE, top_tmp)
+            os.replace(top_tmp, top)
+            _fsync_dir(run.path)
+        if final.exists():
+            os.rename(final, aside)  # a crash from here until the next rename: see _tidy
+            os.replace(tmp, final)
+            _fsync_dir(root)
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+            _fsync_dir(root)
+    except Exception as exc:
+        # a real crash leaves these for _tidy; an error we see is cleaned up now
+        shutil.rmtree(tmp, ignore_errors=True)
+        if top_tmp is not None:
+            top_tmp.unlink(missing_ok=True)
+        if aside.exists():
+            if final.exists():  # the new checkpoint is in place: the old one can go
+                shutil.rmtree(aside, ignore_errors=True)
+            else:  # it is not: put the old one back
+                os.rename(aside, final)
+        if isinstance(exc, OSError):
+            raise RunFolderError(
+                f"cannot save checkpoint {tag} in {root}: {exc}.",
+                hint="The previous checkpoints are intact. Free disk space or fix the "
+                "folder's permissions, then resume.",
+            ) from exc
+        raise
+    return Checkpoint(tag, epoch, batch, final, created)
+
+
+def _tidy(root: Path, run: RunFolder, prefix: str) -> None:
+    """Clear what an interrupted save or removal left behind (only this or dead processes')."""
+    for entry in list(root.iterdir()):
+        match = _WORK.fullmatch(entry.name)
+        if match is None or not _abandoned(int(match[3])):
+            continue
+        kind, tag = match[1], match[2]
+        if kind == "old" and not (root / tag).exists():
+            # interrupted between moving the old checkpoint aside and moving the new one in
+            os.rename(entry, root / tag)
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+    stale = re.compile(rf"\.{re.escape(prefix)}-\d{{4,}}\.params\.tmp-(\d+)")
+    for entry in list(run.path.iterdir()):
+        match = stale.fullmatch(entry.name)
+        if match is not None and _abandoned(int(match[1])):
+            entry.unlink(missing_ok=True)
+
+
+def _abandoned(pid: int) -> bool:
+    """True for work left by this process or a dead one (never touch a live writer's)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists but belongs to someone else
+        return False
+    return False
+
+
+# ----------------------------------------------------------------------------- listing
+
+
+def _read_created(path: Path) -> float | None:
+    try:
+        created = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8")).get("created")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(created) if isinstance(created, int | float) else None
+
+
+def list_checkpoints(run: RunFolder) -> list[Checkpoint]:
+    """Every checkpoint folder, oldest to newest by (epoch, batch); not verified.
+
+    Work folders (``.tmp-*`` and the like) and other names are ignored, except that a
+    checkpoint set aside by a replacement that was interrupted stands in for its tag.
+    """
+    root = checkpoints_dir(run)
+    if not root.is_dir():
+        return []
+    found: dict[str, Path] = {}
+    aside: dict[str, Path] = {}
+    for entry in sorted(root.iterdir()):
+        if not entry.is_dir() or entry.is_symlink():
+            continue
+        if parse_tag(entry.name) is not None:
+            found[entry.name] = entry
+        else:
+            match = _WORK.fullmatch(entry.name)
+            if match is not None and match[1] == "old":
+                aside.setdefault(match[2], entry)
+    for tag, path in aside.items():
+        found.setdefault(tag, path)
+    out = []
+    for tag, path in found.items():
+        position = parse_tag(tag)
+        assert position is not None
+        out.append(Checkpoint(tag, position[0], position[1], path, _read_created(path)))
+    return sorted(out, key=lambda c: (c.epoch, c.batch))
+
+
+# ----------------------------------------------------------------------------- verifying
+
+
+def _broken(ckpt: Checkpoint, name: str, problem: str) -> CheckpointError:
+    return CheckpointError(
+        f"checkpoint {ckpt.tag} is not usable: {ckpt.path / name} {problem}.",
+        hint="`mxtrain resume` falls back to the newest valid checkpoint on its own; "
+        f"delete {ckpt.path} if you no longer need it.",
+        reason=f"{name} {problem}",
+    )
+
+
+def _read_manifest(ckpt: Checkpoint) -> dict[str, Any]:
+    path = ckpt.path / MANIFEST_FILE
+    if not ckpt.path.is_dir():
+        raise _broken(ckpt, "", "is missing")
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise _broken(
+            ckpt, MANIFEST_FILE, "is missing (the checkpoint was never completely written)"
+        ) from None
+    except OSError as exc:
+        raise _broken(ckpt, MANIFEST_FILE, f"cannot be read ({exc.strerror})") from exc
+    try:
+        manifest = json.loads(raw)
+    except ValueError as exc:
+        raise _broken(ckpt, MANIFEST_FILE, f"is not valid JSON ({exc})") from exc
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("manifest_sha256"), str):
+        raise _broken(ckpt, MANIFEST_FILE, "is not a checkpoint manifest")
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    if hashlib.sha256(_canonical(body)).hexdigest() != manifest["manifest_sha256"]:
+        raise _broken(
+            ckpt, MANIFEST_FILE, "was modified after it was written (its checksum differs)"
+        )
+    if body.get("format") != FORMAT_VERSION:
+        raise _broken(
+            ckpt,
+            MANIFEST_FILE,
+            f"has format {body.get('format')!r}; this mxtrain reads format {FORMAT_VERSION}",
+        )
+    if (body.get("tag"), body.get("epoch"), body.get("batch")) != (
+        ckpt.tag,
+        ckpt.epoch,
+        ckpt.batch,
+    ):
+        raise _broken(
+            ckpt, MANIFEST_FILE, f"describes checkpoint {body.get('tag')!r}, not {ckpt.tag!r}"
+        )
+    files = body.get("files")
+    if not isinstance(files, dict) or sorted(files) != sorted(DATA_FILES):
+        raise _broken(ckpt, MANIFEST_FILE, f"does not list the files {list(DATA_FILES)}")
+    return body
+
+
+def verify_checkpoint(ckpt: Checkpoint) -> None:
+    """Raise :class:`CheckpointError` naming the file unless the checkpoint is complete and
+    every file has the size and sha256 its manifest records."""
+    files = _read_manifest(ckpt)["files"]
+    for name in DATA_FILES:
+        path = ckpt.path / name
+        expected = files[name]
+        try:
+            actual = _digest(path)
+        except FileNotFoundError:
+            raise _broken(ckpt, name, "is missing") from None
+        except OSError as exc:
+            raise _broken(ckpt, name, f"cannot be read ({exc.strerror})") from exc
+        if actual["size"] != expected.get("size"):
+            kind = "truncated" if actual["size"] < (expected.get("size") or 0) else "the wrong size"
+            raise _broken(
+                ckpt,
+                name,
+                f"is {kind}: {actual['size']} bytes, the manifest records {expected.get('size')}",
+            )
+        if actual["sha256"] != expected.get("sha256"):
+            raise _broken(ckpt, name, "is corrupted: its sha256 differs from the manifest's")
+    for name in (OPTIMIZER_META_FILE, STATE_FILE):
+        try:
+            data = json.loads((ckpt.path / name).read_bytes())
+        except ValueError as exc:
+            raise _broken(ckpt, name, f"is not valid JSON ({exc})") from exc
+        if name == STATE_FILE and not (
+            isinstance(data, dict) and isinstance(data.get("state"), dict)
+        ):
+            raise _broken(ckpt, name, "does not hold a training state")
+        if name == OPTIMIZER_META_FILE and not (data is None or isinstance(data, dict)):
+            raise _broken(ckpt, name, "does not hold an optimizer description")
+
+
+def find_checkpoint(
+    run: RunFolder, epoch: int | None = None
+) -> tuple[Checkpoint, list[tuple[Checkpoint, str]]]:
+    """The newest valid checkpoint, and the newer ones skipped with the reason.
+
+    With ``epoch``: the end-of-epoch checkpoint ``e<epoch>-b000000`` if valid, else the newest
+    valid one saved during the following epoch. Raises :class:`CheckpointError` when none is
+    valid.
+    """
+    listed = list_checkpoints(run)
+    if epoch is None:
+        candidates = listed[::-1]
+    else:
+        same = [c for c in listed if c.epoch == epoch]
+        candidates = [c for c in same if c.epoch_end] + [c for c in same[::-1] if not c.epoch_end]
+    skipped: list[tuple[Checkpoint, str]] = []
+    for ckpt in candidates:
+        try:
+            verify_checkpoint(ckpt)
+        except CheckpointError as exc:
+            skipped.append((ckpt, exc.reason))
+            continue
+        return ckpt, skipped
+    where = checkpoints_dir(run)
+    if epoch is not None and not candidates:
+        have = ", ".join(c.tag for c in listed) or "none"
+        raise CheckpointError(
+            f"{run.path} has no checkpoint for epoch {epoch} in {where} (checkpoints: {have}).",
+            hint="Omit --epoch to resume from the newest checkpoint.",
+        )
+    if not candidates:
+        raise CheckpointError(
+            f"{run.path} has no checkpoints: {where} is missing or empty.",
+            hint="Only runs that saved a checkpoint can be resumed; start again with "
+            "`mxtrain fit`.",
+        )
+    details = "; ".join(f"{c.tag}: {reason}" for c, reason in skipped)
+    raise CheckpointError(
+        f"{run.path} has no valid checkpoint{'' if epoch is None else f' for epoch {epoch}'}: "
+        f"{details}.",
+        hint="The files named are damaged or incomplete; restore them from a copy or start "
+        "again with `mxtrain fit`.",
+    )
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _load_nd(ckpt: Checkpoint, name: str) -> dict[str, Any]:
+    import mxnet as mx
+
+    try:
+        loaded = mx.nd.load(str(ckpt.path / name))
+    except mx.base.MXNetError as exc:
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise _broken(ckpt, name, f"cannot be read by MXNet ({first})") from exc
+    if isinstance(loaded, list):
+        if loaded:
+            raise _broken(ckpt, name, "holds arrays without names")
+        return {}  # mx.nd.save of an empty dict loads as []
+    return dict(loaded)
+
+
+def load_checkpoint(ckpt: Checkpoint) -> LoadedCheckpoint:
+    """Verify ``ckpt`` and read everything in it (arrays on the CPU)."""
+    verify_checkpoint(ckpt)
+    arg, aux = {}, {}
+    for key, value in _load_nd(ckpt, PARAMS_FILE).items():
+        kind, _, name = key.partition(":")
+        if kind == "arg":
+            arg[name] = value
+        elif kind == "aux":
+            aux[name] = value
+        else:
+            raise _broken(ckpt, PARAMS_FILE, f"has the entry {key!r} (expected arg:/aux: names)")
+    opt_arrays = _load_nd(ckpt, OPTIMIZER_ARRAYS_FILE)
+    opt_meta = json.loads((ckpt.path / OPTIMIZER_META_FILE).read_bytes())
+    saved = json.loads((ckpt.path / STATE_FILE).read_bytes())
+    keys = saved.get("bucket_keys")
+    return LoadedCheckpoint(
+        checkpoint=ckpt,
+        arg_params=arg,
+        aux_params=aux,
+        optimizer_arrays=opt_arrays,
+        optimizer_meta=opt_meta,
+        state=saved["state"],
+        bucket_keys=None if keys is None else [_decode_key(k) for k in keys],
+        versions=dict(saved.get("versions") or {}),
+    )
+
+
+def restore_module(module: Any, loaded: LoadedCheckpoint) -> None:
+    """Put the checkpoint's parameters and (if the module has one) optimizer state back."""
+    ckpt = loaded.checkpoint
+    try:
+        module.set_params(loaded.arg_params, loaded.aux_params)
+        if getattr(module, "optimizer_initialized", False):
+            if loaded.optimizer_meta is not None:
+                module.set_optimizer_states(loaded.optimizer_arrays, loaded.optimizer_meta)
+            else:
+                log.warning(
+                    "checkpoint %s has no optimizer state: the optimizer starts afresh", ckpt.tag
+                )
+    except (ValueError, RuntimeError) as exc:
+        raise CheckpointError(
+            f"checkpoint {ckpt.tag} in {ckpt.path} does not fit the model built from the "
+            f"config: {exc}",
+            hint="Resume with the configuration the run was saved with (model and optimizer "
+            "settings must match).",
+        ) from exc
+
+
+# ----------------------------------------------------------------------------- removing
+
+
+def remove_checkpoint(run: RunFolder, ckpt: Checkpoint, *, prefix: str) -> None:
+    """Delete one checkpoint (and, for an epoch-end one, ``<prefix>-<epoch>.params``)."""
+    root = checkpoints_dir(run)
+    if ckpt.path.exists():
+        # renamed first so a crash half-way never leaves a half-deleted folder under its tag
+        doomed = root / f".del-{ckpt.tag}-{os.getpid()}"
+        if doomed.exists():
+            shutil.rmtree(doomed)
+        os.rename(ckpt.path, doomed)
+        _fsync_dir(root)
+        shutil.rmtree(doomed, ignore_errors=True)
+    if ckpt.epoch_end:
+        run.params_file(prefix, ckpt.epoch).unlink(missing_ok=True)
+
+
+def prune_checkpoints(
+    run: RunFolder, *, prefix: str, keep_last: int | None, protect: Sequence[str] = ()
+) -> list[Checkpoint]:
+    """Remove all but the newest ``keep_last`` checkpoints and those tagged in ``protect``
+    (e.g. the best one); None keeps everything. Returns what was removed."""
+    if keep_last is None:
+        return []
+    if keep_last < 1:
+        raise ValueError(f"keep_last must be at least 1 (or None to keep all), not {keep_last}")
+    listed = list_checkpoints(run)
+    kept = {c.tag for c in listed[-keep_last:]} | set(protect)
+    removed = [c for c in listed if c.tag not in kept]
+    for ckpt in removed:
+        remove_checkpoint(run, ckpt, prefix=prefix)
+    return removed
+
+
+# ----------------------------------------------------------------------------- MXNet files
 
 
 def _temporary(path: Path) -> Path:
@@ -34,7 +679,7 @@ def save_symbol(module: Any, run: RunFolder, prefix: str) -> Path:
 
 
 def save_params(module: Any, run: RunFolder, prefix: str, epoch: int) -> Path:
-    """Save the module's parameters as ``<prefix>-<epoch:04d>.params``."""
+    """Save only the parameters as ``<prefix>-<epoch:04d>.params`` (no checkpoint folder)."""
     path = run.params_file(prefix, epoch)
     tmp = _temporary(path)
     module.save_params(str(tmp))
