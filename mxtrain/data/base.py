@@ -6,24 +6,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+TASK_LM = "lm"  # next-token prediction: one softmax over the vocabulary per input position
+
 
 @dataclass(frozen=True)
 class DataInfo:
-    """Facts about a dataset that model builders need (sizes of inputs and outputs)."""
+    """Facts about a dataset that model builders need (sizes of inputs and outputs).
+
+    ``task`` says what the model's output means, so that ``mxtrain predict`` knows how to turn
+    it into records: ``"lm"`` (a language model: at every input position a softmax over the
+    vocabulary for the next token; labels are the inputs shifted by one) or ``None`` when the
+    iterator does not say. Other tasks (e.g. classifiers) can be added with their own name.
+    """
 
     vocab_size: int | None = None  # number of input token ids, padding and specials included
     num_classes: int | None = None  # number of output classes (= vocab_size for a language model)
     pad_id: int | None = None  # id used for padding inputs and ignored labels
+    task: str | None = None  # what the output means: "lm", or None if not said
 
 
 @dataclass(frozen=True)
 class DataContext:
     """How an iterator is being built.
 
-    ``role`` is ``"train"`` or ``"eval"``. An eval iterator receives the train iterator as
-    ``train`` so it can reuse its vocabulary and buckets. ``base_dir`` is the folder relative
+    ``role`` is ``"train"``, ``"eval"`` or ``"predict"``. An eval iterator receives the train
+    iterator as ``train`` so it can reuse its vocabulary and buckets. A ``"predict"`` iterator
+    reads its data in file order, never shuffles and keeps every line whole: a sentence longer
+    than every bucket gets a bucket of its own instead of being split, truncated or dropped
+    (``mxtrain predict`` writes one record per input line). ``base_dir`` is the folder relative
     paths in the config are resolved against (the config file's folder). ``vocab_file``, when
-    set, is a saved vocabulary to load instead of building one.
+    set, is a saved vocabulary to load instead of building one. ``buckets``, when set, are the
+    bucket keys the model was trained with, for iterators built without ``train`` (scoring or
+    predicting from a run folder).
     """
 
     role: str
@@ -31,3 +45,4 @@ class DataContext:
     base_dir: Path
     train: Any = None
     vocab_file: Path | None = None
+    buckets: tuple[int, ...] | None = None

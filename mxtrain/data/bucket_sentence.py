@@ -10,10 +10,21 @@ deduplicated, and the largest bucket is the longest sentence, unless that senten
 outlier: longer than ``2 x`` the 99th percentile length. Then the largest bucket is that
 cap (rounded up) and the few longer sentences go through ``long_sentences``, counted like
 any other long sentence, so one stray line cannot blow up the memory of every batch.
+
+Roles (``DataContext.role``): ``train`` builds the vocabulary (or loads ``vocab_file``) and
+the buckets; ``eval`` reuses the train iterator's vocabulary and buckets, or, built from a run
+folder, ``vocab_file`` and ``context.buckets``. ``predict`` is an eval iterator that keeps every
+line of its file whole and in one row (batches carry ``index``, the 0-based line of each row):
+``max_sentences`` is ignored, and a sentence longer than the largest bucket gets a bucket of its
+own (see :func:`long_bucket`) instead of being split, truncated or dropped. Without ``add_eos``
+a predict row still holds the whole sentence as data: its label is the data shifted by one
+with ``<pad>`` (not counted) after the last word, so the output at the last data position is
+the model's distribution after the whole sentence in both cases.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -24,7 +35,7 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
-from mxtrain.data.base import DataContext, DataInfo
+from mxtrain.data.base import TASK_LM, DataContext, DataInfo
 from mxtrain.data.options import TREEBANK_PREFIX, BucketSentenceOptions
 from mxtrain.data.vocab import UNK, Vocab
 from mxtrain.errors import DataError
@@ -35,23 +46,48 @@ TREEBANK_SPLITS = ("train", "valid", "test")
 SPACE = " "  # the token between words at the char level
 OUTLIER_QUANTILE = 0.99
 OUTLIER_FACTOR = 2.0
+LONG_BUCKET_STEPS = 4  # predict: buckets beyond the largest grow in steps of largest / 4
+
+
+def long_bucket(length: int, largest: int) -> int:
+    """The bucket a predict iterator gives a sentence of ``length`` data tokens > ``largest``.
+
+    The length rounded up to ``largest + j * step`` with ``step = ceil(largest / 4)``: at most
+    a quarter of the largest bucket is padding, and long sentences of similar lengths share
+    a bucket (each extra bucket binds its own executor memory).
+    """
+    step = max(1, math.ceil(largest / LONG_BUCKET_STEPS))
+    return largest + step * math.ceil((length - largest) / step)
 
 
 def build_bucket_sentence_iter(
     options: BucketSentenceOptions, context: DataContext
 ) -> BucketSentenceIter:
-    """Read, tokenize and bucket ``options.source`` for ``context.role`` (train or eval)."""
+    """Read, tokenize and bucket ``options.source`` for ``context.role`` (train, eval, predict)."""
+    predict = context.role == "predict"
+    if predict and options.max_sentences is not None:
+        options = dataclasses.replace(options, max_sentences=None)  # every line gets a record
     source, lines = read_lines(options, context.base_dir)
     sentences = [tokenize(line, options.level, options.lowercase) for line in lines]
     vocab = _vocabulary(options, context, sentences, source)
-    eos = [vocab.eos_id] if options.add_eos else []
-    encoded = [vocab.encode(tokens) + eos for tokens in sentences]
+    if options.add_eos:
+        tail = [vocab.eos_id]
+    elif predict:
+        tail = [vocab.pad_id]  # the last word becomes data too; its <pad> label is not counted
+    else:
+        tail = []
+    encoded = [vocab.encode(tokens) + tail for tokens in sentences]
 
     train = context.train if context.role != "train" else None
+    known = None if context.role == "train" else (getattr(train, "buckets", None) or None)
+    if known is None and context.role != "train" and context.buckets:
+        known = list(context.buckets)
     buckets: list[int]
     if options.buckets != "auto":
         buckets = list(options.buckets)
         train_largest = getattr(train, "default_bucket_key", None)
+        if train_largest is None and context.buckets and context.role != "train":
+            train_largest = max(context.buckets)
         if isinstance(train_largest, int) and buckets[-1] > train_largest:
             log.warning(
                 "%s: largest eval bucket %d exceeds the train iterator's %d; the model binds a "
@@ -60,8 +96,8 @@ def build_bucket_sentence_iter(
                 buckets[-1],
                 train_largest,
             )
-    elif train is not None and getattr(train, "buckets", None):
-        buckets = list(train.buckets)
+    elif known:
+        buckets = sorted(int(b) for b in known)
     else:
         lengths = np.array([len(ids) - 1 for ids in encoded if len(ids) > 1], dtype=np.int64)
         if lengths.size == 0:
@@ -73,13 +109,32 @@ def build_bucket_sentence_iter(
         vocab=vocab,
         buckets=buckets,
         batch_size=options.batch_size,
-        long_sentences=options.long_sentences,
+        long_sentences="bucket" if predict else options.long_sentences,
         shuffle=options.shuffle and context.role == "train",
         seed=context.seed,
         source=source,
         level=options.level,
         add_eos=options.add_eos,
     )
+
+
+def train_buckets(options: BucketSentenceOptions, base_dir: Path) -> list[int]:
+    """The buckets a train iterator built from ``options`` uses, without building it.
+
+    Explicit buckets are returned as they are; ``auto`` reads and tokenizes the data (no
+    vocabulary, no packing) and derives them exactly as :func:`build_bucket_sentence_iter`.
+    """
+    if options.buckets != "auto":
+        return sorted(int(b) for b in options.buckets)
+    source, lines = read_lines(options, base_dir)
+    extra = 1 if options.add_eos else 0  # data tokens = tokens + eos - 1
+    lengths = np.array(
+        [n for line in lines if (n := len(tokenize(line, options.level)) + extra - 1) > 0],
+        dtype=np.int64,
+    )
+    if lengths.size == 0:
+        raise _no_usable_data(source, len(lines), len(lines), 0, None)
+    return auto_buckets(lengths, options.num_buckets)
 
 
 def read_lines(options: BucketSentenceOptions, base_dir: Path) -> tuple[str, list[str]]:
@@ -260,6 +315,11 @@ class BucketSentenceIter(mx.io.DataIter):
     filled up with all-``<pad>`` rows and ``batch.pad`` counts them. Each batch also has
     ``num_tokens`` (non-pad labels) and ``index`` (the line each row came from, -1 for
     padding rows). Call ``set_epoch(e)`` and then ``reset()`` to get epoch ``e``'s order.
+
+    ``long_sentences`` says what happens to sentences longer than the largest bucket:
+    ``split`` into chunks, ``truncate``, ``drop``, or ``bucket``: each gets a bucket of its own
+    beyond the largest (:func:`long_bucket`; used for prediction). ``buckets`` then lists
+    those extra buckets too; ``default_bucket_key`` stays the largest of the given ones.
     """
 
     def __init__(
@@ -284,7 +344,7 @@ class BucketSentenceIter(mx.io.DataIter):
             raise ValueError(f"buckets must be positive lengths, got {buckets}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        if long_sentences not in ("split", "truncate", "drop"):
+        if long_sentences not in ("split", "truncate", "drop", "bucket"):
             raise ValueError(f"unknown long_sentences policy {long_sentences!r}")
         self.batch_size = batch_size
         self.buckets = buckets
@@ -292,7 +352,7 @@ class BucketSentenceIter(mx.io.DataIter):
         self.vocab = vocab
         self.pad_id = vocab.pad_id
         self.data_info = DataInfo(
-            vocab_size=len(vocab), num_classes=len(vocab), pad_id=vocab.pad_id
+            vocab_size=len(vocab), num_classes=len(vocab), pad_id=vocab.pad_id, task=TASK_LM
         )
         self.source = source
         self.level = level
@@ -340,6 +400,12 @@ class BucketSentenceIter(mx.io.DataIter):
             lens.append(np.full(long_ids.size, largest))
             rows.append(long_ids)
             lost = int((lengths[long_ids] - largest).sum())
+        elif policy == "bucket":
+            starts.append(offsets[long_ids])
+            lens.append(lengths[long_ids])
+            rows.append(long_ids)
+            extra = {long_bucket(int(n), largest) for n in lengths[long_ids]}
+            self.buckets = [*self.buckets, *sorted(extra)]
         else:
             lost = int(lengths[long_ids].sum())
         chunk_start = np.concatenate(starts).astype(np.int64)
@@ -399,7 +465,7 @@ class BucketSentenceIter(mx.io.DataIter):
             "long_policy": policy,
             "long_tokens_lost": lost,
             "padding_ratio": 1.0 - tokens / positions,
-            "unk_ratio": unk / tokens,
+            "unk_ratio": unk / tokens if tokens else 0.0,
             "bucket_counts": counts,
             "bucket_batches": batches_per_bucket,
         }
@@ -412,6 +478,11 @@ class BucketSentenceIter(mx.io.DataIter):
                 policy,
                 lost,
             )
+
+    @property
+    def num_sentences(self) -> int:
+        """Lines read from the source (empty ones included): ``index`` values are below it."""
+        return int(self.stats["sentences"])
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose order the next ``reset()`` produces."""

@@ -1,0 +1,108 @@
+"""``mxtrain predict``: one output record per input line, from a run folder alone."""
+
+from __future__ import annotations
+
+import click
+
+from mxtrain.cli.main import handle_errors
+from mxtrain.cli.options import set_option
+
+
+@click.command(
+    "predict",
+    epilog="""\b
+Examples:
+  mxtrain predict --checkpoint runs/ptb_lstm --input sentences.txt --output scores.jsonl
+  mxtrain predict --checkpoint runs/ptb_lstm:3 --input sentences.txt --output next.csv \\
+      --format csv --top-k 5
+  mxtrain predict --checkpoint runs/ptb_lstm --input big.txt --output big.npy --format npy \\
+      --batch-size 256 --set context.devices=gpu --force
+
+\b
+Language models: each record has line (1-based), tokens, log_likelihood (natural log, summed
+over the predicted tokens, <eos> included), perplexity and, with --top-k K, "next": the K most
+likely tokens after the whole line. Blank lines get a record with null values.""",
+)
+@click.option(
+    "--checkpoint",
+    metavar="RUN[:EPOCH]",
+    required=True,
+    help="Run folder written by `mxtrain fit`, optionally with the epoch (default: newest).",
+)
+@click.option(
+    "--input",
+    "input_file",
+    metavar="FILE",
+    required=True,
+    help="UTF-8 text, one sentence per line.",
+)
+@click.option(
+    "--output",
+    "output_file",
+    metavar="FILE",
+    required=True,
+    help="Where to write the records (never overwritten without --force).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "csv", "npy"]),
+    default="jsonl",
+    show_default=True,
+    help="jsonl: one JSON object per line; csv: a header and one row per line; npy: a NumPy "
+    "structured array.",
+)
+@click.option("--epoch", type=int, default=None, help="Checkpoint epoch (instead of RUN:EPOCH).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Sentences per batch.")
+@click.option(
+    "--top-k",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Also list the K most likely next tokens after each line, with probabilities.",
+)
+@set_option
+@click.option("--force", is_flag=True, help="Replace an existing output file.")
+@handle_errors
+def predict_command(
+    checkpoint: str,
+    input_file: str,
+    output_file: str,
+    fmt: str,
+    epoch: int | None,
+    batch_size: int | None,
+    top_k: int,
+    overrides: tuple[str, ...],
+    force: bool,
+) -> None:
+    """Predict every line of --input with a trained checkpoint and write --output.
+
+    Records come in input order, one per input line; no line is split, truncated or dropped
+    (lines longer than every training bucket run in a bucket of their own). The output is
+    written under a temporary name and renamed when complete.
+    """
+    from rich.console import Console
+
+    from mxtrain.inference import predict_run
+    from mxtrain.reporting import Reporter
+
+    reporter = Reporter("plain", console=Console(stderr=True))
+    try:
+        summary = predict_run(
+            checkpoint,
+            input_file,
+            output_file,
+            epoch=epoch,
+            fmt=fmt,
+            batch_size=batch_size,
+            top_k=top_k,
+            overrides=overrides,
+            force=force,
+        )
+    finally:
+        reporter.close()
+    overall = f", perplexity {summary.perplexity:.2f}" if summary.tokens else ""
+    click.echo(
+        f"wrote {summary.lines:,} records ({summary.empty:,} blank lines) to {summary.output}: "
+        f"{summary.tokens:,} tokens{overall} (epoch {summary.epoch})"
+    )

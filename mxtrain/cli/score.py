@@ -1,0 +1,76 @@
+"""``mxtrain score``: the config's metrics of a trained checkpoint, from its run folder alone."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from mxtrain.cli.main import handle_errors
+from mxtrain.cli.options import set_option
+
+
+@click.command(
+    "score",
+    epilog="""\b
+Examples:
+  mxtrain score runs/ptb_lstm                  # newest checkpoint on data.eval
+  mxtrain score runs/ptb_lstm:3 --data test.txt --batch-size 64
+  mxtrain score runs/ptb_lstm --set context.devices=gpu --set context.ids=[0,1] --json""",
+)
+@click.argument("checkpoint", metavar="RUN[:EPOCH]")
+@click.option(
+    "--epoch", type=int, default=None, help="Checkpoint epoch (default: the newest one saved)."
+)
+@click.option(
+    "--data",
+    "data_file",
+    metavar="FILE",
+    default=None,
+    help="Score this text file (one sentence per line) instead of data.eval, read with the "
+    "iterator options of data.eval (or data.train).",
+)
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Sentences per batch.")
+@set_option
+@click.option("--json", "as_json", is_flag=True, help="Print only the JSON line.")
+@handle_errors
+def score_command(
+    checkpoint: str,
+    epoch: int | None,
+    data_file: str | None,
+    batch_size: int | None,
+    overrides: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Score the checkpoint RUN[:EPOCH] with the run's fit.metrics.
+
+    Needs only the run folder `mxtrain fit` wrote (config.yaml, vocab.json, params). On
+    data.eval the result equals the eval value fit logged for that epoch. Prints a table
+    and one JSON line {"run", "epoch", "data", "metrics"}.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from mxtrain.inference import score_checkpoint
+    from mxtrain.reporting import Reporter
+
+    reporter = Reporter("quiet" if as_json else "plain", console=Console(stderr=True))
+    try:
+        report = score_checkpoint(
+            checkpoint,
+            epoch=epoch,
+            data=data_file,
+            batch_size=batch_size,
+            overrides=overrides,
+        )
+    finally:
+        reporter.close()
+    if not as_json:
+        click.echo(f"{report.run} epoch {report.epoch} on {report.data}")
+        table = Table()
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        for name, value in report.metrics.items():
+            table.add_row(name, f"{value:.4f}")
+        Console(highlight=False).print(table)
+    click.echo(json.dumps(report.to_json()))
