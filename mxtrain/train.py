@@ -1,8 +1,10 @@
-"""``mxtrain fit``: from a validated Config to a finished run folder.
+"""``mxtrain fit`` and ``mxtrain resume``: from a Config to a finished run folder.
 
-This is the library call behind the command (tests call it directly). It creates the run
-folder, writes the resolved config and vocabulary, builds the iterators, model and
-BucketingModule, trains, evaluates and checkpoints, and records the run's status.
+These are the library calls behind the commands (tests call them directly). A new run
+creates the run folder, writes the resolved config and vocabulary, builds the iterators,
+model and BucketingModule, trains, evaluates and checkpoints. A resumed run rebuilds the
+same pieces from the run folder alone, restores parameters, optimizer state and the exact
+position in the data, and continues as if it had never stopped.
 """
 
 from __future__ import annotations
@@ -10,14 +12,16 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mxtrain.config import Config, dump_config
+from mxtrain.config import Config, config_to_dict, dump_config, load_config
+from mxtrain.config.resume_policy import diff_configs
 from mxtrain.data.base import DataContext
 from mxtrain.distributed import build_contexts, configure_threads
-from mxtrain.errors import ConfigError, MxtrainError
+from mxtrain.errors import ConfigError, MxtrainError, PreemptedError, RunFolderError
 from mxtrain.reporting import Reporter, format_metrics
 from mxtrain.rundir import (
     MetricsLog,
@@ -26,14 +30,19 @@ from mxtrain.rundir import (
     create_run_folder,
     environment_facts,
     finish_replacement,
+    read_metrics,
 )
+from mxtrain.signals import StopRequests
 
 log = logging.getLogger("mxtrain")
+
+#: Metric names for which a lower value is better (checkpoint.best_mode: auto).
+LOWER_IS_BETTER = ("perplexity", "loss", "error", "mae", "mse", "rmse", "cross-entropy", "ce")
 
 
 @dataclass
 class FitSummary:
-    """What a finished ``fit`` returns."""
+    """What a finished ``fit`` or ``resume`` returns."""
 
     run: RunFolder
     epochs: list[dict[str, Any]] = field(default_factory=list)
@@ -72,21 +81,178 @@ def fit_experiment(
         raise
     run = create_run_folder(runs_dir, run_name, force=force)
     reporter.attach_log_file(run.log_file)
-    started = time.time()
     run.write_status(
         status="running",
-        started=started,
+        started=time.time(),
         mxnet=setup.mxnet_version,
         threads=threads,
+        # Relative paths in config.yaml (data files, plugins) are resolved against this.
+        config_dir=str(Path(config.base_dir).resolve()),
         **environment_facts(),
     )
     atomic_write_text(run.config_file, dump_config(config))
+    vocab = getattr(setup.train_iter, "vocab", None)
+    if vocab is not None:
+        vocab.save(run.vocab_file)
+    from mxtrain import checkpoint
+
+    checkpoint.save_symbol(setup.module, run, config.checkpoint.prefix)
     log.info("run folder %s", run.path)
+    return _supervise(config, setup, run, reporter, resume_state=None)
+
+
+def resume_experiment(
+    run_path: str | Path,
+    *,
+    epoch: int | None = None,
+    overrides: Sequence[str] = (),
+    force: bool = False,
+    reporter: Reporter | None = None,
+) -> FitSummary:
+    """Continue a run from its newest valid checkpoint (or the end of ``epoch``).
+
+    Config changes given as ``overrides`` are checked against the resume policy: keys that
+    may change are applied, keys that must match are refused unless ``force``.
+    """
+    reporter = reporter or Reporter("plain")
+    run = _existing_run(Path(run_path))
+    status = run.read_status()
+    config_dir = Path(status.get("config_dir") or run.path.parent)
+    saved = load_config(run.config_file, base_dir=config_dir)
+    config = load_config(run.config_file, overrides, base_dir=config_dir)
+    changes = diff_configs(config_to_dict(saved), config_to_dict(config))
+    for change in changes:
+        log.info("config change on resume: %s", change.describe())
+    refused = [c for c in changes if not c.allowed]
+    if refused and not force:
+        raise ConfigError(
+            f"resuming {run.path} with changes to keys that must match the saved run: "
+            + "; ".join(c.describe() for c in refused)
+            + ".",
+            hint="Those keys shape the model, the data order or the optimizer state, so the "
+            "run would not be a continuation. Start a new run with `mxtrain fit`, or pass "
+            "--force to resume anyway.",
+        )
+
+    from mxtrain import checkpoint
+
+    found, skipped = checkpoint.find_checkpoint(run, epoch)
+    for bad, reason in skipped:
+        log.warning(
+            "checkpoint %s is not usable (%s); falling back to an older one", bad.tag, reason
+        )
+    later = [
+        c
+        for c in checkpoint.list_checkpoints(run)
+        if (c.epoch, c.batch) > (found.epoch, found.batch)
+    ]
+    later = [c for c in later if c not in [s for s, _ in skipped]]
+    if later and not force:
+        raise RunFolderError(
+            f"resuming {run.path} from {found.tag} would overwrite the newer checkpoints "
+            f"{', '.join(c.tag for c in later)}.",
+            hint="Resume from the newest checkpoint (omit --epoch), or pass --force to "
+            "discard the newer ones.",
+        )
+    loaded = checkpoint.load_checkpoint(found)
+    from mxtrain.engine.loop import Position
+
+    position = Position.from_json(loaded.state["position"])
+    if position.epoch >= config.fit.num_epoch and position.batch == 0:
+        raise ConfigError(
+            f"{run.path} has already trained {position.epoch} epoch(s), which is "
+            f"fit.num_epoch ({config.fit.num_epoch}); there is nothing to resume.",
+            hint=f"Extend it with --set fit.num_epoch={position.epoch + 1} (or more).",
+        )
+
+    threads = configure_threads(config.context)
+    try:
+        setup = _prepare(config, threads, vocab_file=run.vocab_file)
+        checkpoint.restore_module(setup.module, loaded)
+    except BaseException:
+        reporter.close()
+        raise
+    reporter.attach_log_file(run.log_file)
+    for stale in later:
+        checkpoint.remove_checkpoint(run, stale, prefix=config.checkpoint.prefix)
+        log.warning("removed checkpoint %s (newer than the resume point; --force)", stale.tag)
+    if changes:
+        previous = run.path / f"config.before-resume-{int(time.time())}.yaml"
+        run.config_file.replace(previous)
+        atomic_write_text(run.config_file, dump_config(config))
+        log.info("saved config updated; the previous one is kept as %s", previous.name)
+    _truncate_metrics(run, position)
+    resumes = list(status.get("resumes", []))
+    resumes.append({"time": time.time(), "from": found.tag, "overrides": list(overrides)})
+    run.write_status(status="running", resumes=resumes, threads=threads)
+    log.info(
+        "resuming %s from checkpoint %s (epoch %d, batch %d)",
+        run.path,
+        found.tag,
+        position.epoch + (1 if position.batch else 0),
+        position.batch,
+    )
+    with MetricsLog(run.metrics_file) as metrics_log:
+        metrics_log.write(
+            {"event": "resume", "from": found.tag, "epoch": position.epoch, "batch": position.batch}
+        )
+    return _supervise(config, setup, run, reporter, resume_state=loaded.state)
+
+
+def _existing_run(path: Path) -> RunFolder:
+    run = RunFolder(path)
+    if not path.is_dir():
+        raise RunFolderError(
+            f"{path} is not a run folder (it does not exist).",
+            hint="Give the folder `mxtrain fit` created, e.g. runs/ptb_lstm.",
+        )
+    if not run.config_file.is_file():
+        raise RunFolderError(
+            f"{path} has no {run.config_file.name}, so it is not a complete mxtrain run folder.",
+            hint="Give the folder `mxtrain fit` created, e.g. runs/ptb_lstm.",
+        )
+    return run
+
+
+def _truncate_metrics(run: RunFolder, position: Any) -> None:
+    """Drop metrics records past the resume point: they will be produced again."""
+    if not run.metrics_file.exists():
+        return
+    done = position.epoch  # epochs completed before the resume point
+
+    def keep(record: dict[str, Any]) -> bool:
+        epoch = record.get("epoch")
+        if record.get("event") == "epoch":
+            return isinstance(epoch, int) and epoch <= done
+        if record.get("event") == "interval":
+            if not isinstance(epoch, int):
+                return False
+            return epoch <= done or (epoch == done + 1 and record.get("batch", 0) <= position.batch)
+        return True
+
+    import json
+
+    kept = [r for r in read_metrics(run.metrics_file) if keep(r)]
+    atomic_write_text(run.metrics_file, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+def _supervise(
+    config: Config,
+    setup: _Setup,
+    run: RunFolder,
+    reporter: Reporter,
+    resume_state: dict[str, Any] | None,
+) -> FitSummary:
+    """Train, keeping run.json's status true whatever happens."""
+    started = time.time()
     status = "failed"
     try:
-        summary = _train(config, setup, run, reporter)
+        summary = _train(config, setup, run, reporter, resume_state)
         status = "finished"
         return summary
+    except PreemptedError:
+        status = "preempted"
+        raise
     except KeyboardInterrupt:
         status = "interrupted"
         raise
@@ -112,7 +278,7 @@ def _seed_everything(seed: int) -> None:
 
 @dataclass
 class _Setup:
-    """Everything built from the config before the run folder exists."""
+    """Everything built from the config before training starts."""
 
     train_iter: Any
     eval_iter: Any
@@ -121,7 +287,7 @@ class _Setup:
     mxnet_version: str
 
 
-def _prepare(config: Config, threads: dict[str, str]) -> _Setup:
+def _prepare(config: Config, threads: dict[str, str], vocab_file: Path | None = None) -> _Setup:
     import mxnet as mx
 
     from mxtrain.engine.bucketing import BucketingModule
@@ -135,7 +301,7 @@ def _prepare(config: Config, threads: dict[str, str]) -> _Setup:
 
     train_iter = build_data_iter(
         config.data.train,
-        DataContext(role="train", seed=seed, base_dir=base_dir),
+        DataContext(role="train", seed=seed, base_dir=base_dir, vocab_file=vocab_file),
         base_dir,
         "data.train",
     )
@@ -187,22 +353,24 @@ def _prepare(config: Config, threads: dict[str, str]) -> _Setup:
     return _Setup(train_iter, eval_iter, module, contexts, mx.__version__)
 
 
-def _train(config: Config, setup: _Setup, run: RunFolder, reporter: Reporter) -> FitSummary:
-    from mxtrain import checkpoint
-    from mxtrain.engine.loop import FitOptions, MetricSet, fit
+def _train(
+    config: Config,
+    setup: _Setup,
+    run: RunFolder,
+    reporter: Reporter,
+    resume_state: dict[str, Any] | None,
+) -> FitSummary:
+    from mxtrain.engine.loop import FitOptions, MetricSet, Position, fit
     from mxtrain.experiment import build_metric
 
-    vocab = getattr(setup.train_iter, "vocab", None)
-    if vocab is not None:
-        vocab.save(run.vocab_file)
-    prefix = config.checkpoint.prefix
-    checkpoint.save_symbol(setup.module, run, prefix)
     data_info = setup.train_iter.data_info
     fit_cfg = config.fit
 
     def metric_factory() -> MetricSet:
         return MetricSet([build_metric(n, data_info, config.base_dir) for n in fit_cfg.metrics])
 
+    stops = StopRequests()
+    position = Position.from_json(resume_state["position"]) if resume_state else None
     options = FitOptions(
         num_epoch=fit_cfg.num_epoch,
         log_interval=fit_cfg.log_interval,
@@ -211,24 +379,17 @@ def _train(config: Config, setup: _Setup, run: RunFolder, reporter: Reporter) ->
         eval_max_batches=fit_cfg.eval_max_batches,
         seed=config.experiment.seed,
         metric_factory=metric_factory,
+        resume_from=position,
+        should_stop=stops.requested,
     )
     summary = FitSummary(run=run)
-    metrics_log = MetricsLog(run.metrics_file)
-    hooks = _RunHooks(
-        setup.module,
-        run,
-        prefix,
-        config.checkpoint.period,
-        options,
-        reporter,
-        metrics_log,
-        summary,
-    )
-    try:
-        fit(setup.module, setup.train_iter, options, eval_iter=setup.eval_iter, hooks=hooks)
-    finally:
-        reporter.end_epoch()
-        metrics_log.close()
+    hooks = _RunHooks(config, setup, run, reporter, summary, resume_state)
+    with MetricsLog(run.metrics_file) as metrics_log, stops:
+        hooks.metrics_log = metrics_log
+        try:
+            fit(setup.module, setup.train_iter, options, eval_iter=setup.eval_iter, hooks=hooks)
+        finally:
+            reporter.end_epoch()
     return summary
 
 
@@ -243,30 +404,69 @@ def _count_parameters(module: Any) -> int:
     return int(sum(v.size for v in arg_params.values()))
 
 
+def _better(metric: str, mode: str, value: float, best: float | None) -> bool:
+    if best is None:
+        return True
+    lower = metric in LOWER_IS_BETTER if mode == "auto" else mode == "min"
+    return value < best if lower else value > best
+
+
 class _RunHooks:
     """Fit-loop callbacks that feed the progress display, metrics.jsonl and checkpoints."""
 
     def __init__(
         self,
-        module: Any,
+        config: Config,
+        setup: _Setup,
         run: RunFolder,
-        prefix: str,
-        period: int,
-        options: Any,
         reporter: Reporter,
-        metrics_log: MetricsLog,
         summary: FitSummary,
+        resume_state: dict[str, Any] | None,
     ) -> None:
-        self.module = module
+        self.config = config
+        self.module = setup.module
+        self.bucket_keys = getattr(setup.train_iter, "buckets", None)
         self.run = run
-        self.prefix = prefix
-        self.period = period
-        self.options = options
         self.reporter = reporter
-        self.metrics_log = metrics_log
         self.summary = summary
-        self.best: dict[str, float] = {}
+        self.metrics_log: MetricsLog | None = None
+        state = resume_state or {}
+        self.best: dict[str, Any] | None = state.get("best")
 
+    # --- checkpoints --------------------------------------------------------------------
+    def _save(self, position: Any) -> Any:
+        from mxtrain import checkpoint
+
+        ckpt_cfg = self.config.checkpoint
+        state = {
+            "position": position.to_json(),
+            "best": self.best,
+            "seed": self.config.experiment.seed,
+        }
+        saved = checkpoint.save_checkpoint(
+            self.run,
+            self.module,
+            prefix=ckpt_cfg.prefix,
+            epoch=position.epoch,
+            batch=position.batch,
+            state=state,
+            bucket_keys=self.bucket_keys,
+        )
+        protect = [self.best["tag"]] if self.best else []
+        checkpoint.prune_checkpoints(
+            self.run, prefix=ckpt_cfg.prefix, keep_last=ckpt_cfg.keep_last, protect=protect
+        )
+        return saved
+
+    def on_stop(self, position: Any) -> None:
+        saved = self._save(position)
+        log.warning(
+            "stop requested: saved checkpoint %s; resume with `mxtrain resume %s`",
+            saved.tag,
+            self.run.path,
+        )
+
+    # --- loop events --------------------------------------------------------------------
     def on_epoch_start(self, epoch: int, num_batches: int | None) -> None:
         self.reporter.start_epoch(epoch, num_batches)
 
@@ -275,6 +475,7 @@ class _RunHooks:
         self.reporter.interval(
             record.epoch, record.batch, record.samples_per_s, record.tokens_per_s, record.metrics
         )
+        assert self.metrics_log is not None
         self.metrics_log.write(
             {
                 "event": "interval",
@@ -288,6 +489,8 @@ class _RunHooks:
         )
 
     def on_epoch_end(self, result: Any) -> None:
+        from mxtrain.engine.loop import Position
+
         self.reporter.end_epoch()
         train = result.train
         entry: dict[str, Any] = {
@@ -304,12 +507,28 @@ class _RunHooks:
             "eval_seconds": _round(result.eval_seconds),
             "lr": train.lr,
         }
+        ckpt_cfg = self.config.checkpoint
+        new_best = False
+        metric = ckpt_cfg.best_metric
+        if metric and result.eval and metric in result.eval:
+            value = result.eval[metric]
+            best_so_far = self.best["value"] if self.best else None
+            if _better(metric, ckpt_cfg.best_mode, value, best_so_far):
+                new_best = True
+                self.best = {"metric": metric, "value": value, "epoch": result.epoch, "tag": None}
+        last = result.epoch == self.config.fit.num_epoch
         saved = None
-        if result.epoch % self.period == 0 or result.epoch == self.options.num_epoch:
-            from mxtrain import checkpoint
+        if new_best or last or result.epoch % ckpt_cfg.period == 0:
+            if new_best and self.best is not None:
+                from mxtrain.checkpoint import checkpoint_tag
 
-            saved = checkpoint.save_params(self.module, self.run, self.prefix, result.epoch)
-            entry["checkpoint"] = saved.name
+                self.best["tag"] = checkpoint_tag(result.epoch, 0)
+            saved = self._save(Position(result.epoch, 0, {}, [0, 0, 0]))
+            entry["checkpoint"] = saved.tag
+            if new_best:
+                atomic_write_text(self.run.path / "checkpoints" / "best", saved.tag + "\n")
+                entry["best"] = True
+        assert self.metrics_log is not None
         self.metrics_log.write(entry)
         self.summary.epochs.append(entry)
         speed = f"{train.samples_per_s:,.0f} samples/s"
@@ -324,7 +543,7 @@ class _RunHooks:
         if train.lr is not None:
             line += f" | lr {train.lr:.4g}"
         if saved is not None:
-            line += f" | saved {saved.name}"
+            line += f" | saved {saved.tag}" + (" (best)" if new_best else "")
         log.info(line)
 
 

@@ -23,6 +23,9 @@ EPILOG = """\b
 Examples:
   mxtrain fit configs/ptb_lstm.yaml
   mxtrain fit configs/ptb_lstm.yaml --set optimizer.learning_rate=0.5 --set fit.num_epoch=2
+  mxtrain resume runs/ptb_lstm
+  mxtrain score runs/ptb_lstm
+  mxtrain predict --checkpoint runs/ptb_lstm --input sents.txt --output preds.jsonl
   mxtrain check configs/ptb_lstm.yaml --explain
   mxtrain list models
 
@@ -72,9 +75,12 @@ def handle_errors(func: F) -> F:
 
 
 def _register_commands() -> None:
-    from mxtrain.cli import check, fit, listing
+    from mxtrain.cli import check, fit, listing, predict, resume, score
 
     cli.add_command(fit.fit_command)
+    cli.add_command(resume.resume_command)
+    cli.add_command(score.score_command)
+    cli.add_command(predict.predict_command)
     cli.add_command(check.check_command)
     cli.add_command(listing.list_command)
 

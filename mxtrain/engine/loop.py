@@ -20,7 +20,7 @@ import mxnet as mx
 
 from mxtrain.engine.bucketing import BucketingModule
 from mxtrain.engine.prefetch import PrefetchIter
-from mxtrain.errors import DivergedError
+from mxtrain.errors import DivergedError, PreemptedError
 
 
 class Metric(Protocol):
@@ -33,6 +33,8 @@ class Metric(Protocol):
     def get_interval(self) -> dict[str, float]: ...
     def reset(self) -> None: ...
     def reset_interval(self) -> None: ...
+    def get_state(self) -> Any: ...
+    def set_state(self, state: Any) -> None: ...
 
 
 class MetricSet:
@@ -64,6 +66,15 @@ class MetricSet:
     def reset_interval(self) -> None:
         for metric in self.metrics:
             metric.reset_interval()
+
+    def get_state(self) -> dict[str, Any]:
+        """Running sums of every metric, JSON-able (synchronises)."""
+        return {m.name: m.get_state() for m in self.metrics}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``get_state`` returned."""
+        for metric in self.metrics:
+            metric.set_state(state[metric.name])
 
 
 def batch_seed(seed: int, epoch: int, batch: int) -> int:
@@ -97,6 +108,28 @@ class IntervalRecord:
 
 
 @dataclass
+class Position:
+    """Where training stands inside an epoch: enough to continue exactly from here."""
+
+    epoch: int  # 0-based index of the epoch in progress
+    batch: int  # batches of that epoch already trained
+    metrics: dict[str, Any]  # MetricSet.get_state()
+    totals: list[int]  # [samples, tokens, batches] of the epoch so far
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "batch": self.batch,
+            "metrics": self.metrics,
+            "totals": list(self.totals),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Position:
+        return cls(int(data["epoch"]), int(data["batch"]), data["metrics"], list(data["totals"]))
+
+
+@dataclass
 class EpochResult:
     """What one epoch produced."""
 
@@ -118,6 +151,9 @@ class FitHooks(Protocol):
     def on_epoch_end(self, result: EpochResult) -> None:
         """Called after the epoch and its evaluation."""
 
+    def on_stop(self, position: Position) -> None:
+        """Called when a stop was requested, after the current batch; save a checkpoint."""
+
 
 class NoHooks:
     """Fit-loop callbacks that do nothing."""
@@ -129,6 +165,9 @@ class NoHooks:
         pass
 
     def on_epoch_end(self, result: EpochResult) -> None:
+        pass
+
+    def on_stop(self, position: Position) -> None:
         pass
 
 
@@ -144,6 +183,8 @@ class FitOptions:
     eval_max_batches: int | None = None
     seed: int = 1
     metric_factory: Callable[[], MetricSet] = field(default=lambda: MetricSet([]))
+    resume_from: Position | None = None  # continue inside an epoch (mid-epoch checkpoint)
+    should_stop: Callable[[], bool] = field(default=lambda: False)  # polled after each batch
 
 
 def _batches(data_iter: Any, prefetch: int) -> tuple[Iterator[Any], Callable[[], None]]:
@@ -214,22 +255,37 @@ def fit(
     eval_iter: Any = None,
     hooks: FitHooks | None = None,
 ) -> list[EpochResult]:
-    """Train ``module`` (bound, initialized, optimizer ready) for the configured epochs."""
+    """Train ``module`` (bound, initialized, optimizer ready) for the configured epochs.
+
+    With ``options.resume_from`` the first epoch continues where that position left off:
+    the same batch order (it depends only on seed and epoch), the batches already trained
+    skipped, and the metric sums restored. Raises PreemptedError after ``hooks.on_stop``
+    when ``options.should_stop()`` turns true.
+    """
     hooks = hooks or NoHooks()
     metrics = options.metric_factory()
     results = []
-    for epoch_index in range(options.begin_epoch, options.num_epoch):
+    resume = options.resume_from
+    first_epoch = resume.epoch if resume is not None else options.begin_epoch
+    for epoch_index in range(first_epoch, options.num_epoch):
         epoch = epoch_index + 1
         if hasattr(train_iter, "set_epoch"):
             train_iter.set_epoch(epoch_index)
         train_iter.reset()
         metrics.reset()
+        start = resume if resume is not None and resume.epoch == epoch_index else None
+        if start is not None and start.batch == 0:
+            start = None  # an epoch-end checkpoint: this epoch starts from scratch
+        if start is not None:
+            for _ in range(start.batch):  # host-side only: the iterator's next() is cheap
+                train_iter.next()
+            metrics.set_state(start.metrics)
         num_batches = getattr(train_iter, "num_batches", None)
         if options.max_batches_per_epoch is not None:
             limit = options.max_batches_per_epoch
             num_batches = min(num_batches, limit) if num_batches is not None else limit
         hooks.on_epoch_start(epoch, num_batches)
-        train_record = _train_epoch(module, train_iter, metrics, options, epoch, hooks)
+        train_record = _train_epoch(module, train_iter, metrics, options, epoch, hooks, start)
         result = EpochResult(epoch=epoch, train=train_record)
         if eval_iter is not None:
             started = time.perf_counter()
@@ -243,6 +299,12 @@ def fit(
             result.eval_seconds = time.perf_counter() - started
         hooks.on_epoch_end(result)
         results.append(result)
+        if epoch < options.num_epoch and options.should_stop():
+            hooks.on_stop(Position(epoch, 0, {}, [0, 0, 0]))  # the start of the next epoch
+            raise PreemptedError(
+                f"stopped on request after epoch {epoch}; its checkpoint was saved.",
+                hint="Continue with `mxtrain resume RUN_FOLDER`.",
+            )
     return results
 
 
@@ -253,19 +315,21 @@ def _train_epoch(
     options: FitOptions,
     epoch: int,
     hooks: FitHooks,
+    start: Position | None,
 ) -> IntervalRecord:
     limit = options.max_batches_per_epoch
     batches, release = _batches(train_iter, options.prefetch)
     epoch_start = interval_start = time.perf_counter()
-    totals = [0, 0, 0]  # samples, tokens, batches (whole epoch)
-    window = [0, 0, 0]  # the same, since the last log interval
+    # [samples, tokens, batches] of the whole epoch, and since the last log interval
+    totals = list(start.totals) if start is not None else [0, 0, 0]
+    window = [0, 0, 0]
     has_tokens = True
-    nbatch = 0
+    nbatch = start.batch if start is not None else 0
     try:
-        batch = next(batches, None)
+        batch = next(batches, None) if limit is None or nbatch < limit else None
         if batch is not None:
             module.prepare(batch)
-        while batch is not None and (limit is None or nbatch < limit):
+        while batch is not None:
             mx.random.seed(batch_seed(options.seed, epoch - 1, nbatch))
             module.forward_backward(batch)
             module.update()
@@ -300,6 +364,14 @@ def _train_epoch(
                 metrics.reset_interval()
                 window = [0, 0, 0]
                 interval_start = time.perf_counter()
+            if batch is not None and options.should_stop():
+                position = Position(epoch - 1, nbatch, metrics.get_state(), list(totals))
+                hooks.on_stop(position)
+                raise PreemptedError(
+                    f"stopped on request in epoch {epoch} after batch {nbatch}; a "
+                    "checkpoint of this exact point was saved.",
+                    hint="Continue with `mxtrain resume RUN_FOLDER`.",
+                )
     finally:
         release()
     values = metrics.get()
