@@ -54,7 +54,8 @@ def handle_errors(func: F) -> F:
         except MxtrainError as exc:
             if debug:
                 traceback.print_exc()
-            click.echo(f"error: {exc}", err=True)
+            label = "stopped" if exc.exit_code == ExitCode.PREEMPTED else "error"
+            click.echo(f"{label}: {exc}", err=True)
             sys.exit(int(exc.exit_code))
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
