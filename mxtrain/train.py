@@ -46,6 +46,7 @@ class FitSummary:
 
     run: RunFolder
     epochs: list[dict[str, Any]] = field(default_factory=list)
+    stop_reason: str | None = None  # max_updates, max_time or early_stopping when early
 
     @property
     def final_eval(self) -> dict[str, float] | None:
@@ -158,12 +159,7 @@ def resume_experiment(
     from mxtrain.engine.loop import Position
 
     position = Position.from_json(loaded.state["position"])
-    if position.epoch >= config.fit.num_epoch and position.batch == 0:
-        raise ConfigError(
-            f"{run.path} has already trained {position.epoch} epoch(s), which is "
-            f"fit.num_epoch ({config.fit.num_epoch}); there is nothing to resume.",
-            hint=f"Extend it with --set fit.num_epoch={position.epoch + 1} (or more).",
-        )
+    _check_something_left(run, config, position)
 
     threads = configure_threads(config.context)
     try:
@@ -199,6 +195,29 @@ def resume_experiment(
     return _supervise(config, setup, run, reporter, resume_state=loaded.state)
 
 
+def _check_something_left(run: RunFolder, config: Config, position: Any) -> None:
+    """Refuse a resume whose limits are already reached, saying which key to raise."""
+    fit_cfg = config.fit
+    if position.epoch >= fit_cfg.num_epoch and position.batch == 0:
+        raise ConfigError(
+            f"{run.path} has already trained {position.epoch} epoch(s), which is "
+            f"fit.num_epoch ({fit_cfg.num_epoch}); there is nothing to resume.",
+            hint=f"Extend it with --set fit.num_epoch={position.epoch + 1} (or more).",
+        )
+    if fit_cfg.max_updates is not None and position.updates >= fit_cfg.max_updates:
+        raise ConfigError(
+            f"{run.path} has already made {position.updates} updates, which is "
+            f"fit.max_updates ({fit_cfg.max_updates}); there is nothing to resume.",
+            hint=f"Raise it, e.g. --set fit.max_updates={2 * fit_cfg.max_updates}.",
+        )
+    if fit_cfg.max_time is not None and position.seconds >= fit_cfg.max_time:
+        raise ConfigError(
+            f"{run.path} has already trained {position.seconds:.0f}s, which is "
+            f"fit.max_time ({fit_cfg.max_time}s); there is nothing to resume.",
+            hint="Raise fit.max_time with --set, or set it to null.",
+        )
+
+
 def _existing_run(path: Path) -> RunFolder:
     run = RunFolder(path)
     if not path.is_dir():
@@ -224,7 +243,7 @@ def _truncate_metrics(run: RunFolder, position: Any) -> None:
         epoch = record.get("epoch")
         if record.get("event") == "epoch":
             return isinstance(epoch, int) and epoch <= done
-        if record.get("event") == "interval":
+        if record.get("event") in ("interval", "eval"):
             if not isinstance(epoch, int):
                 return False
             return epoch <= done or (epoch == done + 1 and record.get("batch", 0) <= position.batch)
@@ -249,6 +268,7 @@ def _supervise(
     try:
         summary = _train(config, setup, run, reporter, resume_state)
         status = "finished"
+        run.write_status(stop_reason=summary.stop_reason)
         return summary
     except PreemptedError:
         status = "preempted"
@@ -360,7 +380,7 @@ def _train(
     reporter: Reporter,
     resume_state: dict[str, Any] | None,
 ) -> FitSummary:
-    from mxtrain.engine.loop import FitOptions, MetricSet, Position, fit
+    from mxtrain.engine.loop import EarlyStopper, FitOptions, MetricSet, Position, fit
     from mxtrain.experiment import build_metric
 
     data_info = setup.train_iter.data_info
@@ -369,6 +389,11 @@ def _train(
     def metric_factory() -> MetricSet:
         return MetricSet([build_metric(n, data_info, config.base_dir) for n in fit_cfg.metrics])
 
+    early = fit_cfg.early_stopping
+    stopper = None
+    if early is not None:
+        lower = _lower_is_better(early.metric, early.mode)
+        stopper = EarlyStopper(early.metric, early.patience, lower, early.min_delta)
     stops = StopRequests()
     position = Position.from_json(resume_state["position"]) if resume_state else None
     options = FitOptions(
@@ -381,15 +406,23 @@ def _train(
         metric_factory=metric_factory,
         resume_from=position,
         should_stop=stops.requested,
+        eval_interval=fit_cfg.eval_interval,
+        max_updates=fit_cfg.max_updates,
+        max_time=fit_cfg.max_time,
+        early_stopping=stopper,
     )
     summary = FitSummary(run=run)
     hooks = _RunHooks(config, setup, run, reporter, summary, resume_state)
     with MetricsLog(run.metrics_file) as metrics_log, stops:
         hooks.metrics_log = metrics_log
         try:
-            fit(setup.module, setup.train_iter, options, eval_iter=setup.eval_iter, hooks=hooks)
+            results = fit(
+                setup.module, setup.train_iter, options, eval_iter=setup.eval_iter, hooks=hooks
+            )
         finally:
             reporter.end_epoch()
+    if results and results[-1].finished is not None:
+        summary.stop_reason = results[-1].finished
     return summary
 
 
@@ -404,11 +437,14 @@ def _count_parameters(module: Any) -> int:
     return int(sum(v.size for v in arg_params.values()))
 
 
+def _lower_is_better(metric: str, mode: str) -> bool:
+    return metric in LOWER_IS_BETTER if mode == "auto" else mode == "min"
+
+
 def _better(metric: str, mode: str, value: float, best: float | None) -> bool:
     if best is None:
         return True
-    lower = metric in LOWER_IS_BETTER if mode == "auto" else mode == "min"
-    return value < best if lower else value > best
+    return value < best if _lower_is_better(metric, mode) else value > best
 
 
 class _RunHooks:
@@ -488,9 +524,20 @@ class _RunHooks:
             }
         )
 
-    def on_epoch_end(self, result: Any) -> None:
-        from mxtrain.engine.loop import Position
+    def on_eval(self, epoch: int, batch: int, values: dict[str, float], seconds: float) -> None:
+        assert self.metrics_log is not None
+        self.metrics_log.write(
+            {
+                "event": "eval",
+                "epoch": epoch,
+                "batch": batch,
+                "eval": values,
+                "eval_seconds": round(seconds, 3),
+            }
+        )
+        log.info("epoch %d batch %d eval %s", epoch, batch, format_metrics(values))
 
+    def on_epoch_end(self, result: Any) -> None:
         self.reporter.end_epoch()
         train = result.train
         entry: dict[str, Any] = {
@@ -507,6 +554,10 @@ class _RunHooks:
             "eval_seconds": _round(result.eval_seconds),
             "lr": train.lr,
         }
+        if result.partial:
+            entry["partial"] = True
+        if result.finished:
+            entry["finished"] = result.finished
         ckpt_cfg = self.config.checkpoint
         new_best = False
         metric = ckpt_cfg.best_metric
@@ -516,14 +567,15 @@ class _RunHooks:
             if _better(metric, ckpt_cfg.best_mode, value, best_so_far):
                 new_best = True
                 self.best = {"metric": metric, "value": value, "epoch": result.epoch, "tag": None}
-        last = result.epoch == self.config.fit.num_epoch
+        last = result.epoch == self.config.fit.num_epoch or result.finished is not None
         saved = None
         if new_best or last or result.epoch % ckpt_cfg.period == 0:
+            position = result.position
             if new_best and self.best is not None:
                 from mxtrain.checkpoint import checkpoint_tag
 
-                self.best["tag"] = checkpoint_tag(result.epoch, 0)
-            saved = self._save(Position(result.epoch, 0, {}, [0, 0, 0]))
+                self.best["tag"] = checkpoint_tag(position.epoch, position.batch)
+            saved = self._save(position)
             entry["checkpoint"] = saved.tag
             if new_best:
                 atomic_write_text(self.run.path / "checkpoints" / "best", saved.tag + "\n")
@@ -545,6 +597,13 @@ class _RunHooks:
         if saved is not None:
             line += f" | saved {saved.tag}" + (" (best)" if new_best else "")
         log.info(line)
+        if result.finished is not None:
+            reasons = {
+                "max_updates": f"fit.max_updates ({self.config.fit.max_updates}) reached",
+                "max_time": f"fit.max_time ({self.config.fit.max_time}s) reached",
+                "early_stopping": "no improvement for fit.early_stopping.patience evaluations",
+            }
+            log.info("training ends early: %s", reasons.get(result.finished, result.finished))
 
 
 def _round(value: float | None) -> float | None:

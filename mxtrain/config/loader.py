@@ -903,6 +903,27 @@ class _Builder:
                 "kvstore.type nccl needs context.devices: gpu (NCCL only reduces on GPUs)",
                 hint="Use kvstore.type local or device on CPUs.",
             )
+        early = config.fit.early_stopping
+        if early is not None:
+            if config.data.eval is None:
+                self.fail(
+                    ("fit", "early_stopping"),
+                    "fit.early_stopping needs evaluation data, but data.eval is not set",
+                    hint="Add a data.eval section, or remove fit.early_stopping.",
+                )
+            if early.metric not in config.fit.metrics:
+                self.fail(
+                    ("fit", "early_stopping", "metric"),
+                    f"fit.early_stopping.metric {early.metric!r} is not one of fit.metrics "
+                    f"({', '.join(config.fit.metrics)})",
+                    hint="Pick one of fit.metrics, or add it there.",
+                )
+        if config.fit.eval_interval is not None and config.data.eval is None:
+            self.fail(
+                ("fit", "eval_interval"),
+                "fit.eval_interval needs evaluation data, but data.eval is not set",
+                hint="Add a data.eval section, or remove fit.eval_interval.",
+            )
         best = config.checkpoint.best_metric
         if best is not None:
             if config.data.eval is None:

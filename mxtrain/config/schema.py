@@ -804,6 +804,30 @@ class InitializerSection:
 
 
 @dataclass(frozen=True)
+class EarlyStoppingSection:
+    """Stop training when an eval metric stops improving."""
+
+    metric: str = field(
+        default="perplexity", metadata={"doc": "eval metric to watch (one of fit.metrics)"}
+    )
+    patience: int = field(
+        default=3,
+        metadata={"doc": "evaluations in a row without improvement before training stops"},
+    )
+    mode: Literal["auto", "min", "max"] = field(
+        default="auto",
+        metadata={"doc": "lower or higher is better; auto: lower for perplexity/loss/errors"},
+    )
+    min_delta: float = field(
+        default=0.0, metadata={"doc": "smallest change that counts as an improvement"}
+    )
+
+    def __post_init__(self) -> None:
+        _at_least("patience", self.patience, 1)
+        _at_least("min_delta", self.min_delta, 0.0)
+
+
+@dataclass(frozen=True)
 class FitSection:
     """The training loop."""
 
@@ -824,13 +848,16 @@ class FitSection:
     )
     fixed_params: tuple[str, ...] = field(
         default=(),
-        metadata={"doc": "parameters whose name contains one of these strings are not trained"},
+        metadata={
+            "doc": "glob patterns (fnmatch) of parameter names that are not trained, e.g. "
+            "'embed_*'; a pattern that matches nothing is an error"
+        },
     )
     fixed_params_exclude: tuple[str, ...] = field(
         default=(),
         metadata={
-            "doc": "...unless their name also contains one of these (un-freezes part of "
-            "fixed_params)"
+            "doc": "glob patterns of parameters to train even though fixed_params matches "
+            "them (un-freezes part of fixed_params)"
         },
     )
     prefetch: int = field(
@@ -850,8 +877,34 @@ class FitSection:
         },
     )
 
+    eval_interval: int | None = field(
+        default=None,
+        metadata={
+            "doc": "also evaluate every N training batches (null: only after each epoch); "
+            "each evaluation is a metrics.jsonl 'eval' record and counts for early_stopping"
+        },
+    )
+    early_stopping: EarlyStoppingSection | None = field(
+        default=None,
+        metadata={"doc": "stop when an eval metric stops improving (needs data.eval)"},
+    )
+    max_updates: int | None = field(
+        default=None,
+        metadata={
+            "doc": "stop after this many parameter updates in all (a checkpoint of that point "
+            "is saved; resume with a larger value continues)"
+        },
+    )
+    max_time: float | None = field(
+        default=None,
+        metadata={"doc": "stop after this many seconds of training in all (resumes included)"},
+    )
+
     def __post_init__(self) -> None:
         _at_least("num_epoch", self.num_epoch, 1)
+        _at_least("eval_interval", self.eval_interval, 1)
+        _at_least("max_updates", self.max_updates, 1)
+        _at_least("max_time", self.max_time, 0.001)
         _at_least("log_interval", self.log_interval, 1)
         _at_least("prefetch", self.prefetch, 0)
         _at_least("max_batches_per_epoch", self.max_batches_per_epoch, 1)

@@ -109,12 +109,15 @@ class IntervalRecord:
 
 @dataclass
 class Position:
-    """Where training stands inside an epoch: enough to continue exactly from here."""
+    """Where training stands: enough to continue exactly from here."""
 
-    epoch: int  # 0-based index of the epoch in progress
+    epoch: int  # 0-based index of the epoch in progress (= epochs completed when batch is 0)
     batch: int  # batches of that epoch already trained
-    metrics: dict[str, Any]  # MetricSet.get_state()
+    metrics: dict[str, Any]  # MetricSet.get_state() of the epoch in progress
     totals: list[int]  # [samples, tokens, batches] of the epoch so far
+    updates: int = 0  # parameter updates since the run began
+    seconds: float = 0.0  # training time since the run began (resumes included)
+    early_stopping: dict[str, Any] | None = None  # EarlyStopper.get_state()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -122,21 +125,73 @@ class Position:
             "batch": self.batch,
             "metrics": self.metrics,
             "totals": list(self.totals),
+            "updates": self.updates,
+            "seconds": self.seconds,
+            "early_stopping": self.early_stopping,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Position:
-        return cls(int(data["epoch"]), int(data["batch"]), data["metrics"], list(data["totals"]))
+        return cls(
+            int(data["epoch"]),
+            int(data["batch"]),
+            data["metrics"],
+            list(data["totals"]),
+            int(data.get("updates", 0)),
+            float(data.get("seconds", 0.0)),
+            data.get("early_stopping"),
+        )
+
+
+class EarlyStopper:
+    """Counts evaluations without improvement of one metric."""
+
+    def __init__(self, metric: str, patience: int, lower_is_better: bool, min_delta: float):
+        self.metric = metric
+        self.patience = patience
+        self.lower_is_better = lower_is_better
+        self.min_delta = min_delta
+        self.best: float | None = None
+        self.bad = 0
+
+    def update(self, values: dict[str, float]) -> bool:
+        """Record one evaluation; True when patience has run out."""
+        value = values[self.metric]
+        if self.best is None:
+            improved = True
+        elif self.lower_is_better:
+            improved = value < self.best - self.min_delta
+        else:
+            improved = value > self.best + self.min_delta
+        if improved:
+            self.best, self.bad = value, 0
+        else:
+            self.bad += 1
+        return self.bad >= self.patience
+
+    def get_state(self) -> dict[str, Any]:
+        return {"best": self.best, "bad": self.bad}
+
+    def set_state(self, state: dict[str, Any] | None) -> None:
+        state = state or {}
+        self.best = state.get("best")
+        self.bad = int(state.get("bad", 0))
 
 
 @dataclass
 class EpochResult:
-    """What one epoch produced."""
+    """What one epoch (or the part of it trained before training ended) produced."""
 
     epoch: int  # 1-based
     train: IntervalRecord
+    position: Position  # where training stands after this epoch (or partial epoch)
     eval: dict[str, float] | None = None
     eval_seconds: float | None = None
+    finished: str | None = None  # why training ends here: max_updates, max_time, early_stopping
+
+    @property
+    def partial(self) -> bool:
+        return self.position.batch > 0
 
 
 class FitHooks(Protocol):
@@ -148,8 +203,11 @@ class FitHooks(Protocol):
     def on_interval(self, record: IntervalRecord) -> None:
         """Called every ``log_interval`` batches with the interval's statistics."""
 
+    def on_eval(self, epoch: int, batch: int, values: dict[str, float], seconds: float) -> None:
+        """Called after an evaluation inside an epoch (``fit.eval_interval``)."""
+
     def on_epoch_end(self, result: EpochResult) -> None:
-        """Called after the epoch and its evaluation."""
+        """Called after the epoch (or the last, partial one) and its evaluation."""
 
     def on_stop(self, position: Position) -> None:
         """Called when a stop was requested, after the current batch; save a checkpoint."""
@@ -162,6 +220,9 @@ class NoHooks:
         pass
 
     def on_interval(self, record: IntervalRecord) -> None:
+        pass
+
+    def on_eval(self, epoch: int, batch: int, values: dict[str, float], seconds: float) -> None:
         pass
 
     def on_epoch_end(self, result: EpochResult) -> None:
@@ -185,6 +246,10 @@ class FitOptions:
     metric_factory: Callable[[], MetricSet] = field(default=lambda: MetricSet([]))
     resume_from: Position | None = None  # continue inside an epoch (mid-epoch checkpoint)
     should_stop: Callable[[], bool] = field(default=lambda: False)  # polled after each batch
+    eval_interval: int | None = None  # also evaluate every N batches
+    max_updates: int | None = None
+    max_time: float | None = None
+    early_stopping: EarlyStopper | None = None
 
 
 def _batches(data_iter: Any, prefetch: int) -> tuple[Iterator[Any], Callable[[], None]]:
@@ -259,13 +324,17 @@ def fit(
 
     With ``options.resume_from`` the first epoch continues where that position left off:
     the same batch order (it depends only on seed and epoch), the batches already trained
-    skipped, and the metric sums restored. Raises PreemptedError after ``hooks.on_stop``
-    when ``options.should_stop()`` turns true.
+    skipped, and the metric sums, counters and early-stopping state restored. Training ends
+    early (``EpochResult.finished``) on max_updates, max_time or early stopping. Raises
+    PreemptedError after ``hooks.on_stop`` when ``options.should_stop()`` turns true.
     """
     hooks = hooks or NoHooks()
     metrics = options.metric_factory()
     results = []
     resume = options.resume_from
+    run = _RunCounters(resume)
+    if options.early_stopping is not None and resume is not None:
+        options.early_stopping.set_state(resume.early_stopping)
     first_epoch = resume.epoch if resume is not None else options.begin_epoch
     for epoch_index in range(first_epoch, options.num_epoch):
         epoch = epoch_index + 1
@@ -285,27 +354,62 @@ def fit(
             limit = options.max_batches_per_epoch
             num_batches = min(num_batches, limit) if num_batches is not None else limit
         hooks.on_epoch_start(epoch, num_batches)
-        train_record = _train_epoch(module, train_iter, metrics, options, epoch, hooks, start)
-        result = EpochResult(epoch=epoch, train=train_record)
+        record, position, finished = _train_epoch(
+            module, train_iter, metrics, options, epoch, hooks, start, run, eval_iter
+        )
+        result = EpochResult(epoch=epoch, train=record, position=position, finished=finished)
         if eval_iter is not None:
-            started = time.perf_counter()
-            result.eval = score(
-                module,
-                eval_iter,
-                options.metric_factory(),
-                max_batches=options.eval_max_batches,
-                prefetch=options.prefetch,
-            )
-            result.eval_seconds = time.perf_counter() - started
+            result.eval, result.eval_seconds = _evaluate(module, eval_iter, options)
+            stopper = options.early_stopping
+            if stopper is not None and result.finished is None and stopper.update(result.eval):
+                result.finished = "early_stopping"
+            if stopper is not None:
+                position.early_stopping = stopper.get_state()
         hooks.on_epoch_end(result)
         results.append(result)
+        if result.finished is not None:
+            break
         if epoch < options.num_epoch and options.should_stop():
-            hooks.on_stop(Position(epoch, 0, {}, [0, 0, 0]))  # the start of the next epoch
+            hooks.on_stop(position)  # the start of the next epoch
             raise PreemptedError(
                 f"stopped on request after epoch {epoch}; its checkpoint was saved.",
                 hint="Continue with `mxtrain resume RUN_FOLDER`.",
             )
     return results
+
+
+def _evaluate(
+    module: BucketingModule, eval_iter: Any, options: FitOptions
+) -> tuple[dict[str, float], float]:
+    started = time.perf_counter()
+    values = score(
+        module,
+        eval_iter,
+        options.metric_factory(),
+        max_batches=options.eval_max_batches,
+        prefetch=options.prefetch,
+    )
+    return values, time.perf_counter() - started
+
+
+class _RunCounters:
+    """Updates and training seconds since the run began, across resumes."""
+
+    def __init__(self, resume: Position | None) -> None:
+        self.updates = resume.updates if resume is not None else 0
+        self._seconds_before = resume.seconds if resume is not None else 0.0
+        self._started = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        return self._seconds_before + time.perf_counter() - self._started
+
+    def limit_reached(self, options: FitOptions) -> str | None:
+        if options.max_updates is not None and self.updates >= options.max_updates:
+            return "max_updates"
+        if options.max_time is not None and self.seconds >= options.max_time:
+            return "max_time"
+        return None
 
 
 def _train_epoch(
@@ -316,7 +420,9 @@ def _train_epoch(
     epoch: int,
     hooks: FitHooks,
     start: Position | None,
-) -> IntervalRecord:
+    run: _RunCounters,
+    eval_iter: Any,
+) -> tuple[IntervalRecord, Position, str | None]:
     limit = options.max_batches_per_epoch
     batches, release = _batches(train_iter, options.prefetch)
     epoch_start = interval_start = time.perf_counter()
@@ -325,6 +431,20 @@ def _train_epoch(
     window = [0, 0, 0]
     has_tokens = True
     nbatch = start.batch if start is not None else 0
+    finished: str | None = None
+
+    def position(batch_index: int, epoch_state: dict[str, Any]) -> Position:
+        stopper = options.early_stopping
+        return Position(
+            epoch - 1,
+            batch_index,
+            epoch_state,
+            list(totals),
+            run.updates,
+            run.seconds,
+            stopper.get_state() if stopper is not None else None,
+        )
+
     try:
         batch = next(batches, None) if limit is None or nbatch < limit else None
         if batch is not None:
@@ -333,6 +453,7 @@ def _train_epoch(
             mx.random.seed(batch_seed(options.seed, epoch - 1, nbatch))
             module.forward_backward(batch)
             module.update()
+            run.updates += 1
             upcoming = next(batches, None) if limit is None or nbatch + 1 < limit else None
             if upcoming is not None:
                 module.prepare(upcoming)  # bind its bucket while this batch computes
@@ -364,9 +485,23 @@ def _train_epoch(
                 metrics.reset_interval()
                 window = [0, 0, 0]
                 interval_start = time.perf_counter()
-            if batch is not None and options.should_stop():
-                position = Position(epoch - 1, nbatch, metrics.get_state(), list(totals))
-                hooks.on_stop(position)
+            if batch is None:
+                break  # the epoch is complete: limits and evaluation are handled after it
+            if (
+                eval_iter is not None
+                and options.eval_interval
+                and (nbatch % options.eval_interval == 0)
+            ):
+                values, seconds = _evaluate(module, eval_iter, options)
+                hooks.on_eval(epoch, nbatch, values, seconds)
+                stopper = options.early_stopping
+                if stopper is not None and stopper.update(values):
+                    finished = "early_stopping"
+            finished = finished or run.limit_reached(options)
+            if finished is not None:
+                break
+            if options.should_stop():
+                hooks.on_stop(position(nbatch, metrics.get_state()))
                 raise PreemptedError(
                     f"stopped on request in epoch {epoch} after batch {nbatch}; a "
                     "checkpoint of this exact point was saved.",
@@ -376,7 +511,7 @@ def _train_epoch(
         release()
     values = metrics.get()
     _check_finite(values, epoch, nbatch)
-    return IntervalRecord(
+    record = IntervalRecord(
         epoch=epoch,
         batch=nbatch,
         batches=totals[2],
@@ -386,3 +521,9 @@ def _train_epoch(
         metrics=values,
         lr=_current_lr(module),
     )
+    if finished is not None:  # stopped inside the epoch: continue from this batch later
+        return record, position(nbatch, metrics.get_state()), finished
+    finished = run.limit_reached(options)
+    end = position(0, {})
+    end.epoch, end.totals = epoch, [0, 0, 0]
+    return record, end, finished
