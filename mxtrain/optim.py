@@ -62,7 +62,10 @@ def optimizer_arguments(spec: Any) -> tuple[str, dict[str, Any]]:
     """(optimizer name, keyword parameters) for ``BucketingModule.init_optimizer``.
 
     ``rescale_grad: auto`` is left out so the module sets it to 1/batch size, as MXNet does.
+    Importing mxtrain.optimizers registers the optimizers mxtrain adds (adamw).
     """
+    import mxtrain.optimizers  # noqa: F401
+
     params: dict[str, Any] = {"learning_rate": spec.learning_rate, "wd": spec.wd}
     if spec.clip_gradient is not None:
         params["clip_gradient"] = spec.clip_gradient

@@ -1,4 +1,4 @@
-"""``mxtrain list``: the built-in models, iterators and metrics."""
+"""``mxtrain list``: the built-in models, iterators, metrics, optimizers and initializers."""
 
 from __future__ import annotations
 
@@ -6,18 +6,31 @@ import click
 
 from mxtrain.cli.main import handle_errors
 
+KINDS = ["models", "iterators", "metrics", "optimizers", "initializers", "all"]
 
-@click.command("list", epilog="Example:\n\n  mxtrain list models")
-@click.argument("kind", type=click.Choice(["models", "iterators", "metrics", "all"]), default="all")
+
+@click.command(
+    "list",
+    epilog="\b\nExamples:\n  mxtrain list models\n  mxtrain list optimizers",
+)
+@click.argument("kind", type=click.Choice(KINDS), default="all")
 @handle_errors
 def list_command(kind: str) -> None:
-    """List registered built-ins (KIND: models, iterators, metrics or all)."""
+    """List what a config can name (KIND: models, iterators, metrics, optimizers,
+    initializers or all). MXNet is not imported."""
+    from mxtrain.config.schema import INITIALIZERS, OPTIMIZERS
     from mxtrain.registry import ITERATORS, METRICS, MODELS
 
-    registries = {"models": MODELS, "iterators": ITERATORS, "metrics": METRICS}
-    for name, registry in registries.items():
+    sections: dict[str, list[tuple[str, str]]] = {
+        "models": [(e.name, e.summary) for e in MODELS.entries()],
+        "iterators": [(e.name, e.summary) for e in ITERATORS.entries()],
+        "metrics": [(e.name, e.summary) for e in METRICS.entries()],
+        "optimizers": [(name, spec.summary) for name, spec in sorted(OPTIMIZERS.items())],
+        "initializers": [(name, spec.summary) for name, spec in sorted(INITIALIZERS.items())],
+    }
+    for name, rows in sections.items():
         if kind not in (name, "all"):
             continue
         click.echo(f"{name}:")
-        for entry in registry.entries():
-            click.echo(f"  {entry.name:<18} {entry.summary}")
+        for entry, summary in rows:
+            click.echo(f"  {entry:<18} {summary}")

@@ -6,6 +6,7 @@ answer quickly.
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -60,6 +61,12 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+        except BrokenPipeError:
+            # stdout was closed by the reader (`mxtrain list | head`): not an error of ours.
+            # Point stdout at /dev/null so Python's exit-time flush does not complain.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(141)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as exc:  # a bug: say so, keep the message short unless --debug

@@ -573,6 +573,17 @@ OPTIMIZERS: Mapping[str, OptimizerSpec] = MappingProxyType(
             ),
             "adaptive moment estimation",
         ),
+        "adamw": OptimizerSpec(
+            0.001,
+            _params(
+                beta1=_BETA1,
+                beta2=_BETA2,
+                epsilon=_EPSILON8,
+                correct_bias=(bool, True, "correct the moment estimates' bias toward 0"),
+                multi_precision=_MULTI_PRECISION,
+            ),
+            "Adam with decoupled weight decay (mxtrain's, on MXNet's fused adamw_update)",
+        ),
         "adagrad": OptimizerSpec(
             0.01,
             _params(

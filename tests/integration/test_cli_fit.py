@@ -146,8 +146,10 @@ def test_check_prints_resolved_config_and_explains(runner: CliRunner, tiny_confi
 def test_list_shows_builtins(runner: CliRunner) -> None:
     result = run_cli(runner, "list")
     assert result.exit_code == 0
-    for name in ("lstm_lm", "bucket_sentence", "perplexity"):
+    for name in ("lstm_lm", "bucket_sentence", "perplexity", "adamw", "xavier"):
         assert name in result.output
+    optimizers = run_cli(runner, "list", "optimizers").output
+    assert "adamw" in optimizers and "lstm_lm" not in optimizers
 
 
 def _python(code: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -1217,6 +1217,8 @@ def mx() -> Any:
         import mxnet
     except Exception as exc:  # numpy >= 1.24 makes the import raise AttributeError
         pytest.skip(f"mxnet cannot be imported: {exc}")
+    import mxtrain.optimizers  # noqa: F401 - registers mxtrain's own optimizers (adamw)
+
     return mxnet
 
 

@@ -1,0 +1,78 @@
+"""Optimizers mxtrain adds to MXNet's registry (importing this module registers them).
+
+MXNet 1.9.1 ships the fused AdamW update operator (``mx.nd.contrib.adamw_update``) but no
+optimizer class that uses it, so ``optimizer.name: adamw`` would not exist without this.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import mxnet as mx
+
+
+@mx.optimizer.register
+class AdamW(mx.optimizer.Optimizer):
+    """Adam with decoupled weight decay (Loshchilov & Hutter, 2019).
+
+    Each step: ``w -= lr * (m_hat / (sqrt(v_hat) + epsilon) + wd * w)``, the same rule as
+    PyTorch's ``torch.optim.AdamW``: weight decay is scaled by the (scheduled) learning rate
+    but is not part of the gradient, so it is not normalised by Adam's second moment.
+    """
+
+    def __init__(
+        self,
+        learning_rate: float = 0.001,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+        correct_bias: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.epsilon = epsilon
+        self.correct_bias = correct_bias
+        self._rescale: dict[tuple[Any, float], Any] = {}
+
+    def create_state(self, index: Any, weight: Any) -> tuple[Any, Any]:
+        zeros = {"ctx": weight.context, "dtype": weight.dtype, "stype": weight.stype}
+        return mx.nd.zeros(weight.shape, **zeros), mx.nd.zeros(weight.shape, **zeros)
+
+    def _rescale_array(self, ctx: Any) -> Any:
+        # The operator takes rescale_grad as an array (it skips the step on NaN/Inf/0);
+        # keep one per device and value instead of allocating one per update.
+        key = (ctx, float(self.rescale_grad))
+        array = self._rescale.get(key)
+        if array is None:
+            array = self._rescale[key] = mx.nd.full((1,), self.rescale_grad, ctx=ctx)
+        return array
+
+    def update(self, index: Any, weight: Any, grad: Any, state: Any) -> None:
+        self._update_count(index)
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        step_size = 1.0
+        if self.correct_bias:
+            t = self._index_update_count[index]
+            step_size = math.sqrt(1.0 - self.beta2**t) / (1.0 - self.beta1**t)
+        mean, var = state
+        # adamw_update computes w -= eta * (lr * m / (sqrt(v) + eps) + wd * w): eta carries
+        # the learning rate and lr the bias correction, which gives the rule above.
+        mx.nd.contrib.adamw_update(
+            weight,
+            grad,
+            mean,
+            var,
+            self._rescale_array(weight.context),
+            lr=step_size,
+            eta=lr,
+            beta1=self.beta1,
+            beta2=self.beta2,
+            epsilon=self.epsilon,
+            wd=wd,
+            clip_gradient=self.clip_gradient if self.clip_gradient is not None else -1.0,
+            out=weight,
+        )
