@@ -350,11 +350,20 @@ def _prepare(config: Config, threads: dict[str, str], vocab_file: Path | None = 
             logger=log,
         )
         # Binding the largest bucket first fails fast if the model does not fit in memory.
-        module.bind(train_iter.provide_data, train_iter.provide_label, for_training=True)
+        module.bind(
+            train_iter.provide_data,
+            train_iter.provide_label,
+            for_training=True,
+            grad_req="add" if fit_cfg.grad_accumulation > 1 else "write",
+        )
     except ValueError as exc:  # e.g. a fixed_params pattern that matches nothing
         raise ConfigError(f"{config.source}: fit.fixed_params: {exc}") from exc
     module.init_params(build_initializer(config.initializer))
     optimizer_name, optimizer_params = optimizer_arguments(config.optimizer)
+    if fit_cfg.grad_accumulation > 1 and config.optimizer.rescale_grad == "auto":
+        # gradients are summed over K batches: average over all their samples
+        batch_size = train_iter.provide_data[0].shape[0]
+        optimizer_params["rescale_grad"] = 1.0 / (batch_size * fit_cfg.grad_accumulation)
     update_on_kvstore = config.kvstore.update_on_kvstore
     module.init_optimizer(
         kvstore=config.kvstore.type,
@@ -410,6 +419,7 @@ def _train(
         max_updates=fit_cfg.max_updates,
         max_time=fit_cfg.max_time,
         early_stopping=stopper,
+        grad_accumulation=fit_cfg.grad_accumulation,
     )
     summary = FitSummary(run=run)
     hooks = _RunHooks(config, setup, run, reporter, summary, resume_state)

@@ -888,6 +888,14 @@ class FitSection:
         },
     )
 
+    grad_accumulation: int = field(
+        default=1,
+        metadata={
+            "doc": "update once every K batches with their gradients summed (an effective "
+            "batch K times larger without its memory); the last group of an epoch may be "
+            "shorter"
+        },
+    )
     eval_interval: int | None = field(
         default=None,
         metadata={
@@ -914,6 +922,13 @@ class FitSection:
     def __post_init__(self) -> None:
         _at_least("num_epoch", self.num_epoch, 1)
         _at_least("eval_interval", self.eval_interval, 1)
+        _at_least("grad_accumulation", self.grad_accumulation, 1)
+        if self.eval_interval is not None and self.eval_interval % self.grad_accumulation:
+            raise InvalidValue(
+                "eval_interval",
+                f"must be a multiple of grad_accumulation ({self.grad_accumulation}) so that "
+                f"evaluations fall between two updates, got {self.eval_interval}.",
+            )
         _at_least("max_updates", self.max_updates, 1)
         _at_least("max_time", self.max_time, 0.001)
         _at_least("log_interval", self.log_interval, 1)

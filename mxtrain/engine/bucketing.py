@@ -1414,6 +1414,16 @@ class BucketingModule:
         self.forward(data_batch, is_train=True)
         self.backward()
 
+    def zero_grads(self) -> None:
+        """Set every parameter gradient to zero on every device.
+
+        Needed when gradients accumulate over several batches (bound with grad_req 'add'):
+        after each update the sums start again from zero. All buckets share these arrays.
+        """
+        for grads in self._grads.values():
+            for grad in grads or ():
+                grad[:] = 0
+
     def update(self) -> None:
         """Apply the optimizer to the gradients of the last backward."""
         bucket = self._require(optimizer=True)

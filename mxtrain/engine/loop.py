@@ -250,6 +250,9 @@ class FitOptions:
     max_updates: int | None = None
     max_time: float | None = None
     early_stopping: EarlyStopper | None = None
+    # Update every K batches with gradients summed over them (module bound with grad_req
+    # 'add'). Stops, checkpoints and evaluations only happen between two updates.
+    grad_accumulation: int = 1
 
 
 def _batches(data_iter: Any, prefetch: int) -> tuple[Iterator[Any], Callable[[], None]]:
@@ -445,15 +448,24 @@ def _train_epoch(
             stopper.get_state() if stopper is not None else None,
         )
 
+    accumulate = options.grad_accumulation
+    pending = 0  # batches whose gradients are summed but not yet applied
     try:
         batch = next(batches, None) if limit is None or nbatch < limit else None
         if batch is not None:
             module.prepare(batch)
+            if accumulate > 1:
+                module.zero_grads()
         while batch is not None:
             mx.random.seed(batch_seed(options.seed, epoch - 1, nbatch))
             module.forward_backward(batch)
-            module.update()
-            run.updates += 1
+            pending += 1
+            if pending == accumulate:
+                module.update()
+                run.updates += 1
+                pending = 0
+                if accumulate > 1:
+                    module.zero_grads()
             upcoming = next(batches, None) if limit is None or nbatch + 1 < limit else None
             if upcoming is not None:
                 module.prepare(upcoming)  # bind its bucket while this batch computes
@@ -487,6 +499,8 @@ def _train_epoch(
                 interval_start = time.perf_counter()
             if batch is None:
                 break  # the epoch is complete: limits and evaluation are handled after it
+            if pending:
+                continue  # between two updates of an accumulation: nothing may stop here
             if (
                 eval_iter is not None
                 and options.eval_interval
@@ -509,6 +523,10 @@ def _train_epoch(
                 )
     finally:
         release()
+    if pending:  # the epoch ended inside an accumulation: apply what was summed
+        module.update()
+        run.updates += 1
+        module.zero_grads()
     values = metrics.get()
     _check_finite(values, epoch, nbatch)
     record = IntervalRecord(
