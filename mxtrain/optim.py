@@ -79,9 +79,26 @@ def optimizer_arguments(spec: Any) -> tuple[str, dict[str, Any]]:
     return spec.name, params
 
 
-def build_initializer(spec: Any) -> Any:
-    """An ``mx.init.Initializer`` from the ``initializer:`` section."""
+def _one_initializer(name: str, params: Mapping[str, Any]) -> Any:
     import mxnet as mx
 
-    cls = getattr(mx.init, _INITIALIZER_CLASSES[spec.name])
-    return cls(**dict(spec.params or {}))
+    return getattr(mx.init, _INITIALIZER_CLASSES[name])(**dict(params or {}))
+
+
+def build_initializer(spec: Any) -> Any:
+    """An ``mx.init.Initializer`` from the ``initializer:`` section.
+
+    With ``overrides``, an ``mx.init.Mixed`` whose glob patterns are tried in order (the
+    first match wins) before the section's own initializer, which covers the rest.
+    """
+    import fnmatch
+
+    import mxnet as mx
+
+    default = _one_initializer(spec.name, spec.params)
+    overrides = getattr(spec, "overrides", ())
+    if not overrides:
+        return default
+    patterns = [fnmatch.translate(o.pattern) for o in overrides] + [".*"]
+    initializers = [_one_initializer(o.name, o.params) for o in overrides] + [default]
+    return mx.init.Mixed(patterns, initializers)

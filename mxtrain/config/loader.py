@@ -45,6 +45,7 @@ from mxtrain.config.schema import (
     DataSection,
     ExperimentSection,
     FitSection,
+    InitializerOverride,
     InitializerSection,
     InvalidValue,
     IteratorSection,
@@ -861,9 +862,11 @@ class _Builder:
                 )
         return typing.cast(LrSchedulerSection, self.instantiate(LrSchedulerSection, kwargs, path))
 
-    def initializer(self, raw: dict[str, Any]) -> InitializerSection:
-        path: KeyPath = ("initializer",)
-        name = self.table_name(raw, path, "xavier", INITIALIZERS)
+    def initializer_parts(
+        self, raw: dict[str, Any], path: KeyPath, default: str, extra: Sequence[str]
+    ) -> tuple[str, dict[str, Any]]:
+        """(name, parameters) of an initializer mapping; ``extra`` keys are the caller's."""
+        name = self.table_name(raw, path, default, INITIALIZERS)
         params = _param_field_specs(INITIALIZERS[name].params)
 
         def others(key: str) -> str | None:
@@ -872,11 +875,40 @@ class _Builder:
                 return f"{key!r} is a parameter of {', '.join(users)}, not of {name}."
             return None
 
-        self.check_keys(raw, path, ["name", *(s.name for s in params)], others)
-        values = self.convert(params, raw, path)
+        self.check_keys(raw, path, ["name", *extra, *(s.name for s in params)], others)
+        return name, self.convert(params, {k: v for k, v in raw.items() if k not in extra}, path)
+
+    def initializer(self, raw: dict[str, Any]) -> InitializerSection:
+        path: KeyPath = ("initializer",)
+        name, values = self.initializer_parts(raw, path, "xavier", ["overrides"])
+        overrides = []
+        items = raw.get("overrides") or []
+        if not isinstance(items, list):
+            self.fail(
+                (*path, "overrides"),
+                "initializer.overrides must be a list of {pattern, name, ...} mappings",
+                hint="Example: overrides: [{pattern: '*_bias', name: zero}]",
+            )
+        for i, item in enumerate(items):
+            item_path: KeyPath = (*path, "overrides", str(i))
+            item = self.mapping(item, item_path, null_ok=False)
+            if not isinstance(item.get("pattern"), str) or not item["pattern"]:
+                self.fail(
+                    item_path,
+                    f"initializer.overrides[{i}] needs a 'pattern' (a glob over parameter names)",
+                    hint="Example: {pattern: '*_bias', name: zero}",
+                )
+            sub_name, sub_values = self.initializer_parts(item, item_path, "zero", ["pattern"])
+            overrides.append(
+                InitializerOverride(pattern=item["pattern"], name=sub_name, params=sub_values)
+            )
         return typing.cast(
             InitializerSection,
-            self.instantiate(InitializerSection, {"name": name, "params": values}, path),
+            self.instantiate(
+                InitializerSection,
+                {"name": name, "params": values, "overrides": tuple(overrides)},
+                path,
+            ),
         )
 
     def fit(self, raw: dict[str, Any]) -> FitSection:
@@ -1100,9 +1132,14 @@ def _rows(config: Config) -> Iterator[tuple[tuple[str, ...], Any, Any, str]]:
                 yield (*path, key), value, spec.params[key].default, spec.params[key].doc
         elif name == "initializer":
             ispec = INITIALIZERS[obj.name]
-            yield from section(obj, path, skip=("params",))
+            yield from section(obj, path, skip=("params", "overrides"))
             for key, value in obj.params.items():
                 yield (*path, key), value, ispec.params[key].default, ispec.params[key].doc
+            doc = _dc_field(InitializerSection, "overrides").metadata["doc"]
+            listed = [
+                {"pattern": o.pattern, "name": o.name, **dict(o.params)} for o in obj.overrides
+            ]
+            yield (*path, "overrides"), listed, [], doc
         else:
             yield from section(obj, path)
 

@@ -781,6 +781,23 @@ INITIALIZERS: Mapping[str, InitializerSpec] = MappingProxyType(
 
 
 @dataclass(frozen=True)
+class InitializerOverride:
+    """A different initializer for the parameters whose names match ``pattern``."""
+
+    pattern: str = field(
+        default="", metadata={"doc": "glob (fnmatch) over parameter names, e.g. '*_bias'"}
+    )
+    name: str = field(default="zero", metadata={"doc": "MXNet initializer for those parameters"})
+    params: Mapping[str, Any] = field(
+        default_factory=_frozen_mapping, metadata={"doc": "that initializer's parameters"}
+    )
+
+    def __post_init__(self) -> None:
+        if not self.pattern:
+            raise InvalidValue("pattern", "must be a non-empty glob such as '*_bias'.")
+
+
+@dataclass(frozen=True)
 class InitializerSection:
     """How weights are initialized before the first batch. Keys other than ``name`` are the
     initializer's own parameters (``magnitude`` for xavier, ``sigma`` for normal, ...)."""
@@ -791,6 +808,13 @@ class InitializerSection:
     params: Mapping[str, Any] = field(
         default_factory=_frozen_mapping,
         metadata={"doc": "the initializer's own parameters, all of them, defaults filled in"},
+    )
+    overrides: tuple[InitializerOverride, ...] = field(
+        default=(),
+        metadata={
+            "doc": "per-parameter exceptions, first match wins: a list of {pattern, name, "
+            "...params}, e.g. [{pattern: '*_bias', name: zero}]"
+        },
     )
 
     def __post_init__(self) -> None:
