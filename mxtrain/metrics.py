@@ -165,3 +165,216 @@ class DeviceAccuracy(_DeviceMetric):
 
     def _value(self, numerator: float, denominator: float) -> float:
         return numerator / denominator if denominator > 0 else math.nan
+
+
+class DeviceCrossEntropy(DevicePerplexity):
+    """Mean negative log-likelihood (natural log) of the label over non-``pad_id`` labels.
+
+    The log of the perplexity: ``-log(max(p, 1e-10))`` averaged. Lower is better.
+    """
+
+    name = "cross_entropy"
+
+    def _value(self, numerator: float, denominator: float) -> float:
+        return numerator / denominator if denominator > 0 else math.nan
+
+
+class DeviceTopKAccuracy(_DeviceMetric):
+    """Fraction of non-``pad_id`` labels among the ``k`` most probable classes (default 5).
+
+    With ``k`` at least the number of classes every label counts as a hit. Registered as
+    ``top5_accuracy``; the name follows ``k``.
+    """
+
+    def __init__(self, pad_id: int | None = 0, *, k: int = 5, name: str | None = None) -> None:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be a positive integer, not {k!r}")
+        super().__init__(pad_id, name=name or f"top{k}_accuracy")
+        self.k = k
+
+    def _batch(self, label: Any, pred: Any) -> tuple[Any, Any]:
+        probs = pred.reshape((-1, pred.shape[-1]))
+        k = min(self.k, int(probs.shape[-1]))
+        top = mx.nd.topk(probs, k=k, ret_typ="indices", axis=-1)
+        wanted = label.reshape((-1, 1)).astype(top.dtype)
+        hit = mx.nd.sum(mx.nd.broadcast_equal(top, wanted), axis=1)
+        mask = self._mask(label)
+        return mx.nd.sum(hit * mask), mx.nd.sum(mask)
+
+    def _value(self, numerator: float, denominator: float) -> float:
+        return numerator / denominator if denominator > 0 else math.nan
+
+
+class _DeviceRegression(_DeviceMetric):
+    """Sums over real-valued targets; NaN targets (padding rows) are skipped.
+
+    ``pad_id`` is accepted, for the same call as the other metrics, and ignored: a regression
+    iterator marks padding with NaN targets. Predictions must have as many values as targets.
+    """
+
+    def __init__(self, pad_id: int | None = None, *, name: str | None = None) -> None:
+        super().__init__(None, name=name)
+
+    def _error(self, label: Any, pred: Any) -> tuple[Any, Any]:
+        """(prediction - target, 1 for a real target) in float64, 0 at NaN targets."""
+        if pred.size != label.size:
+            raise ValueError(
+                f"{self.name}: {pred.size} predictions for {label.size} targets; a regression "
+                "metric needs one prediction per target"
+            )
+        target = label.astype(np.float64)
+        real = target == target
+        diff = pred.reshape((-1,)).astype(np.float64) - target
+        return mx.nd.where(real, diff, mx.nd.zeros_like(diff)), real
+
+
+class DeviceMAE(_DeviceRegression):
+    """Mean absolute error over all targets of non-padding rows."""
+
+    name = "mae"
+
+    def _batch(self, label: Any, pred: Any) -> tuple[Any, Any]:
+        diff, real = self._error(label, pred)
+        return mx.nd.sum(mx.nd.abs(diff)), mx.nd.sum(real)
+
+    def _value(self, numerator: float, denominator: float) -> float:
+        return numerator / denominator if denominator > 0 else math.nan
+
+
+class DeviceMSE(_DeviceRegression):
+    """Mean squared error over all targets of non-padding rows."""
+
+    name = "mse"
+
+    def _batch(self, label: Any, pred: Any) -> tuple[Any, Any]:
+        diff, real = self._error(label, pred)
+        return mx.nd.sum(diff * diff), mx.nd.sum(real)
+
+    def _value(self, numerator: float, denominator: float) -> float:
+        return numerator / denominator if denominator > 0 else math.nan
+
+
+class DeviceRMSE(DeviceMSE):
+    """Square root of the mean squared error (over the whole epoch or interval)."""
+
+    name = "rmse"
+
+    def _value(self, numerator: float, denominator: float) -> float:
+        return math.sqrt(numerator / denominator) if denominator > 0 else math.nan
+
+
+_Counts = dict[tuple[str, int], Any]  # device -> (3, classes) float64 NDArray: TP, FP, FN
+
+
+class DeviceF1:
+    """Macro-averaged F1 over classes, from per-class TP/FP/FN counted on the device.
+
+    Per class c, ``F1_c = 2 TP / (2 TP + FP + FN)`` (the predicted class is the arg-max);
+    the value is the mean over the classes that occur among the labels or the predictions
+    (as scikit-learn's ``f1_score(average="macro")``). Labels equal to ``pad_id`` are skipped.
+    Same interface as the other device metrics; the state is the (3, classes) counts.
+    """
+
+    name = "f1"
+
+    def __init__(self, pad_id: int | None = 0, *, name: str | None = None) -> None:
+        self.pad_id = pad_id
+        if name is not None:
+            self.name = name
+        self._epoch: _Counts = {}
+        self._interval: _Counts = {}
+        self._restored: dict[str, np.ndarray] = {}
+
+    def _batch(self, label: Any, pred: Any) -> Any:
+        classes = int(pred.shape[-1])
+        guess = mx.nd.argmax(pred.reshape((-1, classes)), axis=-1)
+        mask = mx.nd.ones_like(label) if self.pad_id is None else label != self.pad_id
+        mask = mask.reshape((-1, 1))
+        predicted = mx.nd.one_hot(guess, classes) * mask
+        actual = mx.nd.one_hot(label, classes) * mask
+        tp = mx.nd.sum(predicted * actual, axis=0)
+        counts = mx.nd.stack(
+            tp, mx.nd.sum(predicted, axis=0) - tp, mx.nd.sum(actual, axis=0) - tp, axis=0
+        )
+        return counts.astype(np.float64)
+
+    def update(self, labels: Sequence[Any], preds: Sequence[Any]) -> None:
+        """Add one batch: labels (B,) or (B, T), preds (B*T, C) probabilities; per device."""
+        if len(labels) != len(preds):
+            raise ValueError(f"{self.name}: {len(labels)} labels but {len(preds)} predictions")
+        for label, pred in zip(labels, preds, strict=True):
+            ctx = pred.context
+            counts = self._batch(label.as_in_context(ctx).reshape((-1,)), pred)
+            key = (ctx.device_type, ctx.device_id)
+            for which, sums in (("epoch", self._epoch), ("interval", self._interval)):
+                slot = sums.get(key)
+                if slot is None:
+                    slot = sums[key] = counts.copy()
+                    restored = self._restored.pop(which, None)
+                    if restored is not None:
+                        slot = sums[key] = mx.nd.array(restored, ctx=ctx, dtype=np.float64)
+                        slot += counts
+                else:
+                    slot += counts
+
+    def update_dict(self, label_dict: Mapping[str, Any], pred_dict: Mapping[str, Any]) -> None:
+        """``update`` with the label and output dicts stock modules pass around."""
+        self.update(list(label_dict.values()), list(pred_dict.values()))
+
+    def _read(self, sums: _Counts, which: str) -> np.ndarray | None:
+        total: np.ndarray | None = None
+        for slot in sums.values():
+            host = slot.asnumpy()
+            total = host if total is None else total + host
+        pending = self._restored.get(which)
+        if pending is not None:
+            total = pending if total is None else total + pending
+        return total
+
+    @staticmethod
+    def _value(counts: np.ndarray | None) -> float:
+        if counts is None:
+            return math.nan
+        tp, fp, fn = counts
+        denominator = 2 * tp + fp + fn
+        present = denominator > 0
+        if not present.any():
+            return math.nan
+        return float(np.mean(2 * tp[present] / denominator[present]))
+
+    def get(self) -> dict[str, float]:
+        """The value since ``reset()`` (synchronises with the devices)."""
+        return {self.name: self._value(self._read(self._epoch, "epoch"))}
+
+    def get_interval(self) -> dict[str, float]:
+        """The value since ``reset_interval()`` (synchronises with the devices)."""
+        return {self.name: self._value(self._read(self._interval, "interval"))}
+
+    def get_state(self) -> dict[str, list[list[float]] | None]:
+        """The counts as JSON-able lists (None before the first batch), for a checkpoint."""
+        out: dict[str, list[list[float]] | None] = {}
+        for which, sums in (("epoch", self._epoch), ("interval", self._interval)):
+            counts = self._read(sums, which)
+            out[which] = None if counts is None else counts.tolist()
+        return out
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore counts saved by ``get_state`` (replaces the current ones)."""
+        self._epoch = {}
+        self._interval = {}
+        self._restored = {
+            which: np.asarray(state[which], dtype=np.float64)
+            for which in ("epoch", "interval")
+            if state.get(which) is not None
+        }
+
+    def reset(self) -> None:
+        """Start a new epoch (the interval too)."""
+        self._epoch = {}
+        self._interval = {}
+        self._restored = {}
+
+    def reset_interval(self) -> None:
+        """Start a new log interval; the epoch counts go on."""
+        self._interval = {}
+        self._restored.pop("interval", None)

@@ -1,0 +1,222 @@
+"""Options of the ``ndarray`` and ``csv`` iterators (no MXNet import: the config layer reads them).
+
+Both iterators serve whole rows of a table (features, and a label per row) in fixed-size
+batches for classification (``task: classify``: labels are integer class ids ``0..C-1``) or
+regression (``task: regress``: float targets). See :mod:`mxtrain.data.arrays` for what the
+batches hold, how shuffling and sharding work and what ``mxtrain predict`` reads.
+
+Construction checks the values and raises ``ValueError`` naming the first impossible one; the
+config loader turns that into a ``ConfigError`` pointing at the YAML file and line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from mxtrain.data.base import DataInfo
+
+TASK_CLASSIFY = "classify"  # a softmax over num_classes per row; labels are class ids
+TASK_REGRESS = "regress"  # real-valued outputs per row; labels are float targets
+TASKS = (TASK_CLASSIFY, TASK_REGRESS)
+
+#: Label value of the padding rows of a classification batch (ignored by loss and metrics).
+CLASSIFY_PAD_LABEL = -1
+
+
+@dataclass(frozen=True)
+class ArrayDataInfo(DataInfo):
+    """:class:`DataInfo` plus what a row-wise model needs to know about its inputs.
+
+    ``pad_id`` is the label of padding rows (-1 for classification; regression pads with NaN
+    targets and has no pad id). Token inputs (integer arrays) pad with id 0 inside rows.
+    """
+
+    feature_shape: tuple[int, ...] = ()  # shape of one row's features, e.g. (20,) or (1, 28, 28)
+    label_shape: tuple[int, ...] = ()  # () for one label per row, (K,) for K regression targets
+    integer_data: bool = False  # features are integer token ids (pad id 0)
+    data_name: str = "data"  # the model's data input
+    label_name: str = "softmax_label"  # the model's label input
+
+
+@dataclass(frozen=True)
+class _RowOptions:
+    """Options shared by the ``ndarray`` and ``csv`` iterators."""
+
+    source: str = field(
+        metadata={
+            "doc": "the data file (relative to the config file's folder); "
+            "`mxtrain score --data` / `mxtrain predict --input` replace it"
+        },
+    )
+    task: Literal["classify", "regress"] = field(
+        default="classify",
+        metadata={
+            "doc": "classify: labels are integer class ids 0..C-1 (a softmax per row); "
+            "regress: labels are float targets (the model outputs values)"
+        },
+    )
+    num_classes: int | None = field(
+        default=None,
+        metadata={
+            "doc": "classify: number of classes (default: the largest training label + 1); "
+            "eval data reuses the training data's"
+        },
+    )
+    batch_size: int = field(default=32, metadata={"doc": "rows per batch"})
+    shuffle: bool = field(
+        default=True,
+        metadata={
+            "doc": "train only: shuffle the rows, seeded by (seed, epoch); eval and predict "
+            "iterators always read in file order"
+        },
+    )
+    num_parts: int = field(
+        default=1,
+        metadata={
+            "doc": "split the rows among this many workers (distributed training): part k gets "
+            "rows k, k + num_parts, ... (strided, after shuffling); every part gets the same "
+            "number of batches (short parts are padded, nothing is dropped)"
+        },
+    )
+    part_index: int = field(
+        default=0, metadata={"doc": "which part this worker reads, 0..num_parts-1"}
+    )
+    max_rows: int | None = field(
+        default=None, metadata={"doc": "read only the first N rows (quick runs and tests)"}
+    )
+    data_name: str = field(
+        default="data", metadata={"doc": "name of the model's data input (the symbol variable)"}
+    )
+    label_name: str = field(
+        default="softmax_label",
+        metadata={"doc": "name of the model's label input (the symbol variable)"},
+    )
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first impossible value."""
+        if not isinstance(self.source, str) or not self.source.strip():
+            raise ValueError("source must be the path of the data file")
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {', '.join(TASKS)}, not {self.task!r}")
+        _positive("batch_size", self.batch_size)
+        _positive("num_parts", self.num_parts)
+        if _not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
+            raise ValueError(
+                f"part_index must be in 0..{self.num_parts - 1} (num_parts is "
+                f"{self.num_parts}), not {self.part_index!r}"
+            )
+        if self.max_rows is not None:
+            _positive("max_rows", self.max_rows)
+        if self.num_classes is not None:
+            if _not_int(self.num_classes) or self.num_classes < 2:
+                raise ValueError(
+                    f"num_classes must be an integer of at least 2, not {self.num_classes!r}"
+                )
+            if self.task != TASK_CLASSIFY:
+                raise ValueError("num_classes is only meaningful with task: classify")
+        for name in ("data_name", "label_name"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{name} must be a non-empty name, not {value!r}")
+        if self.data_name == self.label_name:
+            raise ValueError(f"data_name and label_name must differ (both are {self.data_name!r})")
+
+
+@dataclass(frozen=True)
+class NDArrayOptions(_RowOptions):
+    """Rows of a NumPy array: a ``.npy`` file (labels in a second ``.npy``) or an ``.npz``.
+
+    Float arrays are features; integer arrays are token ids (for ``rnn_classifier``: rows of
+    ids right-padded with 0, which is never a real token).
+    """
+
+    labels: str | None = field(
+        default=None,
+        metadata={
+            "doc": ".npy file of the labels, one per row of source (only for a .npy source; "
+            "an .npz holds its labels under label_key); not read by `mxtrain predict`"
+        },
+    )
+    data_key: str = field(default="data", metadata={"doc": "the features' key in an .npz source"})
+    label_key: str = field(default="label", metadata={"doc": "the labels' key in an .npz source"})
+    vocab_size: int | None = field(
+        default=None,
+        metadata={
+            "doc": "integer (token id) data: number of ids, pad id 0 included (default: the "
+            "largest training id + 1)"
+        },
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.source.endswith((".npy", ".npz")):
+            raise ValueError(f"source must be a .npy or .npz file, not {self.source!r}")
+        if self.labels is not None:
+            if not isinstance(self.labels, str) or not self.labels.endswith(".npy"):
+                raise ValueError(f"labels must be a .npy file, not {self.labels!r}")
+            if self.source.endswith(".npz"):
+                raise ValueError(
+                    "labels is only for a .npy source: an .npz source holds its labels under "
+                    f"label_key ({self.label_key!r})"
+                )
+        for name in ("data_key", "label_key"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{name} must be a non-empty key, not {value!r}")
+        if self.vocab_size is not None:
+            _positive("vocab_size", self.vocab_size)
+            if self.vocab_size < 2:
+                raise ValueError("vocab_size must be at least 2 (pad id 0 and a token)")
+
+
+@dataclass(frozen=True)
+class CsvOptions(_RowOptions):
+    """Rows of a CSV file with a header line: one column is the label, the others features."""
+
+    label_column: str = field(
+        default="label",
+        metadata={"doc": "name of the label column (may be absent from `mxtrain predict` inputs)"},
+    )
+    feature_columns: list[str] | None = field(
+        default=None,
+        metadata={
+            "doc": "names of the feature columns, in this order (default: all but the label)"
+        },
+    )
+    delimiter: str = field(default=",", metadata={"doc": "the field separator, one character"})
+
+    def validate(self) -> None:
+        super().validate()
+        if not isinstance(self.label_column, str) or not self.label_column:
+            raise ValueError(f"label_column must be a column name, not {self.label_column!r}")
+        if not isinstance(self.delimiter, str) or len(self.delimiter) != 1:
+            raise ValueError(
+                f"delimiter must be exactly one character, not {self.delimiter!r} "
+                r"(write '\t' in double quotes for tabs)"
+            )
+        if self.delimiter in ('"', "\n", "\r"):
+            raise ValueError(f"delimiter cannot be {self.delimiter!r}")
+        if self.feature_columns is not None:
+            columns = list(self.feature_columns)
+            if not columns:
+                raise ValueError("feature_columns must name at least one column (or be null)")
+            if any(not isinstance(c, str) or not c for c in columns):
+                raise ValueError(f"feature_columns must be column names, got {columns}")
+            if len(set(columns)) != len(columns):
+                doubles = sorted({c for c in columns if columns.count(c) > 1})
+                raise ValueError(f"feature_columns lists {', '.join(doubles)} more than once")
+            if self.label_column in columns:
+                raise ValueError(f"feature_columns includes the label column {self.label_column!r}")
+
+
+def _not_int(value: object) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int)
+
+
+def _positive(name: str, value: object) -> None:
+    if _not_int(value) or value < 1:  # type: ignore[operator]
+        raise ValueError(f"{name} must be a positive integer, not {value!r}")
