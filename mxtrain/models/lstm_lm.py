@@ -5,14 +5,19 @@ MXNet is imported inside functions so that listing or validating models does not
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from mxtrain.data.base import DataInfo
+from mxtrain.models.rnn_common import (
+    SymGen,
+    build_rnn_lm,
+    check_choice,
+    check_dropout,
+    check_positive,
+)
 
 CELLS = ("auto", "fused", "unfused")
-SymGen = Callable[[Any], tuple[Any, tuple[str, ...], tuple[str, ...]]]
 
 
 @dataclass(frozen=True)
@@ -47,17 +52,9 @@ class LstmLmOptions:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value."""
-        for name in ("num_embed", "num_hidden", "num_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, not {value!r}")
-        dropout = self.dropout
-        if isinstance(dropout, bool) or not isinstance(dropout, int | float):
-            raise ValueError(f"dropout must be a number in [0, 1), not {dropout!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), not {dropout!r}")
-        if self.cell not in CELLS:
-            raise ValueError(f"cell must be one of {', '.join(CELLS)}, not {self.cell!r}")
+        check_positive(self, "num_embed", "num_hidden", "num_layers")
+        check_dropout(self.dropout)
+        check_choice("cell", self.cell, CELLS)
 
     @property
     def fused(self) -> bool:
@@ -72,61 +69,7 @@ def build_lstm_lm(options: LstmLmOptions, data_info: DataInfo) -> SymGen:
     probabilities in batch-major order, named ``softmax``. Parameters: ``embed_weight``,
     ``lstm_parameters`` (fused) or ``lstm_l{i}_{i2h,h2h}_{weight,bias}`` (unfused: the
     names of ``FusedRNNCell.unfuse()``, so ``unfuse().pack_weights(unpack_weights(p))``
-    converts fused parameters), ``pred_weight``, ``pred_bias``.
+    converts fused parameters), ``pred_weight``, ``pred_bias``. The graph is built by
+    :func:`mxtrain.models.rnn_common.build_rnn_lm`, shared with ``gru_lm``.
     """
-    vocab_size, num_classes = data_info.vocab_size, data_info.num_classes
-    if not vocab_size or not num_classes or vocab_size < 1 or num_classes < 1:
-        raise ValueError(
-            "lstm_lm needs a data iterator that reports vocab_size and num_classes "
-            f"(got vocab_size={vocab_size}, num_classes={num_classes})"
-        )
-    if options.ignore_padding and data_info.pad_id is None:
-        raise ValueError(
-            "lstm_lm with ignore_padding: true needs the data iterator's pad_id; "
-            "set ignore_padding: false for data without padding"
-        )
-    pad_id = data_info.pad_id
-
-    def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx
-
-        if isinstance(bucket_key, bool) or not isinstance(bucket_key, int) or bucket_key < 1:
-            raise ValueError(f"lstm_lm bucket keys are sequence lengths, got {bucket_key!r}")
-        seq_len = bucket_key
-        data = mx.sym.Variable("data")
-        label = mx.sym.Variable("softmax_label")
-        x = mx.sym.Embedding(data, input_dim=vocab_size, output_dim=options.num_embed, name="embed")
-        if options.dropout > 0:
-            x = mx.sym.Dropout(x, p=options.dropout, name="embed_dropout")
-        if options.fused:
-            # the RNN operator wants (time, batch, channel); swap here rather than let the cell
-            # do it with a warning
-            cell = mx.rnn.FusedRNNCell(
-                options.num_hidden,
-                num_layers=options.num_layers,
-                mode="lstm",
-                dropout=options.dropout,
-                prefix="lstm_",
-            )
-            x = mx.sym.swapaxes(x, dim1=0, dim2=1)
-            x, _ = cell.unroll(seq_len, inputs=x, layout="TNC", merge_outputs=True)
-            x = mx.sym.swapaxes(x, dim1=0, dim2=1)
-        else:
-            stack = mx.rnn.SequentialRNNCell()
-            for i in range(options.num_layers):
-                stack.add(mx.rnn.LSTMCell(options.num_hidden, prefix=f"lstm_l{i}_"))
-                if options.dropout > 0 and i + 1 < options.num_layers:
-                    stack.add(mx.rnn.DropoutCell(options.dropout, prefix=f"lstm_d{i}_"))
-            x, _ = stack.unroll(seq_len, inputs=x, layout="NTC", merge_outputs=True)
-        x = mx.sym.reshape(x, shape=(-1, options.num_hidden))
-        if options.dropout > 0:
-            x = mx.sym.Dropout(x, p=options.dropout, name="pred_dropout")
-        x = mx.sym.FullyConnected(x, num_hidden=num_classes, name="pred")
-        label = mx.sym.reshape(label, shape=(-1,))
-        ignore: dict[str, Any] = {}
-        if options.ignore_padding:
-            ignore = {"use_ignore": True, "ignore_label": pad_id}
-        out = mx.sym.SoftmaxOutput(x, label, name="softmax", **ignore)
-        return out, ("data",), ("softmax_label",)
-
-    return sym_gen
+    return build_rnn_lm(options, data_info, model="lstm_lm", mode="lstm")

@@ -1,0 +1,208 @@
+"""Pieces shared by the recurrent models: option checks, recurrent layers, the LM graph.
+
+MXNet is imported inside functions so that listing or validating models does not load it.
+
+Parameter names (``p`` is the prefix, ``lstm_`` or ``gru_``):
+
+* one direction, fused: ``{p}parameters`` (one RNN operator for all layers);
+* one direction, unfused: ``{p}l{i}_{i2h,h2h}_{weight,bias}`` per layer ``i``, the names of
+  ``FusedRNNCell(prefix=p).unfuse()``, so ``unfuse().pack_weights(unpack_weights(...))``
+  converts between the two;
+* bidirectional: per layer ``i`` a left-to-right part ``{p}l{i}_`` and a right-to-left part
+  ``{p}r{i}_``: fused ``{p}l{i}_parameters`` / ``{p}r{i}_parameters`` (one single-layer RNN
+  operator each), unfused ``{p}l{i}_i2h_weight`` etc.
+
+The right-to-left direction reads each sentence reversed up to its own length
+(``SequenceReverse`` with the lengths), never the padding after it, so a bidirectional model's
+outputs at real positions do not depend on how much padding the bucket adds. (The fused
+operator's own ``bidirectional`` mode would read the padding first: its ``use_sequence_length``
+is silently ignored on CPU in MXNet 1.9.1.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from mxtrain.data.base import DataInfo
+
+MODES = ("lstm", "gru")
+SymGen = Callable[[Any], tuple[Any, tuple[str, ...], tuple[str, ...]]]
+
+
+def check_positive(options: object, *names: str) -> None:
+    """Raise ``ValueError`` unless each named option is a positive integer."""
+    for name in names:
+        value = getattr(options, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, not {value!r}")
+
+
+def check_dropout(value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is a probability in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"dropout must be a number in [0, 1), not {value!r}")
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), not {value!r}")
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+
+
+def check_sizes(model: str, data_info: DataInfo) -> tuple[int, int]:
+    """(vocab_size, num_classes) from the data, or ``ValueError`` naming the model."""
+    vocab_size, num_classes = data_info.vocab_size, data_info.num_classes
+    if not vocab_size or not num_classes or vocab_size < 1 or num_classes < 1:
+        raise ValueError(
+            f"{model} needs a data iterator that reports vocab_size and num_classes "
+            f"(got vocab_size={vocab_size}, num_classes={num_classes})"
+        )
+    return vocab_size, num_classes
+
+
+def check_bucket_key(model: str, bucket_key: Any) -> int:
+    """The sequence length a bucket key stands for, or ``ValueError``."""
+    if isinstance(bucket_key, bool) or not isinstance(bucket_key, int) or bucket_key < 1:
+        raise ValueError(f"{model} bucket keys are sequence lengths, got {bucket_key!r}")
+    return bucket_key
+
+
+def _cell(mode: str, num_hidden: int, prefix: str) -> Any:
+    import mxnet as mx
+
+    if mode == "lstm":
+        return mx.rnn.LSTMCell(num_hidden, prefix=prefix)
+    return mx.rnn.GRUCell(num_hidden, prefix=prefix)
+
+
+def rnn_layers(
+    x: Any,
+    seq_len: int,
+    *,
+    mode: str,
+    num_hidden: int,
+    num_layers: int,
+    dropout: float,
+    fused: bool,
+    prefix: str,
+    bidirectional: bool = False,
+    lengths: Any = None,
+) -> Any:
+    """Stacked recurrent layers: ``x`` (batch, time, channels) -> (batch, time, hidden * dirs).
+
+    ``dropout`` applies between layers. ``lengths`` (batch,) are the real lengths of the rows
+    (padding at the end), used by the right-to-left direction; None: the whole rows.
+    """
+    import mxnet as mx
+
+    check_choice("mode", mode, MODES)
+    if not bidirectional:
+        if fused:
+            # the RNN operator wants (time, batch, channel); swap here rather than let the cell
+            # do it with a warning
+            cell = mx.rnn.FusedRNNCell(
+                num_hidden, num_layers=num_layers, mode=mode, dropout=dropout, prefix=prefix
+            )
+            x = mx.sym.swapaxes(x, dim1=0, dim2=1)
+            x, _ = cell.unroll(seq_len, inputs=x, layout="TNC", merge_outputs=True)
+            return mx.sym.swapaxes(x, dim1=0, dim2=1)
+        stack = mx.rnn.SequentialRNNCell()
+        for i in range(num_layers):
+            stack.add(_cell(mode, num_hidden, f"{prefix}l{i}_"))
+            if dropout > 0 and i + 1 < num_layers:
+                stack.add(mx.rnn.DropoutCell(dropout, prefix=f"{prefix}d{i}_"))
+        x, _ = stack.unroll(seq_len, inputs=x, layout="NTC", merge_outputs=True)
+        return x
+
+    def one_way(inputs: Any, cell_prefix: str) -> Any:
+        if fused:
+            cell = mx.rnn.FusedRNNCell(num_hidden, num_layers=1, mode=mode, prefix=cell_prefix)
+        else:
+            cell = _cell(mode, num_hidden, cell_prefix)
+        out, _ = cell.unroll(seq_len, inputs=inputs, layout="TNC", merge_outputs=True)
+        return out
+
+    def reverse(seq: Any, name: str) -> Any:
+        if lengths is None:
+            return mx.sym.SequenceReverse(seq, name=name)
+        return mx.sym.SequenceReverse(
+            seq, sequence_length=lengths, use_sequence_length=True, name=name
+        )
+
+    x = mx.sym.swapaxes(x, dim1=0, dim2=1)  # (time, batch, channel)
+    for i in range(num_layers):
+        forward = one_way(x, f"{prefix}l{i}_")
+        backward = one_way(reverse(x, f"{prefix}r{i}_reverse_in"), f"{prefix}r{i}_")
+        backward = reverse(backward, f"{prefix}r{i}_reverse_out")
+        x = mx.sym.concat(forward, backward, dim=2, name=f"{prefix}bi{i}_concat")
+        if dropout > 0 and i + 1 < num_layers:
+            x = mx.sym.Dropout(x, p=dropout, name=f"{prefix}d{i}_dropout")
+    return mx.sym.swapaxes(x, dim1=0, dim2=1)
+
+
+class LmOptions(Protocol):
+    """What :func:`build_rnn_lm` reads from a language model's options."""
+
+    @property
+    def num_embed(self) -> int: ...
+    @property
+    def num_hidden(self) -> int: ...
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def dropout(self) -> float: ...
+    @property
+    def ignore_padding(self) -> bool: ...
+    @property
+    def fused(self) -> bool: ...
+
+
+def build_rnn_lm(options: LmOptions, data_info: DataInfo, *, model: str, mode: str) -> SymGen:
+    """``sym_gen`` of a language model: embedding -> N-layer RNN (``mode``) -> FC -> softmax.
+
+    Inputs are (batch, time) token ids; the output is (batch * time, num_classes)
+    probabilities in batch-major order, named ``softmax``. Parameters: ``embed_weight``,
+    the RNN's (module docstring; prefix ``{mode}_``), ``pred_weight``, ``pred_bias``.
+    """
+    vocab_size, num_classes = check_sizes(model, data_info)
+    if options.ignore_padding and data_info.pad_id is None:
+        raise ValueError(
+            f"{model} with ignore_padding: true needs the data iterator's pad_id; "
+            "set ignore_padding: false for data without padding"
+        )
+    pad_id = data_info.pad_id
+
+    def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
+        import mxnet as mx
+
+        seq_len = check_bucket_key(model, bucket_key)
+        data = mx.sym.Variable("data")
+        label = mx.sym.Variable("softmax_label")
+        x = mx.sym.Embedding(data, input_dim=vocab_size, output_dim=options.num_embed, name="embed")
+        if options.dropout > 0:
+            x = mx.sym.Dropout(x, p=options.dropout, name="embed_dropout")
+        x = rnn_layers(
+            x,
+            seq_len,
+            mode=mode,
+            num_hidden=options.num_hidden,
+            num_layers=options.num_layers,
+            dropout=options.dropout,
+            fused=options.fused,
+            prefix=f"{mode}_",
+        )
+        x = mx.sym.reshape(x, shape=(-1, options.num_hidden))
+        if options.dropout > 0:
+            x = mx.sym.Dropout(x, p=options.dropout, name="pred_dropout")
+        x = mx.sym.FullyConnected(x, num_hidden=num_classes, name="pred")
+        label = mx.sym.reshape(label, shape=(-1,))
+        ignore: dict[str, Any] = {}
+        if options.ignore_padding:
+            ignore = {"use_ignore": True, "ignore_label": pad_id}
+        out = mx.sym.SoftmaxOutput(x, label, name="softmax", **ignore)
+        return out, ("data",), ("softmax_label",)
+
+    return sym_gen

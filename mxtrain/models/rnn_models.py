@@ -1,0 +1,186 @@
+"""More recurrent models: a GRU language model and a (bi)LSTM/GRU sequence tagger.
+
+MXNet is imported inside functions so that listing or validating models does not load it.
+Recurrent layers and their parameter names: :mod:`mxtrain.models.rnn_common`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from mxtrain.data.base import DataInfo
+from mxtrain.models.rnn_common import (
+    MODES,
+    SymGen,
+    build_rnn_lm,
+    check_bucket_key,
+    check_choice,
+    check_dropout,
+    check_positive,
+    check_sizes,
+    rnn_layers,
+)
+
+FUSED_CHOICES = ("auto", "fused", "unfused")
+
+
+@dataclass(frozen=True)
+class GruLmOptions:
+    """Sizes and regularisation of the GRU language model (the options of ``lstm_lm``).
+
+    Construction raises ``ValueError`` on impossible values; the config loader turns that
+    into a ``ConfigError`` pointing at the YAML file and line.
+    """
+
+    num_embed: int = field(default=200, metadata={"doc": "size of the token embeddings"})
+    num_hidden: int = field(default=200, metadata={"doc": "size of each GRU layer's state"})
+    num_layers: int = field(default=2, metadata={"doc": "number of stacked GRU layers"})
+    dropout: float = field(
+        default=0.0,
+        metadata={"doc": "dropout after the embedding, between GRU layers and before the output"},
+    )
+    cell: Literal["auto", "fused", "unfused"] = field(
+        default="auto",
+        metadata={
+            "doc": "fused: one RNN operator (fast, CPU and GPU); unfused: one GRUCell per "
+            "layer and step; auto: fused"
+        },
+    )
+    ignore_padding: bool = field(
+        default=True,
+        metadata={"doc": "padding positions get no gradient (SoftmaxOutput ignore_label = pad id)"},
+    )
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first impossible value."""
+        check_positive(self, "num_embed", "num_hidden", "num_layers")
+        check_dropout(self.dropout)
+        check_choice("cell", self.cell, FUSED_CHOICES)
+
+    @property
+    def fused(self) -> bool:
+        """Whether the fused RNN operator is used (auto picks it: it runs on CPU and GPU)."""
+        return self.cell in ("auto", "fused")
+
+
+def build_gru_lm(options: GruLmOptions, data_info: DataInfo) -> SymGen:
+    """``sym_gen`` of the GRU language model; the same graph as ``lstm_lm`` with GRU layers.
+
+    Parameters: ``embed_weight``, ``gru_parameters`` (fused) or
+    ``gru_l{i}_{i2h,h2h}_{weight,bias}`` (unfused; the names of ``FusedRNNCell.unfuse()``),
+    ``pred_weight``, ``pred_bias``.
+    """
+    return build_rnn_lm(options, data_info, model="gru_lm", mode="gru")
+
+
+@dataclass(frozen=True)
+class RnnTaggerOptions:
+    """Sizes and regularisation of the sequence tagger.
+
+    Construction raises ``ValueError`` on impossible values; the config loader turns that
+    into a ``ConfigError`` pointing at the YAML file and line.
+    """
+
+    num_embed: int = field(default=100, metadata={"doc": "size of the token embeddings"})
+    num_hidden: int = field(
+        default=100,
+        metadata={"doc": "state size of each recurrent layer, per direction"},
+    )
+    num_layers: int = field(default=1, metadata={"doc": "number of stacked recurrent layers"})
+    bidirectional: bool = field(
+        default=True,
+        metadata={
+            "doc": "read each sentence left-to-right and right-to-left (each up to its own "
+            "length, so padding never changes a prediction) and concatenate the states"
+        },
+    )
+    cell: Literal["lstm", "gru"] = field(default="lstm", metadata={"doc": "recurrent cell"})
+    fused: Literal["auto", "fused", "unfused"] = field(
+        default="auto",
+        metadata={
+            "doc": "fused: RNN operators (fast, CPU and GPU; bidirectional: one per layer and "
+            "direction); unfused: one cell per layer and step; auto: fused"
+        },
+    )
+    dropout: float = field(
+        default=0.0,
+        metadata={"doc": "dropout after the embedding, between layers and before the output"},
+    )
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first impossible value."""
+        check_positive(self, "num_embed", "num_hidden", "num_layers")
+        if not isinstance(self.bidirectional, bool):
+            raise ValueError(f"bidirectional must be true or false, not {self.bidirectional!r}")
+        check_choice("cell", self.cell, MODES)
+        check_choice("fused", self.fused, FUSED_CHOICES)
+        check_dropout(self.dropout)
+
+    @property
+    def use_fused(self) -> bool:
+        """Whether RNN operators are used (auto picks them: they run on CPU and GPU)."""
+        return self.fused in ("auto", "fused")
+
+
+def build_rnn_tagger(options: RnnTaggerOptions, data_info: DataInfo) -> SymGen:
+    """Return ``sym_gen(bucket_key) -> (symbol, ("data",), ("softmax_label",))``.
+
+    Embedding -> (bi)LSTM/GRU layers -> per-token fully connected layer -> softmax over the
+    labels. Inputs are (batch, time) token ids and label ids; the output is (batch * time,
+    num_classes) probabilities in batch-major order, named ``softmax``. Positions whose label
+    is the data's ``pad_id`` (padding) give no gradient (``ignore_label``). Padding must come
+    after each sentence's tokens; the real length of a row is its count of non-pad tokens.
+
+    Parameters: ``embed_weight``, the recurrent layers' (see :mod:`mxtrain.models.rnn_common`,
+    prefix ``lstm_`` or ``gru_``), ``pred_weight``, ``pred_bias``.
+    """
+    vocab_size, num_classes = check_sizes("rnn_tagger", data_info)
+    pad_id = data_info.pad_id
+    if pad_id is None:
+        raise ValueError(
+            "rnn_tagger needs the data iterator's pad_id: padding positions must get no "
+            "gradient (use a tagging iterator such as tagged_sequences)"
+        )
+    directions = 2 if options.bidirectional else 1
+    width = options.num_hidden * directions
+
+    def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
+        import mxnet as mx
+
+        seq_len = check_bucket_key("rnn_tagger", bucket_key)
+        data = mx.sym.Variable("data")
+        label = mx.sym.Variable("softmax_label")
+        x = mx.sym.Embedding(data, input_dim=vocab_size, output_dim=options.num_embed, name="embed")
+        if options.dropout > 0:
+            x = mx.sym.Dropout(x, p=options.dropout, name="embed_dropout")
+        lengths = None
+        if options.bidirectional:
+            lengths = mx.sym.sum(data != pad_id, axis=1, name="lengths")
+        x = rnn_layers(
+            x,
+            seq_len,
+            mode=options.cell,
+            num_hidden=options.num_hidden,
+            num_layers=options.num_layers,
+            dropout=options.dropout,
+            fused=options.use_fused,
+            prefix=f"{options.cell}_",
+            bidirectional=options.bidirectional,
+            lengths=lengths,
+        )
+        x = mx.sym.reshape(x, shape=(-1, width))
+        if options.dropout > 0:
+            x = mx.sym.Dropout(x, p=options.dropout, name="pred_dropout")
+        x = mx.sym.FullyConnected(x, num_hidden=num_classes, name="pred")
+        label = mx.sym.reshape(label, shape=(-1,))
+        out = mx.sym.SoftmaxOutput(x, label, use_ignore=True, ignore_label=pad_id, name="softmax")
+        return out, ("data",), ("softmax_label",)
+
+    return sym_gen
