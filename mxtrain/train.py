@@ -37,7 +37,7 @@ from mxtrain.signals import StopRequests
 log = logging.getLogger("mxtrain")
 
 #: Metric names for which a lower value is better (checkpoint.best_mode: auto).
-LOWER_IS_BETTER = ("perplexity", "loss", "error", "mae", "mse", "rmse", "cross-entropy", "ce")
+LOWER_IS_BETTER = ("perplexity", "loss", "error", "mae", "mse", "rmse", "cross_entropy")
 
 
 @dataclass
@@ -95,6 +95,9 @@ def fit_experiment(
     vocab = getattr(setup.train_iter, "vocab", None)
     if vocab is not None:
         vocab.save(run.vocab_file)
+    # Other files an iterator needs again later (a tagger's label vocabulary, ...).
+    for filename, save in getattr(setup.train_iter, "artifacts", dict)().items():
+        save(run.path / filename)
     from mxtrain import checkpoint
 
     checkpoint.save_symbol(setup.module, run, config.checkpoint.prefix)
@@ -163,7 +166,8 @@ def resume_experiment(
 
     threads = configure_threads(config.context)
     try:
-        setup = _prepare(config, threads, vocab_file=run.vocab_file)
+        # absolute: iterators resolve relative paths against the config's folder
+        setup = _prepare(config, threads, vocab_file=run.vocab_file.resolve())
         checkpoint.restore_module(setup.module, loaded)
     except BaseException:
         reporter.close()

@@ -34,7 +34,8 @@ likely tokens after the whole line. Blank lines get a record with null values.""
     "input_file",
     metavar="FILE",
     required=True,
-    help="UTF-8 text, one sentence per line.",
+    help="Input in the training data's format without labels: text with one sentence per "
+    "line (language models), CoNLL (taggers), .npy/.npz/.csv features (classifiers).",
 )
 @click.option(
     "--output",
@@ -53,13 +54,16 @@ likely tokens after the whole line. Blank lines get a record with null values.""
     "structured array.",
 )
 @click.option("--epoch", type=int, default=None, help="Checkpoint epoch (instead of RUN:EPOCH).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Sentences per batch.")
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=None, help="Inputs (rows) per batch."
+)
 @click.option(
     "--top-k",
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
-    help="Also list the K most likely next tokens after each line, with probabilities.",
+    help="Also list the K most likely outcomes with probabilities: next tokens after each "
+    "line (language models), labels (classifiers, taggers).",
 )
 @set_option
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
@@ -75,11 +79,13 @@ def predict_command(
     overrides: tuple[str, ...],
     force: bool,
 ) -> None:
-    """Predict every line of --input with a trained checkpoint and write --output.
+    """Predict every input (line, sentence or row) of --input and write --output.
 
-    Records come in input order, one per input line; no line is split, truncated or dropped
-    (lines longer than every training bucket run in a bucket of their own). The output is
-    written under a temporary name and renamed when complete.
+    Records come in input order, one per input; nothing is split, truncated or dropped
+    (sequences longer than every training bucket run in a bucket of their own). Language
+    models give log-likelihood and perplexity per line, classifiers a label and class
+    probabilities, taggers a label per token. The output is written under a temporary name
+    and renamed when complete.
     """
     from rich.console import Console
 
@@ -101,8 +107,11 @@ def predict_command(
         )
     finally:
         reporter.close()
-    overall = f", perplexity {summary.perplexity:.2f}" if summary.tokens else ""
-    click.echo(
-        f"wrote {summary.lines:,} records ({summary.empty:,} blank lines) to {summary.output}: "
-        f"{summary.tokens:,} tokens{overall} (epoch {summary.epoch})"
-    )
+    if summary.tokens:  # sequence models: token counts and the overall perplexity
+        click.echo(
+            f"wrote {summary.lines:,} records ({summary.empty:,} blank lines) to "
+            f"{summary.output}: {summary.tokens:,} tokens, perplexity "
+            f"{summary.perplexity:.2f} (epoch {summary.epoch})"
+        )
+    else:
+        click.echo(f"wrote {summary.lines:,} records to {summary.output} (epoch {summary.epoch})")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 TASK_LM = "lm"  # next-token prediction: one softmax over the vocabulary per input position
+TASK_TAG = "tag"  # sequence labelling: one softmax over the labels per input token
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,8 @@ class DataInfo:
     ``task`` says what the model's output means, so that ``mxtrain predict`` knows how to turn
     it into records: ``"lm"`` (a language model: at every input position a softmax over the
     vocabulary for the next token; labels are the inputs shifted by one) or ``None`` when the
-    iterator does not say. Other tasks (e.g. classifiers) can be added with their own name.
+    iterator does not say. ``"tag"``: a sequence labeller, one softmax over the labels per input
+    token. Other tasks (e.g. classifiers) can be added with their own name.
     """
 
     vocab_size: int | None = None  # number of input token ids, padding and specials included
@@ -37,7 +39,10 @@ class DataContext:
     paths in the config are resolved against (the config file's folder). ``vocab_file``, when
     set, is a saved vocabulary to load instead of building one. ``buckets``, when set, are the
     bucket keys the model was trained with, for iterators built without ``train`` (scoring or
-    predicting from a run folder).
+    predicting from a run folder). ``artifacts_dir``, when set, is the folder (the run folder)
+    holding the extra files a train iterator wrote through its optional ``artifacts()``
+    method (``{file name: save(path)}``, e.g. a tagger's ``label_vocab.json``); when it is
+    None, iterators look for them beside ``vocab_file``.
     """
 
     role: str
@@ -46,3 +51,4 @@ class DataContext:
     train: Any = None
     vocab_file: Path | None = None
     buckets: tuple[int, ...] | None = None
+    artifacts_dir: Path | None = None
