@@ -189,3 +189,13 @@ def test_real_subprocess_fit_prints_plain_lines(tiny_config: Path) -> None:
     assert any("epoch 1 batch 5" in line and "perplexity=" in line for line in lines)
     assert any("epoch 2 done" in line for line in lines)
     assert "\x1b[" not in proc.stdout  # no terminal escapes when stdout is a pipe
+
+
+def test_gpu_request_on_cpu_only_mxnet_is_a_clear_error(
+    runner: CliRunner, tiny_config: Path
+) -> None:
+    result = runner.invoke(cli, ["fit", str(tiny_config), "--set", "context.devices=gpu"])
+    assert result.exit_code == 2, result.output
+    assert "CPU-only build" in result.output and "mxnet-cu" in result.output
+    assert "Traceback" not in result.output
+    assert not (tiny_config.parent / "runs" / "tiny").exists()
