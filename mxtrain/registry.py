@@ -236,6 +236,18 @@ def _register_builtins() -> None:
         options="mxtrain.data.tagged_options:TaggedSequencesOptions",
         summary="token/label sentences from CoNLL or CoNLL-U files, bucketed (task: tag)",
     )
+    ITERATORS.register(
+        "libsvm",
+        "mxtrain.data.libsvm:build_libsvm_iter",
+        options="mxtrain.data.sparse_image_options:LibsvmOptions",
+        summary="sparse rows of a LibSVM text file (label idx:val ...), densified per batch",
+    )
+    ITERATORS.register(
+        "image_record",
+        "mxtrain.data.image_record:build_image_record_iter",
+        options="mxtrain.data.sparse_image_options:ImageRecordOptions",
+        summary="images of an MXNet RecordIO (.rec) file via ImageRecordIter (classify)",
+    )
     METRICS.register(
         "perplexity",
         "mxtrain.metrics:DevicePerplexity",

@@ -13,6 +13,9 @@ Files (same seed -> same bytes):
 * ``tokens_train.npz`` / ``tokens_valid.npz``: rows of token ids 1..``--vocab``-1 right-padded
   with 0 (``data``, int32) and a label (``label``): 1 when token 5 occurs in the row, else 0,
   for ``configs/text_classifier.yaml``.
+* ``sparse_train.svm`` / ``sparse_valid.svm``: LibSVM text (1-based indices), 300 features,
+  8 non-zeros per row of which 4 come from the features of the row's class, for
+  ``configs/libsvm_mlp.yaml``.
 
 The generated files are not committed (configs/data/.gitignore).
 """
@@ -25,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 TRIGGER = 5  # the token whose presence makes a text row positive
+SPARSE_FEATURES = 300  # columns of the LibSVM demo data
 
 
 def blobs(
@@ -62,6 +66,31 @@ def write_csv(path: Path, features: np.ndarray, labels: np.ndarray) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def sparse_rows(
+    rng: np.random.Generator, rows: int, features: int, classes: int
+) -> tuple[list[list[tuple[int, float]]], np.ndarray]:
+    """Sparse rows: 4 of 8 non-zeros from the class's own block of features, 4 anywhere."""
+    block = features // (2 * classes)  # class c owns features c*block .. (c+1)*block-1
+    labels = np.arange(rows) % classes
+    rng.shuffle(labels)
+    out = []
+    for label in labels:
+        own = rng.choice(block, size=4, replace=False) + label * block
+        noise = rng.choice(features, size=4, replace=False)
+        columns = sorted(set(own.tolist()) | set(noise.tolist()))
+        out.append([(c, float(rng.uniform(0.5, 1.5))) for c in columns])
+    return out, labels.astype(np.int64)
+
+
+def write_libsvm(path: Path, rows: list[list[tuple[int, float]]], labels: np.ndarray) -> None:
+    """LibSVM text: ``label idx:val ...`` with 1-based indices, as the LibSVM tools write."""
+    lines = [
+        " ".join([str(int(label)), *(f"{c + 1}:{v:.4g}" for c, v in row)])
+        for row, label in zip(rows, labels, strict=True)
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def make(out: Path, *, rows: int, dims: int, classes: int, seed: int, vocab: int) -> list[Path]:
     """Write every demo file into ``out``; returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
@@ -86,6 +115,10 @@ def make(out: Path, *, rows: int, dims: int, classes: int, seed: int, vocab: int
     np.savez(out / "tokens_valid.npz", data=vtx, label=vty)
     written += [out / n for n in ("blobs.csv", "valid_blobs.csv")]
     written += [out / n for n in ("tokens_train.npz", "tokens_valid.npz")]
+    sparse_rng = np.random.default_rng([seed, 1])  # its own stream: other files are unchanged
+    for name, count in (("sparse_train.svm", rows), ("sparse_valid.svm", max(rows // 4, 2))):
+        write_libsvm(out / name, *sparse_rows(sparse_rng, count, SPARSE_FEATURES, classes))
+        written.append(out / name)
     return written
 
 

@@ -1,0 +1,178 @@
+"""Options of the ``libsvm`` and ``image_record`` iterators (no MXNet import: the config layer
+reads them).
+
+``libsvm`` serves rows of a LibSVM text file (``label idx:val idx:val ...``) for classification
+or regression; ``image_record`` serves images of an MXNet RecordIO file (``.rec``, optionally
+with its ``.idx``) for classification. See :mod:`mxtrain.data.libsvm` and
+:mod:`mxtrain.data.image_record` for what the batches hold.
+
+Construction checks the values and raises ``ValueError`` naming the first impossible one; the
+config loader turns that into a ``ConfigError`` pointing at the YAML file and line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from mxtrain.data.array_options import TASK_CLASSIFY, _not_int, _positive, _RowOptions
+
+
+@dataclass(frozen=True)
+class LibsvmOptions(_RowOptions):
+    """Rows of a LibSVM text file: ``label idx:val idx:val ...``, one row per line.
+
+    Indices are 1-based as in the LibSVM tools unless ``zero_based: true``; features that a
+    row does not list are 0. Blank lines and ``#`` comments are skipped. Rows are kept sparse
+    in memory and each batch is densified (``(batch_size, num_features)`` float32).
+    """
+
+    num_features: int | None = field(
+        default=None,
+        metadata={
+            "doc": "number of features (default: the largest index of the training file, "
+            "+1 when zero_based); eval, score and predict reuse the training value (vocab.json)"
+        },
+    )
+    zero_based: bool = field(
+        default=False,
+        metadata={"doc": "indices start at 0 (false: at 1, as written by the LibSVM tools)"},
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        if not isinstance(self.zero_based, bool):
+            raise ValueError(f"zero_based must be true or false, not {self.zero_based!r}")
+        if self.num_features is not None:
+            _positive("num_features", self.num_features)
+
+
+@dataclass(frozen=True)
+class ImageRecordOptions:
+    """Images of an MXNet RecordIO file, decoded and augmented by ``mx.io.ImageRecordIter``."""
+
+    source: str = field(
+        metadata={
+            "doc": "the .rec file, ImageRecordIter's path_imgrec (relative to the config "
+            "file's folder); `mxtrain score --data` / `mxtrain predict --input` replace it"
+        },
+    )
+    data_shape: list[int] = field(
+        metadata={"doc": "shape of one output image [channels, height, width] (channels 1 or 3)"},
+    )
+    num_classes: int | None = field(
+        default=None,
+        metadata={
+            "doc": "number of classes (labels are class ids 0..C-1); required for training, "
+            "eval data reuses the training data's"
+        },
+    )
+    path_imgidx: str | None = field(
+        default=None,
+        metadata={
+            "doc": "the .idx index of source (default: source with the suffix .idx, if it "
+            "exists); ignored, with a warning, when its name does not match source's"
+        },
+    )
+    task: Literal["classify"] = field(
+        default="classify", metadata={"doc": "classify (the only task of this iterator)"}
+    )
+    batch_size: int = field(default=32, metadata={"doc": "images per batch"})
+    shuffle: bool = field(
+        default=True,
+        metadata={
+            "doc": "train only: shuffle the images, seeded by (seed, epoch); eval and predict "
+            "iterators always read in file order"
+        },
+    )
+    rand_crop: bool = field(default=False, metadata={"doc": "train only: random crops"})
+    rand_mirror: bool = field(default=False, metadata={"doc": "train only: random mirroring"})
+    resize: int = field(
+        default=-1,
+        metadata={"doc": "scale the shorter edge to this many pixels first (-1: keep)"},
+    )
+    mean_r: float = field(default=0.0, metadata={"doc": "subtracted from the R channel"})
+    mean_g: float = field(default=0.0, metadata={"doc": "subtracted from the G channel"})
+    mean_b: float = field(default=0.0, metadata={"doc": "subtracted from the B channel"})
+    std_r: float = field(default=1.0, metadata={"doc": "the R channel is divided by this"})
+    std_g: float = field(default=1.0, metadata={"doc": "the G channel is divided by this"})
+    std_b: float = field(default=1.0, metadata={"doc": "the B channel is divided by this"})
+    scale: float = field(
+        default=1.0, metadata={"doc": "multiply pixels by this after mean/std (e.g. 0.00390625)"}
+    )
+    num_parts: int = field(
+        default=1,
+        metadata={
+            "doc": "split the file among this many workers (ImageRecordIter's byte-range "
+            "partition: parts may differ in size by a batch)"
+        },
+    )
+    part_index: int = field(
+        default=0, metadata={"doc": "which part this worker reads, 0..num_parts-1"}
+    )
+    preprocess_threads: int = field(
+        default=1, metadata={"doc": "decoding/augmentation threads of ImageRecordIter"}
+    )
+    data_name: str = field(
+        default="data", metadata={"doc": "name of the model's data input (the symbol variable)"}
+    )
+    label_name: str = field(
+        default="softmax_label",
+        metadata={"doc": "name of the model's label input (the symbol variable)"},
+    )
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first impossible value."""
+        if not isinstance(self.source, str) or not self.source.strip():
+            raise ValueError("source must be the path of the .rec file")
+        if self.path_imgidx is not None and (
+            not isinstance(self.path_imgidx, str) or not self.path_imgidx.strip()
+        ):
+            raise ValueError("path_imgidx must be the path of the .idx file (or null)")
+        shape = self.data_shape
+        if (
+            not isinstance(shape, list | tuple)
+            or len(shape) != 3
+            or any(_not_int(d) or d < 1 for d in shape)
+        ):
+            raise ValueError(f"data_shape must be [channels, height, width], not {shape!r}")
+        if shape[0] not in (1, 3):
+            raise ValueError(f"data_shape must have 1 or 3 channels, not {shape[0]}")
+        if self.task != TASK_CLASSIFY:
+            raise ValueError(f"task must be classify, not {self.task!r}")
+        if self.num_classes is not None and (_not_int(self.num_classes) or self.num_classes < 2):
+            raise ValueError(
+                f"num_classes must be an integer of at least 2, not {self.num_classes!r}"
+            )
+        _positive("batch_size", self.batch_size)
+        _positive("num_parts", self.num_parts)
+        _positive("preprocess_threads", self.preprocess_threads)
+        if _not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
+            raise ValueError(
+                f"part_index must be in 0..{self.num_parts - 1} (num_parts is "
+                f"{self.num_parts}), not {self.part_index!r}"
+            )
+        if _not_int(self.resize) or (self.resize < 1 and self.resize != -1):
+            raise ValueError(f"resize must be a positive integer or -1, not {self.resize!r}")
+        for name in ("std_r", "std_g", "std_b"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"{name} must be a positive number, not {value!r}")
+        for name in ("mean_r", "mean_g", "mean_b", "scale"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{name} must be a number, not {value!r}")
+        if self.scale == 0:
+            raise ValueError("scale must not be 0")
+        for name in ("rand_crop", "rand_mirror", "shuffle"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, not {getattr(self, name)!r}")
+        for name in ("data_name", "label_name"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{name} must be a non-empty name, not {value!r}")
+        if self.data_name == self.label_name:
+            raise ValueError(f"data_name and label_name must differ (both are {self.data_name!r})")
