@@ -10,6 +10,22 @@ deduplicated, and the largest bucket is the longest sentence, unless that senten
 outlier: longer than ``2 x`` the 99th percentile length. Then the largest bucket is that
 cap (rounded up) and the few longer sentences go through ``long_sentences``, counted like
 any other long sentence, so one stray line cannot blow up the memory of every batch.
+With ``auto_buckets: padding`` the same cap applies, and the boundaries below it are the
+fewest that keep the padding within ``max_padding`` (see :func:`padding_buckets`).
+
+Token budget (``batch_tokens``): a bucket of length ``L`` takes ``max(1, T // L)`` sentences,
+where ``T`` is ``batch_tokens`` lowered to the default (largest) bucket's own positions
+``B_max * L_max`` so that no bucket has more positions than the default bucket: the module
+binds the default bucket first and every other bucket shares its memory. ``provide_data``
+(and ``batch_size``) describe the default bucket; each batch's ``provide_data`` its own shape.
+
+Sharding (``num_parts`` P, ``part_index`` p): every worker reads and buckets the whole data
+(same vocabulary, same buckets), then, each epoch, takes rows ``p, p + P, p + 2P, ...`` of
+each bucket's (shuffled) order: the parts are disjoint and together hold every sequence. A
+bucket with ``n`` sequences gives every part ``ceil(ceil(n / P) / B)`` batches, a part with
+fewer rows fills up with all-``<pad>`` rows (whole all-padding batches where ``n`` is small),
+so every part yields exactly the same number of batches per epoch and the batch order, drawn
+from ``(seed, epoch)`` alone, visits the same bucket at each step on every worker.
 
 Roles (``DataContext.role``): ``train`` builds the vocabulary (or loads ``vocab_file``) and
 the buckets; ``eval`` reuses the train iterator's vocabulary and buckets, or, built from a run
@@ -67,6 +83,9 @@ def build_bucket_sentence_iter(
     predict = context.role == "predict"
     if predict and options.max_sentences is not None:
         options = dataclasses.replace(options, max_sentences=None)  # every line gets a record
+    if predict and options.num_parts > 1:
+        log.warning("predict reads every line: num_parts/part_index are ignored")
+        options = dataclasses.replace(options, num_parts=1, part_index=0)
     source, lines = read_lines(options, context.base_dir)
     sentences = [tokenize(line, options.level, options.lowercase) for line in lines]
     vocab = _vocabulary(options, context, sentences, source)
@@ -102,13 +121,16 @@ def build_bucket_sentence_iter(
         lengths = np.array([len(ids) - 1 for ids in encoded if len(ids) > 1], dtype=np.int64)
         if lengths.size == 0:
             raise _no_usable_data(source, len(encoded), len(encoded), 0, None)
-        buckets = auto_buckets(lengths, options.num_buckets)
+        buckets = derive_buckets(lengths, options)
 
     return BucketSentenceIter(
         encoded,
         vocab=vocab,
         buckets=buckets,
         batch_size=options.batch_size,
+        batch_tokens=options.batch_tokens,
+        num_parts=options.num_parts,
+        part_index=options.part_index,
         long_sentences="bucket" if predict else options.long_sentences,
         shuffle=options.shuffle and context.role == "train",
         seed=context.seed,
@@ -134,6 +156,14 @@ def train_buckets(options: BucketSentenceOptions, base_dir: Path) -> list[int]:
     )
     if lengths.size == 0:
         raise _no_usable_data(source, len(lines), len(lines), 0, None)
+    return derive_buckets(lengths, options)
+
+
+def derive_buckets(lengths: np.ndarray, options: BucketSentenceOptions) -> list[int]:
+    """``buckets: auto`` for sentences of ``lengths`` data tokens, by ``options.auto_buckets``."""
+    if options.auto_buckets == "padding":
+        return padding_buckets(lengths, options.max_padding, options.num_buckets)
+    assert options.num_buckets is not None  # options refuse null with the quantile rule
     return auto_buckets(lengths, options.num_buckets)
 
 
@@ -231,14 +261,91 @@ def auto_buckets(lengths: np.ndarray, num_buckets: int) -> list[int]:
     """Bucket lengths from length quantiles (see the module docstring for the outlier rule)."""
     if lengths.size == 0:
         raise ValueError("no lengths to derive buckets from")
-    longest = int(lengths.max())
-    cap = math.ceil(
-        OUTLIER_FACTOR * float(np.quantile(lengths, OUTLIER_QUANTILE, method="inverted_cdf"))
-    )
-    top = min(longest, cap)
+    top = _outlier_cap(lengths)
     fractions = [i / num_buckets for i in range(1, num_buckets)]
     inner = np.quantile(lengths, fractions, method="inverted_cdf") if fractions else []
     return sorted({int(q) for q in inner if q < top} | {top})
+
+
+def _outlier_cap(lengths: np.ndarray) -> int:
+    """The largest automatic bucket: the longest length, or ``2 x`` the 99th percentile."""
+    cap = math.ceil(
+        OUTLIER_FACTOR * float(np.quantile(lengths, OUTLIER_QUANTILE, method="inverted_cdf"))
+    )
+    return min(int(lengths.max()), cap)
+
+
+def bucket_padding(lengths: np.ndarray, buckets: Sequence[int]) -> float:
+    """Share of padded positions when each length is padded to the smallest bucket holding it.
+
+    Lengths above the largest bucket count as the largest (most of a split sentence is
+    whole chunks); the padding that fills a bucket's last batch is not counted here.
+    """
+    bounds = np.asarray(sorted(buckets), dtype=np.int64)
+    lens = np.minimum(np.asarray(lengths, dtype=np.int64), bounds[-1])
+    if lens.size == 0:
+        return 0.0
+    padded = bounds[np.searchsorted(bounds, lens, side="left")]
+    return 1.0 - float(lens.sum()) / float(padded.sum())
+
+
+def padding_buckets(
+    lengths: np.ndarray, max_padding: float, num_buckets: int | None = None
+) -> list[int]:
+    """The fewest bucket boundaries whose padding share stays within ``max_padding``.
+
+    The largest bucket is chosen as for the quantile rule (the longest length, capped at
+    ``2 x`` the 99th percentile); longer lengths count as that cap. Then an exact dynamic
+    program over the histogram of distinct lengths ``u_1 < ... < u_n``: ``f_k[j]``, the
+    fewest padded positions covering ``u_1..u_j`` with ``k`` buckets whose last is ``u_j``,
+    is ``min_i f_{k-1}[i] + cost(i, j)``, where ``cost`` pads the lengths in
+    ``(u_i, u_j]`` to ``u_j`` (prefix sums make it O(1)). A boundary that is not a data
+    length only adds padding, so these are all candidates. ``k`` grows from 1 until
+    ``pad / (tokens + pad) <= max_padding`` (the share of :func:`bucket_padding`). A greedy
+    left-to-right cut would also meet the budget but may use more buckets; with ``n`` in the
+    hundreds the DP costs ``O(k n^2)`` vectorized, well under a second.
+
+    ``num_buckets`` caps ``k`` (None: no cap). If the cap is reached first the cap's best
+    boundaries are returned and a warning says which padding they leave.
+    """
+    if lengths.size == 0:
+        raise ValueError("no lengths to derive buckets from")
+    top = _outlier_cap(lengths)
+    lens = np.minimum(lengths.astype(np.int64), top)
+    u, c = np.unique(lens, return_counts=True)
+    n = u.size
+    tokens = float(lens.sum())
+    limit = max_padding / (1.0 - max_padding) * tokens + 1e-9  # pad <= limit <=> share <= m
+    cap = n if num_buckets is None else min(n, num_buckets)
+    if max_padding == 0 and cap == n:
+        return [int(x) for x in u]
+    counts = np.concatenate([[0.0], np.cumsum(c, dtype=np.float64)])
+    sums = np.concatenate([[0.0], np.cumsum(c * u, dtype=np.float64)])
+    # cost[i, j]: pad the distinct lengths i..j-1 (0-based) to u[j-1]; i < j
+    ends = np.concatenate([[0.0], u.astype(np.float64)])
+    cost = ends[None, :] * (counts[None, :] - counts[:, None]) - (sums[None, :] - sums[:, None])
+    cost[np.tril_indices(n + 1)] = np.inf
+    best = cost[0].copy()  # k = 1: one bucket ending at u[j-1] covers 1..j
+    parents: list[np.ndarray] = []
+    k = 1
+    while best[n] > limit and k < cap:
+        total = best[:, None] + cost
+        parents.append(np.argmin(total, axis=0))
+        best = total[parents[-1], np.arange(n + 1)]
+        k += 1
+    bounds = [n]
+    for parent in reversed(parents):
+        bounds.append(int(parent[bounds[-1]]))
+    buckets = sorted(int(u[j - 1]) for j in bounds if j > 0)
+    if best[n] > limit:
+        log.warning(
+            "auto_buckets: padding: %d buckets (num_buckets) leave %.1f%% padding, more than "
+            "max_padding %.1f%%; allow more buckets (or num_buckets: null) to meet it",
+            len(buckets),
+            100 * bucket_padding(lens, buckets),
+            100 * max_padding,
+        )
+    return buckets
 
 
 def _vocabulary(
@@ -251,17 +358,24 @@ def _vocabulary(
     if vocab_file is not None and not Path(vocab_file).is_absolute():
         vocab_file = context.base_dir / vocab_file
     if context.role == "train":
+        # a resumed run's vocab.json (context) wins; it is the one the run started with
+        if vocab_file is None and options.vocab is not None:
+            vocab_file = Path(options.vocab).expanduser()
+            if not vocab_file.is_absolute():
+                vocab_file = context.base_dir / vocab_file
         if vocab_file is not None:
             vocab = Vocab.load(vocab_file)
             origin = f"the vocabulary file {vocab_file}"
         else:
-            return Vocab.build(
+            vocab = Vocab.build(
                 sentences,
                 min_count=options.min_count,
                 max_size=options.max_vocab,
                 level=options.level,
                 lowercase=options.lowercase,
+                specials=options.specials,
             )
+            origin = "the training data's vocabulary"
     else:
         train_vocab = getattr(context.train, "vocab", None)
         if isinstance(train_vocab, Vocab):
@@ -288,6 +402,13 @@ def _vocabulary(
             f"{origin} was built with lowercase: {str(vocab.lowercase).lower()}.",
             hint="Use the same lowercase setting for all data of one model.",
         )
+    missing = [t for t in options.specials if t not in vocab.specials]
+    if missing:
+        raise DataError(
+            f"The data {source} lists specials {missing} that {origin} does not reserve "
+            f"(its specials: {list(vocab.specials) or 'none beyond <pad> <unk> <eos>'}).",
+            hint="Use the same specials for all data of one model, or rebuild the vocabulary.",
+        )
     return vocab
 
 
@@ -309,7 +430,12 @@ def _no_usable_data(
 
 
 class BucketSentenceIter(mx.io.DataIter):
-    """Batches of (data, softmax_label), shape (batch_size, bucket), float32 ids.
+    """Batches of (data, softmax_label), shape (batch size, bucket), float32 ids.
+
+    The batch size is ``batch_size``, or with ``batch_tokens`` one per bucket
+    (``bucket_batch_sizes``; see the module docstring); ``batch_size`` and ``provide_data``
+    then describe the default (largest) bucket. ``num_parts``/``part_index`` give this
+    iterator one disjoint part of every epoch (module docstring).
 
     ``sentences`` are encoded sentences (eos included if wanted). A bucket's last batch is
     filled up with all-``<pad>`` rows and ``batch.pad`` counts them. Each batch also has
@@ -329,6 +455,9 @@ class BucketSentenceIter(mx.io.DataIter):
         vocab: Vocab,
         buckets: Sequence[int],
         batch_size: int,
+        batch_tokens: int | None = None,
+        num_parts: int = 1,
+        part_index: int = 0,
         long_sentences: str = "split",
         shuffle: bool = False,
         seed: int = 0,
@@ -346,9 +475,17 @@ class BucketSentenceIter(mx.io.DataIter):
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if long_sentences not in ("split", "truncate", "drop", "bucket"):
             raise ValueError(f"unknown long_sentences policy {long_sentences!r}")
-        self.batch_size = batch_size
+        if batch_tokens is not None and batch_tokens < 1:
+            raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
+        if num_parts < 1 or not 0 <= part_index < num_parts:
+            raise ValueError(f"need 0 <= part_index < num_parts, got {part_index}, {num_parts}")
+        self.batch_tokens = batch_tokens
+        self.num_parts = int(num_parts)
+        self.part_index = int(part_index)
         self.buckets = buckets
         self.default_bucket_key = buckets[-1]
+        self._sentences_per_batch = batch_size
+        self.batch_size = self.bucket_batch_size(self.default_bucket_key)
         self.vocab = vocab
         self.pad_id = vocab.pad_id
         self.data_info = DataInfo(
@@ -371,8 +508,23 @@ class BucketSentenceIter(mx.io.DataIter):
         self._cursor = 0
         self.reset()
 
+    def bucket_batch_size(self, length: int) -> int:
+        """Sentences per batch in the bucket of ``length``.
+
+        ``batch_size``, or with ``batch_tokens`` ``max(1, T // length)`` where ``T`` is
+        ``batch_tokens`` but at most the default bucket's positions, so that no bucket
+        binds more elements than the default one.
+        """
+        if self.batch_tokens is None:
+            return self._sentences_per_batch
+        largest = self.default_bucket_key
+        budget = min(self.batch_tokens, max(1, self.batch_tokens // largest) * largest)
+        return max(1, budget // length)
+
     def _desc(self, name: str, length: int) -> Any:
-        return mx.io.DataDesc(name, (self.batch_size, length), np.float32, layout="NT")
+        return mx.io.DataDesc(
+            name, (self.bucket_batch_size(length), length), np.float32, layout="NT"
+        )
 
     def _pack(self, sentences: Sequence[Sequence[int]], policy: str) -> None:
         """Cut sentences into (start, length) chunks of one flat id array, pad into buckets."""
@@ -425,37 +577,49 @@ class BucketSentenceIter(mx.io.DataIter):
         which = np.searchsorted(self.buckets, chunk_len, side="left")
 
         pad = self.pad_id
-        bsz = self.batch_size
+        parts = self.num_parts
         last = flat.size - 1
-        self._packed: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        # per bucket: (length, sequences, batches per part, data, label, row tokens, index);
+        # only real rows here: reset() adds the all-pad rows that fill each part's last batch
+        self._packed: list[tuple[int, int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+        self._packed = []
+        self.bucket_batch_sizes = {
+            length: self.bucket_batch_size(length) for length in self.buckets
+        }
         counts: dict[int, int] = {}
         batches_per_bucket: dict[int, int] = {}
         unk = 0
+        positions = 0  # padded positions of all parts' batches
+        row_positions = 0  # positions of the real rows: padding from bucket rounding only
         for b, length in enumerate(self.buckets):
             sel = which == b
             n = int(sel.sum())
             counts[length] = n
-            nbatch = -(-n // bsz)
+            bsz = self.bucket_batch_sizes[length]
+            nbatch = math.ceil(math.ceil(n / parts) / bsz)  # the same for every part
             batches_per_bucket[length] = nbatch
+            positions += parts * nbatch * bsz * length
+            row_positions += n * length
             if n == 0:
                 continue
-            total = nbatch * bsz  # padded up to whole batches with all-pad rows
             pos = np.arange(length)
-            mask = np.zeros((total, length), dtype=bool)
-            mask[:n] = pos[None, :] < chunk_len[sel][:, None]
-            idx = np.zeros((total, length), dtype=np.int64)
-            idx[:n] = chunk_start[sel][:, None] + pos[None, :]
+            mask = pos[None, :] < chunk_len[sel][:, None]
+            idx = chunk_start[sel][:, None] + pos[None, :]
             data = np.where(mask, flat[np.minimum(idx, last)], pad).astype(np.float32)
             label = np.where(mask, flat[np.minimum(idx + 1, last)], pad).astype(np.float32)
             row_tokens = (label != pad).sum(axis=1)
             unk += int((label == self.vocab.unk_id).sum())
-            index = np.full(total, -1, dtype=np.int64)
-            index[:n] = chunk_row[sel]
-            self._packed.append((length, n, data, label, row_tokens, index))
+            index = chunk_row[sel].astype(np.int64)
+            self._packed.append((length, n, nbatch, data, label, row_tokens, index))
 
-        tokens = int(sum(p[4].sum() for p in self._packed))
-        positions = sum(p[2].size for p in self._packed)
+        tokens = int(sum(p[5].sum() for p in self._packed))
         self.num_batches = sum(batches_per_bucket.values())
+        # all-padding batches this part gets per epoch (a bucket with fewer rows than parts)
+        mine = {p[0]: len(range(self.part_index, p[1], parts)) for p in self._packed}
+        empty_batches = sum(
+            batches_per_bucket[length] - -(-m // self.bucket_batch_sizes[length])
+            for length, m in mine.items()
+        )
         self.stats: dict[str, Any] = {
             "sentences": num,
             "sequences": int(chunk_len.size),
@@ -465,10 +629,26 @@ class BucketSentenceIter(mx.io.DataIter):
             "long_policy": policy,
             "long_tokens_lost": lost,
             "padding_ratio": 1.0 - tokens / positions,
+            "bucket_padding": 1.0 - float(chunk_len.sum()) / row_positions,
             "unk_ratio": unk / tokens if tokens else 0.0,
             "bucket_counts": counts,
             "bucket_batches": batches_per_bucket,
+            "bucket_batch_sizes": dict(self.bucket_batch_sizes),
+            "part_sequences": int(sum(mine.values())),
+            "padding_batches": int(empty_batches),
         }
+        if parts > 1:
+            log.info(
+                "%s: part %d of %d: %d of %d sequences, %d batches per epoch like every part "
+                "(%d of them all padding)",
+                self.source,
+                self.part_index,
+                parts,
+                self.stats["part_sequences"],
+                int(chunk_len.size),
+                self.num_batches,
+                empty_batches,
+            )
         if self.stats["long_sentences"]:
             log.info(
                 "%s: %d sentences longer than %d tokens (%s), %d tokens lost",
@@ -496,17 +676,19 @@ class BucketSentenceIter(mx.io.DataIter):
         rng = (
             np.random.default_rng([self.seed % 2**64, self.epoch % 2**64]) if self.shuffle else None
         )
-        bsz = self.batch_size
         batches = []
-        for length, n, data, label, row_tokens, index in self._packed:
-            if rng is not None:
-                perm = np.concatenate([rng.permutation(n), np.arange(n, data.shape[0])])
-                data, label, row_tokens, index = (
-                    data[perm],
-                    label[perm],
-                    row_tokens[perm],
-                    index[perm],
-                )
+        for length, n, nbatch, rows_data, rows_label, rows_tokens, rows_index in self._packed:
+            order = rng.permutation(n) if rng is not None else np.arange(n)
+            mine = order[self.part_index :: self.num_parts]
+            m = mine.size
+            bsz = self.bucket_batch_sizes[length]
+            total = nbatch * bsz  # whole batches: the rest are all-pad rows
+            data = np.full((total, length), self.pad_id, dtype=np.float32)
+            label = np.full((total, length), self.pad_id, dtype=np.float32)
+            row_tokens = np.zeros(total, dtype=np.int64)
+            index = np.full(total, -1, dtype=np.int64)
+            data[:m], label[:m] = rows_data[mine], rows_label[mine]
+            row_tokens[:m], index[:m] = rows_tokens[mine], rows_index[mine]
             nd_data = mx.nd.array(data, dtype=np.float32)
             nd_label = mx.nd.array(label, dtype=np.float32)
             batch_tokens = row_tokens.reshape(-1, bsz).sum(axis=1)
@@ -517,7 +699,7 @@ class BucketSentenceIter(mx.io.DataIter):
                 batch = mx.io.DataBatch(
                     data=[nd_data[lo:hi]],
                     label=[nd_label[lo:hi]],
-                    pad=max(0, hi - n),
+                    pad=max(0, hi - m),
                     index=index[lo:hi],
                     bucket_key=length,
                     provide_data=desc_data,
@@ -541,14 +723,29 @@ class BucketSentenceIter(mx.io.DataIter):
     def __len__(self) -> int:
         return self.num_batches
 
+    def _batch_words(self) -> str:
+        if self.batch_tokens is None:
+            return str(self.batch_size)
+        sizes = ", ".join(f"{k}: {v}" for k, v in self.bucket_batch_sizes.items())
+        return f"<= {self.batch_tokens} tokens (sentences per bucket {{{sizes}}})"
+
+    def _part_words(self) -> str:
+        if self.num_parts == 1:
+            return ""
+        return (
+            f"; part {self.part_index} of {self.num_parts}: {self.stats['part_sequences']} "
+            f"sequences, {self.stats['padding_batches']} all-padding batches"
+        )
+
     def describe(self) -> str:
         """One line for the log."""
         s = self.stats
         return (
             f"{self.source} ({self.level}): {s['sentences']} sentences -> {s['sequences']} "
             f"sequences, {s['tokens']} tokens, vocab {len(self.vocab)}, unk {s['unk_ratio']:.1%}; "
-            f"buckets {self.buckets}; {self.num_batches} batches of {self.batch_size}, "
-            f"padding {s['padding_ratio']:.1%}; long sentences (> {self.default_bucket_key}): "
+            f"buckets {self.buckets}; {self.num_batches} batches of {self._batch_words()}, "
+            f"padding {s['padding_ratio']:.1%} ({s['bucket_padding']:.1%} from bucket "
+            f"lengths){self._part_words()}; long sentences (> {self.default_bucket_key}): "
             f"{s['long_sentences']} ({s['long_policy']}, {s['long_tokens_lost']} tokens lost); "
             f"empty skipped: {s['skipped_empty']}"
         )

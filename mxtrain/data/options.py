@@ -9,6 +9,8 @@ from typing import Literal
 TREEBANK_PREFIX = "treebank:"
 LEVELS = ("word", "char")
 LONG_POLICIES = ("split", "truncate", "drop")
+AUTO_BUCKET_RULES = ("quantile", "padding")
+DEFAULT_SPECIALS = ("<pad>", "<unk>", "<eos>")
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,17 @@ class BucketSentenceOptions:
             "doc": "tokens are whitespace-separated words, or characters (plus a space token)"
         },
     )
-    batch_size: int = field(default=32, metadata={"doc": "sentences per batch"})
+    batch_size: int = field(
+        default=32, metadata={"doc": "sentences per batch (unless batch_tokens is set)"}
+    )
+    batch_tokens: int | None = field(
+        default=None,
+        metadata={
+            "doc": "token budget per batch: each bucket of length L takes max(1, batch_tokens "
+            "// L) sentences instead of batch_size (capped so no bucket has more positions "
+            "than the default, longest, bucket, which the module binds first)"
+        },
+    )
     buckets: list[int] | Literal["auto"] = field(
         default="auto",
         metadata={
@@ -40,8 +52,26 @@ class BucketSentenceOptions:
             "lengths (eval iterators reuse the train iterator's buckets)"
         },
     )
-    num_buckets: int = field(
-        default=8, metadata={"doc": "how many buckets 'buckets: auto' derives at most"}
+    num_buckets: int | None = field(
+        default=8,
+        metadata={
+            "doc": "how many buckets 'buckets: auto' derives at most (null: no limit, "
+            "auto_buckets: padding only)"
+        },
+    )
+    auto_buckets: Literal["quantile", "padding"] = field(
+        default="quantile",
+        metadata={
+            "doc": "how 'buckets: auto' places boundaries: quantile (length quantiles) or "
+            "padding (the fewest buckets whose padding stays within max_padding)"
+        },
+    )
+    max_padding: float = field(
+        default=0.1,
+        metadata={
+            "doc": "auto_buckets: padding: largest share of padded positions from rounding "
+            "lengths up to buckets (0 to 1, exclusive)"
+        },
     )
     shuffle: bool = field(
         default=True,
@@ -53,12 +83,28 @@ class BucketSentenceOptions:
     add_eos: bool = field(
         default=True, metadata={"doc": "append <eos> to each sentence so the model learns to end"}
     )
+    vocab: str | None = field(
+        default=None,
+        metadata={
+            "doc": "train: load this saved vocab.json (relative to the config file's folder) "
+            "instead of building one; unknown words become <unk>"
+        },
+    )
+    specials: list[str] = field(
+        default_factory=list,
+        metadata={
+            "doc": "extra reserved tokens (e.g. [<bos>]) with the ids after <pad> 0, <unk> 1, "
+            "<eos> 2"
+        },
+    )
     min_count: int = field(
         default=1, metadata={"doc": "tokens seen fewer times in the training data become <unk>"}
     )
     max_vocab: int | None = field(
         default=None,
-        metadata={"doc": "largest vocabulary size, the 3 specials <pad> <unk> <eos> included"},
+        metadata={
+            "doc": "largest vocabulary size, the specials (<pad> <unk> <eos> and specials) included"
+        },
     )
     long_sentences: Literal["split", "truncate", "drop"] = field(
         default="split",
@@ -71,6 +117,16 @@ class BucketSentenceOptions:
         default=None, metadata={"doc": "read only the first N lines (quick runs and tests)"}
     )
     lowercase: bool = field(default=False, metadata={"doc": "lowercase the text before tokenizing"})
+    num_parts: int = field(
+        default=1,
+        metadata={
+            "doc": "distributed training: split each epoch's sentences into this many disjoint "
+            "parts, one per worker; every part yields the same number of batches"
+        },
+    )
+    part_index: int = field(
+        default=0, metadata={"doc": "which part (0 to num_parts - 1) this worker reads"}
+    )
 
     def __post_init__(self) -> None:
         self.validate()
@@ -89,13 +145,45 @@ class BucketSentenceOptions:
                 f"not {self.long_sentences!r}"
             )
         _positive("batch_size", self.batch_size)
-        _positive("num_buckets", self.num_buckets)
+        if self.batch_tokens is not None:
+            _positive("batch_tokens", self.batch_tokens)
+        if self.auto_buckets not in AUTO_BUCKET_RULES:
+            raise ValueError(
+                f"auto_buckets must be one of {', '.join(AUTO_BUCKET_RULES)}, "
+                f"not {self.auto_buckets!r}"
+            )
+        if self.num_buckets is None:
+            if self.auto_buckets != "padding":
+                raise ValueError(
+                    "num_buckets may be null only with auto_buckets: padding (the quantile "
+                    "rule needs a number of buckets)"
+                )
+        else:
+            _positive("num_buckets", self.num_buckets)
+        mp = self.max_padding
+        if isinstance(mp, bool) or not isinstance(mp, int | float) or not 0 <= mp < 1:
+            raise ValueError(f"max_padding must be a number from 0 to below 1, not {mp!r}")
         _positive("min_count", self.min_count)
         if self.max_sentences is not None:
             _positive("max_sentences", self.max_sentences)
-        if self.max_vocab is not None and (_not_int(self.max_vocab) or self.max_vocab < 4):
+        if self.vocab is not None and (not isinstance(self.vocab, str) or not self.vocab.strip()):
             raise ValueError(
-                f"max_vocab must be at least 4 (3 specials and one token), not {self.max_vocab!r}"
+                f"vocab must be the path of a vocab.json file or null, not {self.vocab!r}"
+            )
+        self._validate_specials()
+        reserved = len(DEFAULT_SPECIALS) + len(self.specials)
+        if self.max_vocab is not None and (
+            _not_int(self.max_vocab) or self.max_vocab < reserved + 1
+        ):
+            raise ValueError(
+                f"max_vocab must be at least {reserved + 1} ({reserved} specials and one "
+                f"token), not {self.max_vocab!r}"
+            )
+        _positive("num_parts", self.num_parts)
+        if _not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
+            raise ValueError(
+                f"part_index must be from 0 to num_parts - 1 = {self.num_parts - 1}, "
+                f"not {self.part_index!r}"
             )
         if isinstance(self.buckets, str):
             if self.buckets != "auto":
@@ -113,6 +201,30 @@ class BucketSentenceOptions:
                 f"buckets must be strictly increasing, got {buckets} "
                 f"(did you mean {sorted(set(buckets))}?)"
             )
+
+    def _validate_specials(self) -> None:
+        specials = self.specials
+        if isinstance(specials, str) or not isinstance(specials, list | tuple):
+            raise ValueError(f"specials must be a list of tokens such as [<bos>], not {specials!r}")
+        seen: set[str] = set()
+        for token in specials:
+            if (
+                not isinstance(token, str)
+                or not token
+                or token != token.strip()
+                or (len(token.split()) != 1)
+            ):
+                raise ValueError(
+                    f"specials must be non-empty tokens without whitespace, not {token!r}"
+                )
+            if token in DEFAULT_SPECIALS:
+                raise ValueError(
+                    f"specials: {token} is always reserved (ids 0-2 are "
+                    f"{', '.join(DEFAULT_SPECIALS)}); list only extra tokens"
+                )
+            if token in seen:
+                raise ValueError(f"specials lists {token!r} twice")
+            seen.add(token)
 
 
 def _not_int(value: object) -> bool:

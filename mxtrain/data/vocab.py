@@ -22,7 +22,9 @@ VERSION = 1
 class Vocab:
     """A list of tokens; the id of a token is its position.
 
-    ``<pad>`` = 0, ``<unk>`` = 1, ``<eos>`` = 2, then regular tokens. Unknown tokens encode
+    ``<pad>`` = 0, ``<unk>`` = 1, ``<eos>`` = 2, then the extra reserved tokens ``specials``
+    (e.g. ``<bos>``: ids 3, 4, ...; never counted or dropped by ``build``), then regular
+    tokens. Unknown tokens encode
     to ``<unk>``; so does a literal ``<pad>`` in the text, which must not vanish from the
     loss as padding would. ``level`` and ``lowercase`` record how the text was tokenized so
     a vocabulary is not reused with a different tokenizer by mistake (None: not recorded).
@@ -38,10 +40,16 @@ class Vocab:
         *,
         level: str | None = None,
         lowercase: bool | None = None,
+        specials: Sequence[str] = (),
     ) -> None:
         tokens = list(tokens)
+        specials = list(specials)
         if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
             raise ValueError(f"a vocabulary must start with {list(SPECIALS)}")
+        if tokens[len(SPECIALS) : len(SPECIALS) + len(specials)] != specials:
+            raise ValueError(
+                f"a vocabulary with specials {specials} must list them right after {list(SPECIALS)}"
+            )
         if len(set(tokens)) != len(tokens):
             raise ValueError("a vocabulary must not contain a token twice")
         self._tokens = tokens
@@ -49,6 +57,7 @@ class Vocab:
         self._ids[PAD] = self.unk_id
         self.level = level
         self.lowercase = lowercase
+        self.specials = tuple(specials)
 
     @classmethod
     def build(
@@ -59,23 +68,32 @@ class Vocab:
         max_size: int | None = None,
         level: str | None = None,
         lowercase: bool | None = None,
+        specials: Sequence[str] = (),
     ) -> Vocab:
         """Count tokens and keep the frequent ones, most frequent first (ties: by token).
 
-        ``max_size`` limits the whole vocabulary, the three specials included.
+        ``max_size`` limits the whole vocabulary, the three specials and ``specials``
+        included; ``specials`` (extra reserved tokens) follow ``<eos>`` whatever their counts.
         """
+        specials = list(specials)
         counts: Counter[str] = Counter()
         for sentence in sentences:
             counts.update(sentence)
-        for special in SPECIALS:
+        for special in (*SPECIALS, *specials):
             counts.pop(special, None)
         kept = sorted(
             (item for item in counts.items() if item[1] >= min_count),
             key=lambda item: (-item[1], item[0]),
         )
+        reserved = [*SPECIALS, *specials]
         if max_size is not None:
-            kept = kept[: max(0, max_size - len(SPECIALS))]
-        return cls([*SPECIALS, *(token for token, _ in kept)], level=level, lowercase=lowercase)
+            kept = kept[: max(0, max_size - len(reserved))]
+        return cls(
+            [*reserved, *(token for token, _ in kept)],
+            level=level,
+            lowercase=lowercase,
+            specials=specials,
+        )
 
     def __len__(self) -> int:
         return len(self._tokens)
@@ -84,7 +102,11 @@ class Vocab:
         return token in self._ids
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Vocab) and self._tokens == other._tokens
+        return (
+            isinstance(other, Vocab)
+            and self._tokens == other._tokens
+            and self.specials == other.specials
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -114,8 +136,9 @@ class Vocab:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        """The saved form."""
-        return {
+        """The saved form; ``reserved`` (the extra specials) only when there are any, so a
+        vocabulary without them is saved exactly as before."""
+        obj: dict[str, Any] = {
             "format": FORMAT,
             "version": VERSION,
             "specials": {"pad": PAD, "unk": UNK, "eos": EOS},
@@ -123,6 +146,9 @@ class Vocab:
             "lowercase": self.lowercase,
             "tokens": self._tokens,
         }
+        if self.specials:
+            obj["reserved"] = list(self.specials)
+        return obj
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write JSON atomically (a temporary file renamed over ``path``)."""
@@ -180,9 +206,14 @@ class Vocab:
             if token in seen:
                 raise bad(f"lists the token {token!r} twice (again at id {i})")
             seen.add(token)
+        reserved = obj.get("reserved", [])
+        if not isinstance(reserved, list) or not all(isinstance(t, str) for t in reserved):
+            raise bad(f'has a "reserved" entry that is not a list of tokens: {reserved!r}')
+        if tokens[len(SPECIALS) : len(SPECIALS) + len(reserved)] != reserved:
+            raise bad(f"does not list its reserved tokens {reserved} right after {list(SPECIALS)}")
         level, lowercase = obj.get("level"), obj.get("lowercase")
         if level is not None and not isinstance(level, str):
             raise bad(f'has a "level" that is not a string: {level!r}')
         if lowercase is not None and not isinstance(lowercase, bool):
             raise bad(f'has a "lowercase" that is not true/false: {lowercase!r}')
-        return cls(tokens, level=level, lowercase=lowercase)
+        return cls(tokens, level=level, lowercase=lowercase, specials=reserved)
