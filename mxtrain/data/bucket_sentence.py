@@ -52,6 +52,7 @@ import mxnet as mx
 import numpy as np
 
 from mxtrain.data.base import TASK_LM, DataContext, DataInfo
+from mxtrain.data.batching import bucket_batches
 from mxtrain.data.options import TREEBANK_PREFIX, BucketSentenceOptions
 from mxtrain.data.vocab import UNK, Vocab
 from mxtrain.errors import DataError
@@ -689,24 +690,17 @@ class BucketSentenceIter(mx.io.DataIter):
             index = np.full(total, -1, dtype=np.int64)
             data[:m], label[:m] = rows_data[mine], rows_label[mine]
             row_tokens[:m], index[:m] = rows_tokens[mine], rows_index[mine]
-            nd_data = mx.nd.array(data, dtype=np.float32)
-            nd_label = mx.nd.array(label, dtype=np.float32)
-            batch_tokens = row_tokens.reshape(-1, bsz).sum(axis=1)
-            desc_data = [self._desc(self.data_name, length)]
-            desc_label = [self._desc(self.label_name, length)]
-            for j in range(batch_tokens.size):
-                lo, hi = j * bsz, (j + 1) * bsz
-                batch = mx.io.DataBatch(
-                    data=[nd_data[lo:hi]],
-                    label=[nd_label[lo:hi]],
-                    pad=max(0, hi - m),
-                    index=index[lo:hi],
-                    bucket_key=length,
-                    provide_data=desc_data,
-                    provide_label=desc_label,
-                )
-                batch.num_tokens = int(batch_tokens[j])
-                batches.append(batch)
+            batches += bucket_batches(
+                data,
+                label,
+                row_tokens,
+                index,
+                length=length,
+                batch_size=bsz,
+                real_rows=m,
+                desc_data=[self._desc(self.data_name, length)],
+                desc_label=[self._desc(self.label_name, length)],
+            )
         if rng is not None:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         self._batches = batches

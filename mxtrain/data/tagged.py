@@ -34,6 +34,7 @@ import mxnet as mx
 import numpy as np
 
 from mxtrain.data.base import TASK_TAG, DataContext, DataInfo
+from mxtrain.data.batching import bucket_batches
 from mxtrain.data.bucket_sentence import auto_buckets, long_bucket
 from mxtrain.data.conll import TaggedSentence, read_conll
 from mxtrain.data.label_vocab import FILE_NAME as LABEL_VOCAB_FILE
@@ -437,24 +438,17 @@ class TaggedSequenceIter(mx.io.DataIter):
                     row_tokens[perm],
                     index[perm],
                 )
-            nd_data = mx.nd.array(data, dtype=np.float32)
-            nd_label = mx.nd.array(label, dtype=np.float32)
-            batch_tokens = row_tokens.reshape(-1, bsz).sum(axis=1)
-            desc_data = [self._desc(self.data_name, length)]
-            desc_label = [self._desc(self.label_name, length)]
-            for j in range(batch_tokens.size):
-                lo, hi = j * bsz, (j + 1) * bsz
-                batch = mx.io.DataBatch(
-                    data=[nd_data[lo:hi]],
-                    label=[nd_label[lo:hi]],
-                    pad=max(0, hi - n),
-                    index=index[lo:hi],
-                    bucket_key=length,
-                    provide_data=desc_data,
-                    provide_label=desc_label,
-                )
-                batch.num_tokens = int(batch_tokens[j])
-                batches.append(batch)
+            batches += bucket_batches(
+                data,
+                label,
+                row_tokens,
+                index,
+                length=length,
+                batch_size=bsz,
+                real_rows=n,
+                desc_data=[self._desc(self.data_name, length)],
+                desc_label=[self._desc(self.label_name, length)],
+            )
         if rng is not None:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         self._batches = batches
