@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mxtrain.errors import DataError
+from mxtrain.data.vocab import read_versioned_json
 
 PAD = "<pad>"
 UNK = "<unk>"
@@ -107,31 +107,9 @@ class LabelVocab:
             "(it belongs with that run's vocab.json and parameters)."
         )
 
-        def bad(what: str) -> DataError:
-            return DataError(f"The label vocabulary file {path} {what}.", hint=hint)
-
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise bad("does not exist") from None
-        except IsADirectoryError:
-            raise bad("is a directory, not a file") from None
-        except UnicodeDecodeError as exc:
-            raise bad(f"is not UTF-8 text (byte {exc.start})") from None
-        except OSError as exc:
-            raise bad(f"cannot be read ({exc.strerror or exc})") from None
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise bad(
-                f"is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-            ) from None
-        if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-            raise bad(f'is not an mxtrain label vocabulary (no "format": "{FORMAT}" entry)')
-        if obj.get("version") != VERSION:
-            raise bad(
-                f"has format version {obj.get('version')!r}; this mxtrain reads version {VERSION}"
-            )
+        obj, bad = read_versioned_json(
+            path, kind="label vocabulary", fmt=FORMAT, version=VERSION, hint=hint
+        )
         if obj.get("specials") != {"pad": PAD, "unk": UNK}:
             raise bad(f"has unexpected specials {obj.get('specials')!r}")
         labels = obj.get("labels")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,31 +168,9 @@ class Vocab:
             "vocab_file setting to build the vocabulary from the training data."
         )
 
-        def bad(what: str) -> DataError:
-            return DataError(f"The vocabulary file {path} {what}.", hint=hint)
-
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise bad("does not exist") from None
-        except IsADirectoryError:
-            raise bad("is a directory, not a file") from None
-        except UnicodeDecodeError as exc:
-            raise bad(f"is not UTF-8 text (byte {exc.start})") from None
-        except OSError as exc:
-            raise bad(f"cannot be read ({exc.strerror or exc})") from None
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise bad(
-                f"is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-            ) from None
-        if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-            raise bad(f'is not an mxtrain vocabulary (no "format": "{FORMAT}" entry)')
-        if obj.get("version") != VERSION:
-            raise bad(
-                f"has format version {obj.get('version')!r}; this mxtrain reads version {VERSION}"
-            )
+        obj, bad = read_versioned_json(
+            path, kind="vocabulary", fmt=FORMAT, version=VERSION, hint=hint
+        )
         specials = obj.get("specials")
         if specials != {"pad": PAD, "unk": UNK, "eos": EOS}:
             raise bad(f"has unexpected specials {specials!r}")
@@ -217,3 +195,38 @@ class Vocab:
         if lowercase is not None and not isinstance(lowercase, bool):
             raise bad(f'has a "lowercase" that is not true/false: {lowercase!r}')
         return cls(tokens, level=level, lowercase=lowercase, specials=reserved)
+
+
+def read_versioned_json(
+    path: Path, *, kind: str, fmt: str, version: int, hint: str
+) -> tuple[dict[str, Any], Callable[[str], DataError]]:
+    """Read a JSON file mxtrain wrote, check its ``format`` and ``version`` entries.
+
+    Returns the object and a function that makes further ``DataError`` messages in the same
+    style ("The <kind> file <path> <what>."), for the caller's own checks.
+    """
+
+    def bad(what: str) -> DataError:
+        return DataError(f"The {kind} file {path} {what}.", hint=hint)
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise bad("does not exist") from None
+    except IsADirectoryError:
+        raise bad("is a directory, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise bad(f"is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise bad(f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise bad(f"is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    if not isinstance(obj, dict) or obj.get("format") != fmt:
+        raise bad(f'is not an mxtrain {kind} (no "format": "{fmt}" entry)')
+    if obj.get("version") != version:
+        raise bad(
+            f"has format version {obj.get('version')!r}; this mxtrain reads version {version}"
+        )
+    return obj, bad
