@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import mxnet as mx
 import numpy as np
+
+#: Buckets beyond the largest (predict) grow in steps of 1/LONG_BUCKET_STEPS of the largest.
+LONG_BUCKET_STEPS = 4
+
+
+def long_bucket(length: int, largest: int) -> int:
+    """The bucket a predict iterator gives a sentence of ``length`` data tokens > ``largest``.
+
+    The length rounded up to ``largest + j * step`` with ``step = ceil(largest / 4)``: at most
+    a quarter of the largest bucket is padding, and long sentences of similar lengths share
+    a bucket (each extra bucket binds its own executor memory).
+    """
+    step = max(1, math.ceil(largest / LONG_BUCKET_STEPS))
+    return largest + step * math.ceil((length - largest) / step)
 
 
 def bucket_batches(
@@ -45,3 +60,47 @@ def bucket_batches(
         batch.num_tokens = int(tokens[j])
         batches.append(batch)
     return batches
+
+
+def chunk_sequences(
+    offsets: np.ndarray, lengths: np.ndarray, largest: int, policy: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, list[int]]:
+    """Apply the long-sequence policy: which (start, length) chunks go into buckets.
+
+    ``offsets``/``lengths`` locate each sequence's tokens in one flat array; sequences of
+    length 0 are left out (the caller counts them). Sequences longer than ``largest`` are
+    ``split`` into chunks of at most ``largest``, ``truncate``d to it, given a ``bucket`` of
+    their own (predict keeps every line whole), or dropped (``drop``). Returns the chunk
+    starts, lengths and source rows, the number of tokens lost, and the extra bucket keys the
+    ``bucket`` policy needs.
+    """
+    fits = (lengths >= 1) & (lengths <= largest)
+    long_ids = np.flatnonzero(lengths > largest)
+    starts, lens, rows = [offsets[fits]], [lengths[fits]], [np.flatnonzero(fits)]
+    lost = 0
+    extra: list[int] = []
+    if policy == "split":
+        for i in long_ids:  # a loop over long sequences only, not over tokens
+            k = np.arange(0, lengths[i], largest)
+            starts.append(offsets[i] + k)
+            lens.append(np.minimum(largest, lengths[i] - k))
+            rows.append(np.full(k.size, i))
+    elif policy == "truncate":
+        starts.append(offsets[long_ids])
+        lens.append(np.full(long_ids.size, largest))
+        rows.append(long_ids)
+        lost = int((lengths[long_ids] - largest).sum())
+    elif policy == "bucket":
+        starts.append(offsets[long_ids])
+        lens.append(lengths[long_ids])
+        rows.append(long_ids)
+        extra = sorted({long_bucket(int(n), largest) for n in lengths[long_ids]})
+    else:
+        lost = int(lengths[long_ids].sum())
+    return (
+        np.concatenate(starts).astype(np.int64),
+        np.concatenate(lens).astype(np.int64),
+        np.concatenate(rows).astype(np.int64),
+        lost,
+        extra,
+    )

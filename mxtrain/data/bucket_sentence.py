@@ -32,7 +32,7 @@ the buckets; ``eval`` reuses the train iterator's vocabulary and buckets, or, bu
 folder, ``vocab_file`` and ``context.buckets``. ``predict`` is an eval iterator that keeps every
 line of its file whole and in one row (batches carry ``index``, the 0-based line of each row):
 ``max_sentences`` is ignored, and a sentence longer than the largest bucket gets a bucket of its
-own (see :func:`long_bucket`) instead of being split, truncated or dropped. Without ``add_eos``
+own (see ``batching.long_bucket``) instead of being split, truncated or dropped. Without ``add_eos``
 a predict row still holds the whole sentence as data: its label is the data shifted by one
 with ``<pad>`` (not counted) after the last word, so the output at the last data position is
 the model's distribution after the whole sentence in both cases.
@@ -52,7 +52,7 @@ import mxnet as mx
 import numpy as np
 
 from mxtrain.data.base import TASK_LM, DataContext, DataInfo
-from mxtrain.data.batching import bucket_batches
+from mxtrain.data.batching import bucket_batches, chunk_sequences
 from mxtrain.data.options import TREEBANK_PREFIX, BucketSentenceOptions
 from mxtrain.data.vocab import UNK, Vocab
 from mxtrain.errors import DataError
@@ -63,18 +63,6 @@ TREEBANK_SPLITS = ("train", "valid", "test")
 SPACE = " "  # the token between words at the char level
 OUTLIER_QUANTILE = 0.99
 OUTLIER_FACTOR = 2.0
-LONG_BUCKET_STEPS = 4  # predict: buckets beyond the largest grow in steps of largest / 4
-
-
-def long_bucket(length: int, largest: int) -> int:
-    """The bucket a predict iterator gives a sentence of ``length`` data tokens > ``largest``.
-
-    The length rounded up to ``largest + j * step`` with ``step = ceil(largest / 4)``: at most
-    a quarter of the largest bucket is padding, and long sentences of similar lengths share
-    a bucket (each extra bucket binds its own executor memory).
-    """
-    step = max(1, math.ceil(largest / LONG_BUCKET_STEPS))
-    return largest + step * math.ceil((length - largest) / step)
 
 
 def build_bucket_sentence_iter(
@@ -445,7 +433,7 @@ class BucketSentenceIter(mx.io.DataIter):
 
     ``long_sentences`` says what happens to sentences longer than the largest bucket:
     ``split`` into chunks, ``truncate``, ``drop``, or ``bucket``: each gets a bucket of its own
-    beyond the largest (:func:`long_bucket`; used for prediction). ``buckets`` then lists
+    beyond the largest (``batching.long_bucket``; used for prediction). ``buckets`` then lists
     those extra buckets too; ``default_bucket_key`` stays the largest of the given ones.
     """
 
@@ -538,32 +526,11 @@ class BucketSentenceIter(mx.io.DataIter):
 
         empty = lengths < 1
         long = lengths > largest
-        fits = ~empty & ~long
-        starts, lens, rows = [offsets[fits]], [lengths[fits]], [np.flatnonzero(fits)]
-        long_ids = np.flatnonzero(long)
-        lost = 0
-        if policy == "split":
-            for i in long_ids:  # a loop over long sentences only, not over tokens
-                k = np.arange(0, lengths[i], largest)
-                starts.append(offsets[i] + k)
-                lens.append(np.minimum(largest, lengths[i] - k))
-                rows.append(np.full(k.size, i))
-        elif policy == "truncate":
-            starts.append(offsets[long_ids])
-            lens.append(np.full(long_ids.size, largest))
-            rows.append(long_ids)
-            lost = int((lengths[long_ids] - largest).sum())
-        elif policy == "bucket":
-            starts.append(offsets[long_ids])
-            lens.append(lengths[long_ids])
-            rows.append(long_ids)
-            extra = {long_bucket(int(n), largest) for n in lengths[long_ids]}
-            self.buckets = [*self.buckets, *sorted(extra)]
-        else:
-            lost = int(lengths[long_ids].sum())
-        chunk_start = np.concatenate(starts).astype(np.int64)
-        chunk_len = np.concatenate(lens).astype(np.int64)
-        chunk_row = np.concatenate(rows).astype(np.int64)
+        chunk_start, chunk_len, chunk_row, lost, extra = chunk_sequences(
+            offsets, lengths, largest, policy
+        )
+        if extra:
+            self.buckets = [*self.buckets, *extra]
         if chunk_len.size == 0:
             raise _no_usable_data(
                 self.source,

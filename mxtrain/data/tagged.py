@@ -34,8 +34,8 @@ import mxnet as mx
 import numpy as np
 
 from mxtrain.data.base import TASK_TAG, DataContext, DataInfo
-from mxtrain.data.batching import bucket_batches
-from mxtrain.data.bucket_sentence import auto_buckets, long_bucket
+from mxtrain.data.batching import bucket_batches, chunk_sequences
+from mxtrain.data.bucket_sentence import auto_buckets
 from mxtrain.data.conll import TaggedSentence, read_conll
 from mxtrain.data.label_vocab import FILE_NAME as LABEL_VOCAB_FILE
 from mxtrain.data.label_vocab import LabelVocab
@@ -220,7 +220,7 @@ class TaggedSequenceIter(mx.io.DataIter):
 
     ``long_sentences``: what happens to sentences longer than the largest bucket: ``split``
     into chunks, ``truncate``, ``drop``, or ``bucket`` (each gets a bucket of its own beyond
-    the largest, see :func:`~mxtrain.data.bucket_sentence.long_bucket`; for prediction).
+    the largest, see :func:`~mxtrain.data.batching.long_bucket`; for prediction).
     """
 
     def __init__(
@@ -314,34 +314,12 @@ class TaggedSequenceIter(mx.io.DataIter):
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         largest = self.default_bucket_key
 
-        empty = sizes < 1
         long = sizes > largest
-        fits = ~empty & ~long
-        starts, lens, rows = [offsets[fits]], [sizes[fits]], [np.flatnonzero(fits)]
-        long_ids = np.flatnonzero(long)
-        lost = 0
-        if policy == "split":
-            for i in long_ids:  # a loop over long sentences only, not over tokens
-                k = np.arange(0, sizes[i], largest)
-                starts.append(offsets[i] + k)
-                lens.append(np.minimum(largest, sizes[i] - k))
-                rows.append(np.full(k.size, i))
-        elif policy == "truncate":
-            starts.append(offsets[long_ids])
-            lens.append(np.full(long_ids.size, largest))
-            rows.append(long_ids)
-            lost = int((sizes[long_ids] - largest).sum())
-        elif policy == "bucket":
-            starts.append(offsets[long_ids])
-            lens.append(sizes[long_ids])
-            rows.append(long_ids)
-            extra = {long_bucket(int(n), largest) for n in sizes[long_ids]}
-            self.buckets = [*self.buckets, *sorted(extra)]
-        else:
-            lost = int(sizes[long_ids].sum())
-        chunk_start = np.concatenate(starts).astype(np.int64)
-        chunk_len = np.concatenate(lens).astype(np.int64)
-        chunk_row = np.concatenate(rows).astype(np.int64)
+        chunk_start, chunk_len, chunk_row, lost, extra = chunk_sequences(
+            offsets, sizes, largest, policy
+        )
+        if extra:
+            self.buckets = [*self.buckets, *extra]
         if chunk_len.size == 0:
             raise DataError(
                 f"None of the {num} sentences in {self.source} can be used: all are longer "

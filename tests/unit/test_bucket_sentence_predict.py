@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from mxtrain.data.base import TASK_LM, DataContext
-from mxtrain.data.bucket_sentence import build_bucket_sentence_iter, long_bucket, train_buckets
+from mxtrain.data.batching import long_bucket
+from mxtrain.data.bucket_sentence import build_bucket_sentence_iter, train_buckets
 from mxtrain.data.options import BucketSentenceOptions
 from mxtrain.data.vocab import Vocab
 
