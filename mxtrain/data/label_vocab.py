@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain.data.vocab import read_versioned_json
+from mxtrain.rundir import atomic_write_text
 
 PAD = "<pad>"
 UNK = "<unk>"
@@ -91,12 +92,9 @@ class LabelVocab:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write JSON atomically (a temporary file renamed over ``path``)."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.to_json(), f, ensure_ascii=False, indent=0)
-            f.write("\n")
-        os.replace(tmp, path)
+        atomic_write_text(
+            Path(path), json.dumps(self.to_json(), ensure_ascii=False, indent=0) + "\n"
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> LabelVocab:

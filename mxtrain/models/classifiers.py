@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mxtrain.data.base import DataInfo
+from mxtrain.models.rnn_common import MODES, check_choice, check_dropout, check_positive
 
 SymGen = Callable[[Any], tuple[Any, tuple[str, ...], tuple[str, ...]]]
 ACTIVATIONS = ("relu", "tanh", "sigmoid")
 CELLS = ("auto", "fused", "unfused")
-MODES = ("lstm", "gru")
 POOLINGS = ("last", "mean", "max")
 MASKED = -1e9  # what max pooling sees at padding positions
 
@@ -36,18 +36,6 @@ MASKED = -1e9  # what max pooling sees at padding positions
 # --------------------------------------------------------------------------------------------
 # Option checks and the shared output layer
 # --------------------------------------------------------------------------------------------
-
-
-def _positive(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, not {value!r}")
-
-
-def _dropout(value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"dropout must be a number in [0, 1), not {value!r}")
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), not {value!r}")
 
 
 def _names(data_info: DataInfo) -> tuple[str, str]:
@@ -129,11 +117,8 @@ class MlpOptions:
         for size in self.hidden:
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise ValueError(f"hidden must hold positive layer sizes, got {list(self.hidden)}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {', '.join(ACTIVATIONS)}, not {self.activation!r}"
-            )
-        _dropout(self.dropout)
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_dropout(self.dropout)
 
 
 def build_mlp(options: MlpOptions, data_info: DataInfo) -> SymGen:
@@ -199,15 +184,12 @@ class LenetOptions:
         for size in channels:
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise ValueError(f"channels must hold positive sizes, got {list(channels)}")
-        _positive("kernel", self.kernel)
+        check_positive(self, "kernel")
         if self.kernel % 2 == 0:
             raise ValueError(f"kernel must be odd (the image keeps its size), not {self.kernel}")
-        _positive("hidden", self.hidden)
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {', '.join(ACTIVATIONS)}, not {self.activation!r}"
-            )
-        _dropout(self.dropout)
+        check_positive(self, "hidden")
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_dropout(self.dropout)
 
 
 def build_lenet(options: LenetOptions, data_info: DataInfo) -> SymGen:
@@ -311,15 +293,11 @@ class RnnClassifierOptions:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value."""
-        for name in ("num_embed", "num_hidden", "num_layers"):
-            _positive(name, getattr(self, name))
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
-        if self.cell not in CELLS:
-            raise ValueError(f"cell must be one of {', '.join(CELLS)}, not {self.cell!r}")
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, not {self.pooling!r}")
-        _dropout(self.dropout)
+        check_positive(self, "num_embed", "num_hidden", "num_layers")
+        check_choice("mode", self.mode, MODES)
+        check_choice("cell", self.cell, CELLS)
+        check_choice("pooling", self.pooling, POOLINGS)
+        check_dropout(self.dropout)
 
     @property
     def fused(self) -> bool:
