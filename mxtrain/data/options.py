@@ -144,9 +144,9 @@ class BucketSentenceOptions:
                 f"long_sentences must be one of {', '.join(LONG_POLICIES)}, "
                 f"not {self.long_sentences!r}"
             )
-        _positive("batch_size", self.batch_size)
+        check_positive("batch_size", self.batch_size)
         if self.batch_tokens is not None:
-            _positive("batch_tokens", self.batch_tokens)
+            check_positive("batch_tokens", self.batch_tokens)
         if self.auto_buckets not in AUTO_BUCKET_RULES:
             raise ValueError(
                 f"auto_buckets must be one of {', '.join(AUTO_BUCKET_RULES)}, "
@@ -159,13 +159,13 @@ class BucketSentenceOptions:
                     "rule needs a number of buckets)"
                 )
         else:
-            _positive("num_buckets", self.num_buckets)
+            check_positive("num_buckets", self.num_buckets)
         mp = self.max_padding
         if isinstance(mp, bool) or not isinstance(mp, int | float) or not 0 <= mp < 1:
             raise ValueError(f"max_padding must be a number from 0 to below 1, not {mp!r}")
-        _positive("min_count", self.min_count)
+        check_positive("min_count", self.min_count)
         if self.max_sentences is not None:
-            _positive("max_sentences", self.max_sentences)
+            check_positive("max_sentences", self.max_sentences)
         if self.vocab is not None and (not isinstance(self.vocab, str) or not self.vocab.strip()):
             raise ValueError(
                 f"vocab must be the path of a vocab.json file or null, not {self.vocab!r}"
@@ -173,34 +173,19 @@ class BucketSentenceOptions:
         self._validate_specials()
         reserved = len(DEFAULT_SPECIALS) + len(self.specials)
         if self.max_vocab is not None and (
-            _not_int(self.max_vocab) or self.max_vocab < reserved + 1
+            not_int(self.max_vocab) or self.max_vocab < reserved + 1
         ):
             raise ValueError(
                 f"max_vocab must be at least {reserved + 1} ({reserved} specials and one "
                 f"token), not {self.max_vocab!r}"
             )
-        _positive("num_parts", self.num_parts)
-        if _not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
+        check_positive("num_parts", self.num_parts)
+        if not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
             raise ValueError(
                 f"part_index must be from 0 to num_parts - 1 = {self.num_parts - 1}, "
                 f"not {self.part_index!r}"
             )
-        if isinstance(self.buckets, str):
-            if self.buckets != "auto":
-                raise ValueError(
-                    f"buckets must be 'auto' or a list of lengths, not {self.buckets!r}"
-                )
-            return
-        buckets = list(self.buckets)
-        if not buckets:
-            raise ValueError("buckets must not be empty: give lengths like [10, 20, 40] or 'auto'")
-        if any(_not_int(b) or b < 1 for b in buckets):
-            raise ValueError(f"buckets must be positive integers, got {buckets}")
-        if any(a >= b for a, b in pairwise(buckets)):
-            raise ValueError(
-                f"buckets must be strictly increasing, got {buckets} "
-                f"(did you mean {sorted(set(buckets))}?)"
-            )
+        check_buckets(self.buckets)
 
     def _validate_specials(self) -> None:
         specials = self.specials
@@ -227,10 +212,30 @@ class BucketSentenceOptions:
             seen.add(token)
 
 
-def _not_int(value: object) -> bool:
+def not_int(value: object) -> bool:
+    """True unless ``value`` is an int (bools, which are ints in Python, count as not)."""
     return isinstance(value, bool) or not isinstance(value, int)
 
 
-def _positive(name: str, value: object) -> None:
-    if _not_int(value) or value < 1:  # type: ignore[operator]
+def check_positive(name: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is a positive integer."""
+    if not_int(value) or value < 1:  # type: ignore[operator]
         raise ValueError(f"{name} must be a positive integer, not {value!r}")
+
+
+def check_buckets(buckets: object) -> None:
+    """Raise ``ValueError`` unless ``buckets`` is 'auto' or strictly increasing lengths."""
+    if isinstance(buckets, str):
+        if buckets != "auto":
+            raise ValueError(f"buckets must be 'auto' or a list of lengths, not {buckets!r}")
+        return
+    lengths = list(buckets)  # type: ignore[call-overload]
+    if not lengths:
+        raise ValueError("buckets must not be empty: give lengths like [10, 20, 40] or 'auto'")
+    if any(not_int(b) or b < 1 for b in lengths):
+        raise ValueError(f"buckets must be positive integers, got {lengths}")
+    if any(a >= b for a, b in pairwise(lengths)):
+        raise ValueError(
+            f"buckets must be strictly increasing, got {lengths} "
+            f"(did you mean {sorted(set(lengths))}?)"
+        )

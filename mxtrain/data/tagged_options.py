@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import Literal
+
+from mxtrain.data.options import check_buckets, check_positive, not_int
 
 FORMATS = ("auto", "conll", "conllu")
 DELIMITERS = ("whitespace", "tab")
@@ -127,7 +128,7 @@ class TaggedSequencesOptions:
             )
         for name in ("token_column", "label_column"):
             value = getattr(self, name)
-            if value is not None and _not_int(value):
+            if value is not None and not_int(value):
                 raise ValueError(f"{name} must be an integer column index or null, not {value!r}")
         if self.format == "conllu":
             for name in ("token_column", "label_column"):
@@ -146,31 +147,16 @@ class TaggedSequencesOptions:
                 f"token_column and label_column are both {self.token_column}: the labels would "
                 "be the tokens"
             )
-        _positive("batch_size", self.batch_size)
-        _positive("num_buckets", self.num_buckets)
-        _positive("min_count", self.min_count)
+        check_positive("batch_size", self.batch_size)
+        check_positive("num_buckets", self.num_buckets)
+        check_positive("min_count", self.min_count)
         if self.max_sentences is not None:
-            _positive("max_sentences", self.max_sentences)
-        if self.max_vocab is not None and (_not_int(self.max_vocab) or self.max_vocab < 4):
+            check_positive("max_sentences", self.max_sentences)
+        if self.max_vocab is not None and (not_int(self.max_vocab) or self.max_vocab < 4):
             raise ValueError(
                 f"max_vocab must be at least 4 (3 specials and one token), not {self.max_vocab!r}"
             )
-        if isinstance(self.buckets, str):
-            if self.buckets != "auto":
-                raise ValueError(
-                    f"buckets must be 'auto' or a list of lengths, not {self.buckets!r}"
-                )
-            return
-        buckets = list(self.buckets)
-        if not buckets:
-            raise ValueError("buckets must not be empty: give lengths like [10, 20, 40] or 'auto'")
-        if any(_not_int(b) or b < 1 for b in buckets):
-            raise ValueError(f"buckets must be positive integers, got {buckets}")
-        if any(a >= b for a, b in pairwise(buckets)):
-            raise ValueError(
-                f"buckets must be strictly increasing, got {buckets} "
-                f"(did you mean {sorted(set(buckets))}?)"
-            )
+        check_buckets(self.buckets)
 
     def columns(self, fmt: str) -> tuple[int, int]:
         """(token column, label column) for the resolved format ``conll`` or ``conllu``."""
@@ -181,12 +167,3 @@ class TaggedSequencesOptions:
         token = defaults[0] if self.token_column is None else self.token_column
         label = defaults[1] if self.label_column is None else self.label_column
         return token, label
-
-
-def _not_int(value: object) -> bool:
-    return isinstance(value, bool) or not isinstance(value, int)
-
-
-def _positive(name: str, value: object) -> None:
-    if _not_int(value) or value < 1:  # type: ignore[operator]
-        raise ValueError(f"{name} must be a positive integer, not {value!r}")
