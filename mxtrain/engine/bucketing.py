@@ -19,6 +19,7 @@ Nothing here knows about YAML or click.
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
 import logging
 import os
@@ -40,6 +41,31 @@ _LOG = logging.getLogger(__name__)
 
 # MXNet's own heuristic: local kvstore updates on the kvstore unless a parameter is this big.
 _BIG_PARAM_ELEMENTS = 16 * 1024 * 1024
+
+
+_INTERPRETER_EXITING = False
+
+
+@atexit.register
+def _note_exit() -> None:  # registered after MXNet's own hook, so it runs before it
+    global _INTERPRETER_EXITING
+    _INTERPRETER_EXITING = True
+
+
+def _wait_before_freeing_kvstore() -> None:
+    """Let the engine finish before a kvstore this module created can be freed.
+
+    MXNet 1.9.1 deletes a local/device kvstore (and its ``CommCPU``/``CommDevice``) at once, while
+    reduce and broadcast operations already queued on the engine still point into it: a
+    use-after-free that crashed the process with SIGFPE inside ``CommCPU::ReduceSumCPU`` when a
+    multi-device module was dropped right after ``update()``. Waiting costs nothing when idle.
+    """
+    if _INTERPRETER_EXITING:  # MXNet's exit hook drains the engine itself
+        return
+    try:
+        mx.nd.waitall()
+    except Exception:  # never raise from a destructor path
+        _LOG.debug("waitall before freeing the kvstore failed", exc_info=True)
 
 
 # ----------------------------------------------------------------------------- bucket keys
@@ -366,6 +392,10 @@ class BucketingModule:
         self._kvstore: Any = None
         self._update_on_kvstore = False
         self._updater: Any = None
+
+    def __del__(self) -> None:
+        if getattr(self, "_kvstore", None) is not None:
+            _wait_before_freeing_kvstore()
 
     # -- construction helpers ---------------------------------------------------------------
 
@@ -1114,6 +1144,8 @@ class BucketingModule:
             raise TypeError(f"optimizer must be a name or an mx.optimizer.Optimizer: {optimizer!r}")
 
         self._optimizer = optimizer
+        if self._kvstore is not None and self._kvstore is not kv:
+            _wait_before_freeing_kvstore()
         self._kvstore = kv
         self._update_on_kvstore = on_kv
         self._updater = None
