@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mxtrain.errors import ConfigError
+
+log = logging.getLogger("mxtrain")
 
 
 def configure_threads(context_cfg: Any) -> dict[str, str]:
@@ -71,3 +79,294 @@ def build_contexts(context_cfg: Any) -> list[Any]:
             hint="Use ids below the number of visible GPUs.",
         )
     return [mx.gpu(i) for i in ids]
+
+
+# --------------------------------------------------------------------------------------------
+# kvstores
+# --------------------------------------------------------------------------------------------
+
+DIST_SYNC_TYPES = ("dist_sync", "dist_device_sync")
+_DMLC_REQUIRED = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_WORKER")
+
+
+def is_distributed(kvstore_type: str) -> bool:
+    """True for the parameter-server kvstores (``dist_*``)."""
+    return kvstore_type.startswith("dist")
+
+
+def resolve_update_on_kvstore(kvstore_cfg: Any) -> bool | None:
+    """``kvstore.update_on_kvstore`` as BucketingModule takes it (None: MXNet's choice).
+
+    ``auto`` with a synchronous dist kvstore means false: the servers only sum gradients and
+    every worker runs the optimizer itself, so the optimizer state is on the workers (rank 0
+    saves it in checkpoints and ``resume`` continues exactly), and the small arrays workers
+    use to agree on batch counts and stops pass through the servers unchanged.
+    """
+    value = kvstore_cfg.update_on_kvstore
+    if value == "auto":
+        if kvstore_cfg.type in DIST_SYNC_TYPES:
+            return False
+        if kvstore_cfg.type == "dist_async":
+            return True  # asynchronous training only exists as updates on the servers
+        if kvstore_cfg.type == "horovod":
+            return False
+        return None
+    return bool(value)
+
+
+def check_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> None:
+    """Refuse kvstore settings that cannot work here, saying what to change."""
+    kv_type = kvstore_cfg.type
+    on_gpu = any(c.device_type == "gpu" for c in contexts)
+    if kv_type == "nccl" and not on_gpu:
+        raise ConfigError(
+            "kvstore.type nccl all-reduces between GPUs, but context.devices is cpu.",
+            hint="Use kvstore.type local or device for CPU contexts, or train on GPUs.",
+        )
+    if kv_type == "horovod":
+        try:
+            import horovod.mxnet  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                "kvstore.type horovod needs Horovod built with MXNet support, which is not "
+                "installed.",
+                hint="Install it with `HOROVOD_WITH_MXNET=1 pip install horovod[mxnet]` and "
+                "start the job with horovodrun, or use a dist_* kvstore with `mxtrain launch`.",
+            ) from None
+    if is_distributed(kv_type):
+        missing = [k for k in _DMLC_REQUIRED if not os.environ.get(k)]
+        if missing:
+            raise ConfigError(
+                f"kvstore.type {kv_type} needs a parameter-server job, but {', '.join(missing)} "
+                "is not set in the environment.",
+                hint="Start the job with `mxtrain launch -n WORKERS -s SERVERS CONFIG`, or use "
+                "kvstore.type local/device on one machine.",
+            )
+        if os.environ.get("DMLC_ROLE") != "worker":
+            raise ConfigError(
+                f"DMLC_ROLE is {os.environ.get('DMLC_ROLE')!r}: only workers train.",
+                hint="Servers and the scheduler run `python -c 'import mxnet'`; "
+                "`mxtrain launch` starts them for you.",
+            )
+    compression = kvstore_cfg.gradient_compression
+    if compression is not None and kv_type in ("local", "nccl", "horovod"):
+        raise ConfigError(
+            f"kvstore.gradient_compression is not supported by kvstore.type {kv_type}: MXNet "
+            "compresses gradients only for the device and dist_* kvstores.",
+            hint="Use kvstore.type device (several devices) or a dist_* kvstore, or remove "
+            "gradient_compression.",
+        )
+
+
+def create_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> Any:
+    """The kvstore to hand to ``BucketingModule.init_optimizer``: an object or a type name.
+
+    A dist kvstore is created here, once per process (a second one hangs): the caller keeps
+    it and passes the same object everywhere. Gradient compression is applied here too.
+    """
+    import mxnet as mx
+
+    check_kvstore(kvstore_cfg, contexts)
+    kv_type = kvstore_cfg.type
+    compression = kvstore_cfg.gradient_compression
+    if not is_distributed(kv_type) and (compression is None or len(contexts) == 1):
+        if compression is not None:
+            log.warning("kvstore.gradient_compression has no effect with a single device")
+        return kv_type  # the module decides whether one device needs a kvstore at all
+    kv = mx.kv.create(kv_type)
+    if compression is not None:
+        kv.set_gradient_compression({"type": compression.type, "threshold": compression.threshold})
+    return kv
+
+
+def shard_data_section(section: Any, rank: int, num_workers: int, where: str) -> Any:
+    """``data.train`` with ``num_parts``/``part_index`` set for this worker."""
+    options = section.options
+    if dataclasses.is_dataclass(options) and not isinstance(options, type):
+        names = {f.name for f in dataclasses.fields(options)}
+        if {"num_parts", "part_index"} <= names:
+            if options.num_parts not in (1, num_workers):  # type: ignore[attr-defined]
+                log.warning(
+                    "%s.num_parts %d replaced by the number of workers (%d)",
+                    where,
+                    options.num_parts,  # type: ignore[attr-defined]
+                    num_workers,
+                )
+            sharded = dataclasses.replace(options, num_parts=num_workers, part_index=rank)
+            return dataclasses.replace(section, options=sharded)
+    elif isinstance(options, Mapping) and "num_parts" in options:
+        sharded_map = dict(options, num_parts=num_workers, part_index=rank)
+        return dataclasses.replace(section, options=sharded_map)
+    raise ConfigError(
+        f"{where}: the iterator {section.name!r} cannot be sharded between distributed "
+        "workers (it has no num_parts/part_index options).",
+        hint="Use an iterator that supports num_parts/part_index (ndarray, csv, libsvm, "
+        "bucket_sentence, image_record, ...), or add those options to your plugin.",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# agreement between workers, and the watchdog
+# --------------------------------------------------------------------------------------------
+
+_COUNT_BITS = 40  # batch counts are exchanged bit by bit (see Coordinator)
+
+
+class Coordinator:
+    """Makes every worker of a dist kvstore take the same decisions at the same moment.
+
+    All methods are collective: every worker calls them in the same order (the fit loop
+    does, since workers run the same number of batches). Values travel as float32 arrays
+    pushed through the kvstore, which sums them on the servers. Each worker writes only its
+    own slots, each slot holding 0 or ``unit``, so the sum is exact even with 2-bit gradient
+    compression (``unit`` is its threshold: values of exactly 0 or threshold are quantized
+    without loss and leave no residual).
+    """
+
+    BATCHES_KEY = "mxtrain:agree:batches"
+    FLAGS_KEY = "mxtrain:agree:flags"
+    FLAGS = ("stop", "time")
+
+    def __init__(self, kv: Any, watchdog: Watchdog | None = None, unit: float = 1.0) -> None:
+        import mxnet as mx
+
+        self._mx = mx
+        self.kv = kv
+        self.rank = int(kv.rank)
+        self.num_workers = int(kv.num_workers)
+        self.unit = float(unit)
+        self.watchdog = watchdog
+        self._shapes = {
+            self.BATCHES_KEY: (self.num_workers, _COUNT_BITS),
+            self.FLAGS_KEY: (self.num_workers, len(self.FLAGS)),
+        }
+        for key, shape in self._shapes.items():  # collective: every worker, same order
+            kv.init(key, mx.nd.zeros(shape))
+
+        self._should_stop: Callable[[], bool] = lambda: False
+        self._max_time: float | None = None
+        self._stop = False
+
+    @property
+    def is_chief(self) -> bool:
+        """Rank 0: the one worker that writes the run folder."""
+        return self.rank == 0
+
+    def attach(self, should_stop: Callable[[], bool], max_time: float | None) -> None:
+        """The local stop request (signals) and time limit that workers must agree on."""
+        self._should_stop = should_stop
+        self._max_time = max_time
+
+    def stop_agreed(self) -> bool:
+        """The fit loop's ``should_stop``: true once all workers agreed to stop."""
+        return self._stop
+
+    # -- the fit loop's WorkerAgreement ----------------------------------------------------
+    def epoch_batches(self, epoch: int, train_iter: Any, limit: int | None) -> int | None:
+        """Agree on the smallest batch count of all workers' shards (and ``limit``)."""
+        count = getattr(train_iter, "num_batches", None)
+        if count is None:  # e.g. image_record shards by bytes: count them by reading once
+            count = sum(1 for _ in train_iter)
+            train_iter.reset()
+            log.info("epoch %d: this worker's shard has %d batches (counted)", epoch, count)
+        counts = self.agree_batches(int(count))
+        agreed = min(counts)
+        if len(set(counts)) > 1:
+            log.info(
+                "epoch %d: workers have %s batches; every worker trains %d so that no one "
+                "waits for a batch that never comes (the rest of the larger shards is skipped)",
+                epoch,
+                counts,
+                agreed,
+            )
+        return agreed if limit is None else min(agreed, limit)
+
+    def at_interval(self, seconds: float) -> str | None:
+        return self._agree(seconds)
+
+    def at_epoch_end(self, seconds: float) -> str | None:
+        return self._agree(seconds)
+
+    def _agree(self, seconds: float) -> str | None:
+        time_is_up = self._max_time is not None and seconds >= self._max_time
+        verdict = self.agree_stop(self._should_stop(), time_is_up)
+        if verdict == "stop":
+            if not self._stop:
+                log.warning("all workers stop here (a stop was requested on at least one)")
+            self._stop = True
+            return None
+        return verdict
+
+    def _all_gather(self, key: str, row: list[bool]) -> Any:
+        mx = self._mx
+        mine = mx.nd.zeros(self._shapes[key])
+        mine[self.rank] = mx.nd.array([self.unit if bit else 0.0 for bit in row])
+        out = mx.nd.zeros(self._shapes[key])
+        self.kv.push(key, mine)
+        self.kv.pull(key, out=out)
+        table = out.asnumpy() / self.unit  # blocks until every worker has pushed
+        if self.watchdog is not None:
+            self.watchdog.beat()
+        return table > 0.5
+
+    def agree_batches(self, count: int) -> list[int]:
+        """Every worker's batch count for this epoch (the loop trains the minimum)."""
+        bits = [bool((count >> b) & 1) for b in range(_COUNT_BITS)]
+        table = self._all_gather(self.BATCHES_KEY, bits)
+        return [sum(1 << b for b in range(_COUNT_BITS) if row[b]) for row in table]
+
+    def agree_stop(self, stop_requested: bool, time_is_up: bool) -> str | None:
+        """``stop`` if any worker was asked to stop, ``max_time`` if any ran out of time."""
+        table = self._all_gather(self.FLAGS_KEY, [stop_requested, time_is_up])
+        if table[:, 0].any():
+            return "stop"
+        if table[:, 1].any():
+            return "max_time"
+        return None
+
+
+class Watchdog:
+    """Ends this process with a clear error when no progress was reported for too long.
+
+    A dist_sync worker whose peer died waits forever inside MXNet (a C++ call Python cannot
+    interrupt); this thread notices that ``beat()`` was not called for ``seconds`` and exits
+    the process with code ``EXIT_CODE``, so ``mxtrain launch`` (or any scheduler) ends the job.
+    """
+
+    EXIT_CODE = 70  # EX_SOFTWARE-like: distinct from mxtrain's own codes
+
+    def __init__(self, seconds: float, *, exit: Callable[[int], Any] = os._exit) -> None:
+        self.seconds = float(seconds)
+        self._exit = exit
+        self._last = time.monotonic()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="mxtrain-watchdog", daemon=True)
+
+    def start(self) -> Watchdog:
+        self._last = time.monotonic()
+        self._thread.start()
+        return self
+
+    def beat(self) -> None:
+        """Record progress (called at every agreement point: log intervals and epochs)."""
+        self._last = time.monotonic()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _watch(self) -> None:
+        period = min(1.0, self.seconds / 4)
+        while not self._stopped.wait(period):
+            idle = time.monotonic() - self._last
+            if idle > self.seconds:
+                message = (
+                    f"error: watchdog: no training progress for {idle:.0f}s "
+                    f"(kvstore.watchdog_seconds is {self.seconds:g}); another worker or a "
+                    "server has probably died or hangs. Stopping this worker so the job ends "
+                    "instead of hanging; see the other processes' logs. If a log interval or "
+                    "an evaluation legitimately takes longer, raise kvstore.watchdog_seconds."
+                )
+                log.error(message)
+                print(message, file=sys.stderr, flush=True)
+                self._exit(self.EXIT_CODE)
+                return

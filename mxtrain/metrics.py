@@ -48,8 +48,7 @@ class _DeviceMetric:
 
     def update(self, labels: Sequence[Any], preds: Sequence[Any]) -> None:
         """Add one batch: labels (B, T) or (B,), preds (B*T, C) probabilities; per device."""
-        if len(labels) != len(preds):
-            raise ValueError(f"{self.name}: {len(labels)} labels but {len(preds)} predictions")
+        preds = _predictions(self.name, labels, preds)
         for label, pred in zip(labels, preds, strict=True):
             ctx = pred.context
             # a no-op when the label already lives on the prediction's device
@@ -124,6 +123,14 @@ class _DeviceMetric:
     def total_tokens(self) -> int:
         """Non-padding positions counted since ``reset()`` (synchronises)."""
         return round(self._read(self._epoch, "epoch")[1])
+
+
+def _predictions(name: str, labels: Sequence[Any], preds: Sequence[Any]) -> Sequence[Any]:
+    """The outputs that pair with ``labels``: the first ones. Models put their predictions
+    first and extra outputs (a separate training loss, ...) after them."""
+    if len(preds) < len(labels):
+        raise ValueError(f"{name}: {len(labels)} labels but {len(preds)} predictions")
+    return preds[: len(labels)]
 
 
 class DevicePerplexity(_DeviceMetric):
@@ -300,8 +307,7 @@ class DeviceF1:
 
     def update(self, labels: Sequence[Any], preds: Sequence[Any]) -> None:
         """Add one batch: labels (B,) or (B, T), preds (B*T, C) probabilities; per device."""
-        if len(labels) != len(preds):
-            raise ValueError(f"{self.name}: {len(labels)} labels but {len(preds)} predictions")
+        preds = _predictions(self.name, labels, preds)
         for label, pred in zip(labels, preds, strict=True):
             ctx = pred.context
             counts = self._batch(label.as_in_context(ctx).reshape((-1,)), pred)

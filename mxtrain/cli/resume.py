@@ -5,7 +5,13 @@ from __future__ import annotations
 import click
 
 from mxtrain.cli.main import handle_errors
-from mxtrain.cli.options import set_option
+from mxtrain.cli.options import (
+    json_option,
+    progress_mode,
+    progress_option,
+    quiet_option,
+    set_option,
+)
 
 
 @click.command(
@@ -31,16 +37,18 @@ Examples:
     help="Accept changes to keys that must match the saved config, and discard checkpoints "
     "newer than --epoch.",
 )
-@click.option(
-    "--progress",
-    type=click.Choice(["auto", "rich", "plain", "quiet"]),
-    default="auto",
-    show_default=True,
-    help="Progress display, as for `mxtrain fit`.",
-)
+@progress_option
+@quiet_option
+@json_option
 @handle_errors
 def resume_command(
-    run_dir: str, epoch: int | None, overrides: tuple[str, ...], force: bool, progress: str
+    run_dir: str,
+    epoch: int | None,
+    overrides: tuple[str, ...],
+    force: bool,
+    progress: str,
+    quiet: bool,
+    json_events: bool,
 ) -> None:
     """Continue the run in RUN exactly where its newest valid checkpoint left off.
 
@@ -52,13 +60,15 @@ def resume_command(
     from mxtrain.reporting import Reporter
     from mxtrain.train import resume_experiment
 
-    summary = resume_experiment(
-        run_dir,
-        epoch=epoch,
-        overrides=overrides,
-        force=force,
-        reporter=Reporter(progress),  # type: ignore[arg-type]
-    )
+    reporter = Reporter(progress_mode(progress, quiet), json_events=json_events)  # type: ignore[arg-type]
+    with reporter.session("resume"):
+        summary = resume_experiment(
+            run_dir, epoch=epoch, overrides=overrides, force=force, reporter=reporter
+        )
     final = summary.final_eval
     values = " ".join(f"{k}={v:.2f}" for k, v in (final or {}).items())
-    click.echo(f"finished: {summary.run.path}" + (f" (eval {values})" if values else ""))
+    # With --json, stdout carries only events.
+    click.echo(
+        f"finished: {summary.run.path}" + (f" (eval {values})" if values else ""),
+        err=json_events,
+    )

@@ -50,6 +50,7 @@ from mxtrain.config.schema import (
     InvalidValue,
     IteratorSection,
     KVStoreSection,
+    LoggingSection,
     LrSchedulerSection,
     ModelSection,
     OptimizerSection,
@@ -711,6 +712,7 @@ class _Builder:
             "initializer": lambda raw: self.initializer(self.mapping(raw, ("initializer",))),
             "fit": lambda raw: self.fit(self.mapping(raw, ("fit",))),
             "checkpoint": simple(CheckpointSection, "checkpoint"),
+            "logging": simple(LoggingSection, "logging"),
         }
         # sections in file order, so the first error reported is the first one in the file
         order = [name for name in tree if name in builders]

@@ -13,6 +13,7 @@ signatures. Nothing here imports MXNet, click or YAML.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,6 +282,31 @@ class ContextSection:
 
 
 @dataclass(frozen=True)
+class GradientCompressionSection:
+    """Low-bit gradient compression (kvstore device and dist_*)."""
+
+    type: Literal["2bit", "1bit"] = field(
+        default="2bit",
+        metadata={
+            "doc": "2bit: each gradient value is sent as -threshold, 0 or +threshold, the "
+            "rest is kept and added to the next gradient (MXNet 1.9.1 has no 1bit)"
+        },
+    )
+    threshold: float = field(
+        default=0.5, metadata={"doc": "quantization threshold (greater than 0)"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.type == "1bit":
+            raise InvalidValue(
+                "type",
+                "1bit is not available in MXNet 1.9.1 (its kvstores only know 2bit); "
+                "use type: 2bit.",
+            )
+        _positive("threshold", self.threshold)
+
+
+@dataclass(frozen=True)
 class KVStoreSection:
     """How gradients from several devices or machines are combined."""
 
@@ -299,7 +325,34 @@ class KVStoreSection:
         },
     )
 
+    gradient_compression: GradientCompressionSection | None = field(
+        default=None,
+        metadata={
+            "doc": "e.g. {type: 2bit, threshold: 0.5}: send gradients in 2 bits per value "
+            "(device and dist_* kvstores; null: full precision)"
+        },
+    )
+    watchdog_seconds: float | None = field(
+        default=600.0,
+        metadata={
+            "doc": "dist_* only: a worker that makes no progress (no log interval, epoch "
+            "start or end) for this long exits with an error so the job ends instead of "
+            "hanging; keep it above the time of one log interval plus one evaluation "
+            "(null: no watchdog)"
+        },
+    )
+
     def __post_init__(self) -> None:
+        _positive("watchdog_seconds", self.watchdog_seconds)
+        if self.type in ("dist_sync", "dist_device_sync") and self.update_on_kvstore is True:
+            raise InvalidValue(
+                "update_on_kvstore",
+                f"cannot be true with kvstore.type {self.type} in mxtrain: workers agree on "
+                "batch counts and stops through the servers, which must therefore only sum "
+                "what workers push (not run the optimizer); with false each worker runs the "
+                "same update on the summed gradients, so training is identical and rank 0 can "
+                "checkpoint the optimizer state. Set it to false or auto.",
+            )
         if self.type == "dist_async" and self.update_on_kvstore is False:
             raise InvalidValue(
                 "update_on_kvstore",
@@ -863,6 +916,33 @@ class EarlyStoppingSection:
 
 
 @dataclass(frozen=True)
+class MonitorSection:
+    """Log weight and gradient statistics of some parameters while training."""
+
+    pattern: str = field(
+        default=".*",
+        metadata={
+            "doc": "regular expression searched in parameter names, e.g. 'weight$' or 'lstm'"
+        },
+    )
+    interval: int = field(
+        default=100,
+        metadata={
+            "doc": "batches between two records (each record reads the arrays back: a sync point)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        _at_least("interval", self.interval, 1)
+        try:
+            re.compile(self.pattern)
+        except re.error as exc:
+            raise InvalidValue(
+                "pattern", f"is not a valid regular expression ({exc}): {self.pattern!r}."
+            ) from None
+
+
+@dataclass(frozen=True)
 class FitSection:
     """The training loop."""
 
@@ -942,9 +1022,24 @@ class FitSection:
         default=None,
         metadata={"doc": "stop after this many seconds of training in all (resumes included)"},
     )
+    profile: int | None = field(
+        default=None,
+        metadata={
+            "doc": "record this many training batches (after the first) with MXNet's profiler "
+            "into RUN/profile/ (trace.json for chrome://tracing, summary.txt per operator)"
+        },
+    )
+    monitor: MonitorSection | None = field(
+        default=None,
+        metadata={
+            "doc": "log norms of matching weights and gradients every interval batches, also "
+            "to RUN/monitor.jsonl"
+        },
+    )
 
     def __post_init__(self) -> None:
         _at_least("num_epoch", self.num_epoch, 1)
+        _at_least("profile", self.profile, 1)
         _at_least("eval_interval", self.eval_interval, 1)
         _at_least("grad_accumulation", self.grad_accumulation, 1)
         if self.eval_interval is not None and self.eval_interval % self.grad_accumulation:
@@ -1022,6 +1117,19 @@ class CheckpointSection:
             _at_least("keep_last", self.keep_last, 1)
 
 
+@dataclass(frozen=True)
+class LoggingSection:
+    """Extra records of a run, beside train.log and metrics.jsonl (which are always written)."""
+
+    tensorboard: bool = field(
+        default=False,
+        metadata={
+            "doc": "also write TensorBoard event files to RUN/tensorboard/ (needs "
+            "`pip install 'mxtrain[tensorboard]'`); view with `tensorboard --logdir runs`"
+        },
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # the whole file
 # --------------------------------------------------------------------------------------------
@@ -1038,6 +1146,7 @@ SECTIONS: Mapping[str, type] = MappingProxyType(
         "initializer": InitializerSection,
         "fit": FitSection,
         "checkpoint": CheckpointSection,
+        "logging": LoggingSection,
     }
 )
 
@@ -1060,6 +1169,7 @@ class Config:
     initializer: InitializerSection
     fit: FitSection
     checkpoint: CheckpointSection
+    logging: LoggingSection = field(default_factory=LoggingSection)
     source: str = field(default="<string>", compare=False)
     base_dir: Path = field(default_factory=Path.cwd, compare=False)
 

@@ -475,6 +475,17 @@ class BucketingModule:
     def aux_names(self) -> list[str]:
         return list(self._aux_names)
 
+    def param_array(self, name: str, device: int = 0) -> Any:
+        """The live weight array of ``name`` on one device (no copy: do not write to it)."""
+        self._require(params=True)
+        return self._params[name][device]
+
+    def grad_array(self, name: str, device: int = 0) -> Any:
+        """The live gradient array of ``name`` on one device, or None for a fixed parameter."""
+        self._require(params=True)
+        grads = self._grads.get(name)
+        return None if grads is None else grads[device]
+
     @property
     def fixed_param_names(self) -> list[str]:
         return list(self._fixed)
@@ -1153,11 +1164,16 @@ class BucketingModule:
             if on_kv:
                 kv.set_optimizer(optimizer)
             arg, _ = self.get_params()
+            # A dist kvstore keeps the values rank 0 initialised: pulling them back makes
+            # every worker start from the same weights whatever its own initialisation.
+            start_from_store = "dist" in kv.type
             for name in self._param_names:
                 if on_kv:
                     kv.broadcast(name, arg[name], out=self._params[name])
                 else:
                     kv.init(name, arg[name])
+                    if start_from_store:
+                        kv.pull(name, out=self._params[name])
         if not on_kv:
             self._updater = mx.optimizer.get_updater(optimizer)
         self.optimizer_initialized = True

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import mxnet as mx
 
 from mxtrain.engine.bucketing import BucketingModule
+from mxtrain.engine.monitoring import BatchProfiler, ParameterMonitor
 from mxtrain.engine.prefetch import PrefetchIter
 from mxtrain.errors import DivergedError, PreemptedError
 
@@ -213,6 +214,19 @@ class FitHooks(Protocol):
         """Called when a stop was requested, after the current batch; save a checkpoint."""
 
 
+class WorkerAgreement(Protocol):
+    """Collective decisions of distributed workers (every worker calls these in step)."""
+
+    def epoch_batches(self, epoch: int, train_iter: Any, limit: int | None) -> int | None:
+        """The batch limit of this epoch: the smallest count of any worker (and ``limit``)."""
+
+    def at_interval(self, seconds: float) -> str | None:
+        """At a log interval: ``max_time`` when training must end here (stops latch)."""
+
+    def at_epoch_end(self, seconds: float) -> str | None:
+        """After an epoch's batches: ``max_time`` when training must end (stops latch)."""
+
+
 class NoHooks:
     """Fit-loop callbacks that do nothing."""
 
@@ -253,6 +267,13 @@ class FitOptions:
     # Update every K batches with gradients summed over them (module bound with grad_req
     # 'add'). Stops, checkpoints and evaluations only happen between two updates.
     grad_accumulation: int = 1
+    # fit.profile / fit.monitor (engine.monitoring): None costs nothing per batch
+    profiler: BatchProfiler | None = None
+    monitor: ParameterMonitor | None = None
+    # Distributed workers (mxtrain.distributed.Coordinator): agreed batch counts per epoch
+    # and agreed stops, consulted at epoch starts/ends and log intervals only. None (one
+    # process) costs nothing; with one, should_stop/max_time must be left to it.
+    coordinator: WorkerAgreement | None = None
 
 
 def _batches(data_iter: Any, prefetch: int) -> tuple[Iterator[Any], Callable[[], None]]:
@@ -333,11 +354,30 @@ def fit(
     """
     hooks = hooks or NoHooks()
     metrics = options.metric_factory()
-    results = []
+    results: list[EpochResult] = []
     resume = options.resume_from
     run = _RunCounters(resume)
     if options.early_stopping is not None and resume is not None:
         options.early_stopping.set_state(resume.early_stopping)
+    try:
+        _fit_epochs(module, train_iter, options, eval_iter, hooks, metrics, run, results)
+    finally:
+        if options.profiler is not None:
+            options.profiler.finish()  # training ended before the last profiled batch
+    return results
+
+
+def _fit_epochs(
+    module: BucketingModule,
+    train_iter: Any,
+    options: FitOptions,
+    eval_iter: Any,
+    hooks: FitHooks,
+    metrics: MetricSet,
+    run: _RunCounters,
+    results: list[EpochResult],
+) -> None:
+    resume = options.resume_from
     first_epoch = resume.epoch if resume is not None else options.begin_epoch
     for epoch_index in range(first_epoch, options.num_epoch):
         epoch = epoch_index + 1
@@ -348,18 +388,22 @@ def fit(
         start = resume if resume is not None and resume.epoch == epoch_index else None
         if start is not None and start.batch == 0:
             start = None  # an epoch-end checkpoint: this epoch starts from scratch
+        limit = options.max_batches_per_epoch
+        if options.coordinator is not None:  # before skipping: it may count the batches
+            limit = options.coordinator.epoch_batches(epoch, train_iter, limit)
         if start is not None:
             for _ in range(start.batch):  # host-side only: the iterator's next() is cheap
                 train_iter.next()
             metrics.set_state(start.metrics)
         num_batches = getattr(train_iter, "num_batches", None)
-        if options.max_batches_per_epoch is not None:
-            limit = options.max_batches_per_epoch
+        if limit is not None:
             num_batches = min(num_batches, limit) if num_batches is not None else limit
         hooks.on_epoch_start(epoch, num_batches)
         record, position, finished = _train_epoch(
-            module, train_iter, metrics, options, epoch, hooks, start, run, eval_iter
+            module, train_iter, metrics, options, epoch, hooks, start, run, eval_iter, limit
         )
+        if options.coordinator is not None:
+            finished = options.coordinator.at_epoch_end(run.seconds) or finished
         result = EpochResult(epoch=epoch, train=record, position=position, finished=finished)
         if eval_iter is not None:
             result.eval, result.eval_seconds = _evaluate(module, eval_iter, options)
@@ -378,7 +422,6 @@ def fit(
                 f"stopped on request after epoch {epoch}; its checkpoint was saved.",
                 hint="Continue with `mxtrain resume RUN_FOLDER`.",
             )
-    return results
 
 
 def _evaluate(
@@ -400,6 +443,7 @@ class _RunCounters:
 
     def __init__(self, resume: Position | None) -> None:
         self.updates = resume.updates if resume is not None else 0
+        self.batches_here = 0  # batches trained by this process (resumes start again at 0)
         self._seconds_before = resume.seconds if resume is not None else 0.0
         self._started = time.perf_counter()
 
@@ -425,8 +469,8 @@ def _train_epoch(
     start: Position | None,
     run: _RunCounters,
     eval_iter: Any,
+    limit: int | None,
 ) -> tuple[IntervalRecord, Position, str | None]:
-    limit = options.max_batches_per_epoch
     batches, release = _batches(train_iter, options.prefetch)
     epoch_start = interval_start = time.perf_counter()
     # [samples, tokens, batches] of the whole epoch, and since the last log interval
@@ -457,8 +501,12 @@ def _train_epoch(
             if accumulate > 1:
                 module.zero_grads()
         while batch is not None:
+            if options.profiler is not None:
+                options.profiler.before_batch(run.batches_here)
             mx.random.seed(batch_seed(options.seed, epoch - 1, nbatch))
             module.forward_backward(batch)
+            if options.monitor is not None and options.monitor.due(run.batches_here):
+                options.monitor.record(module, epoch, nbatch + 1)  # gradients before the update
             pending += 1
             if pending == accumulate:
                 module.update()
@@ -477,6 +525,9 @@ def _train_epoch(
                 acc[1] += tokens or 0
                 acc[2] += 1
             nbatch += 1
+            run.batches_here += 1
+            if options.profiler is not None:
+                options.profiler.after_batch(run.batches_here)
             batch = upcoming
             if options.log_interval > 0 and nbatch % options.log_interval == 0:
                 values = metrics.get_interval()  # the one sync point per interval
@@ -496,6 +547,9 @@ def _train_epoch(
                 )
                 metrics.reset_interval()
                 window = [0, 0, 0]
+                if options.coordinator is not None and batch is not None:
+                    # (all workers end the epoch at the same batch: the epoch end decides)
+                    finished = options.coordinator.at_interval(run.seconds) or finished
                 interval_start = time.perf_counter()
             if batch is None:
                 break  # the epoch is complete: limits and evaluation are handled after it

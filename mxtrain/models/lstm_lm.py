@@ -10,6 +10,8 @@ from typing import Literal
 
 from mxtrain.data.base import DataInfo
 from mxtrain.models.rnn_common import (
+    LOSS_DOC,
+    LOSSES,
     SymGen,
     build_rnn_lm,
     check_choice,
@@ -46,6 +48,7 @@ class LstmLmOptions:
         default=True,
         metadata={"doc": "padding positions get no gradient (SoftmaxOutput ignore_label = pad id)"},
     )
+    loss: Literal["nll", "softmax_output"] = field(default="nll", metadata={"doc": LOSS_DOC})
 
     def __post_init__(self) -> None:
         self.validate()
@@ -55,6 +58,7 @@ class LstmLmOptions:
         check_positive(self, "num_embed", "num_hidden", "num_layers")
         check_dropout(self.dropout)
         check_choice("cell", self.cell, CELLS)
+        check_choice("loss", self.loss, LOSSES)
 
     @property
     def fused(self) -> bool:

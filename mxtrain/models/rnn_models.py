@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from mxtrain.data.base import DataInfo
 from mxtrain.models.rnn_common import (
+    LOSS_DOC,
     MODES,
     SymGen,
     build_rnn_lm,
@@ -51,6 +52,7 @@ class GruLmOptions:
         default=True,
         metadata={"doc": "padding positions get no gradient (SoftmaxOutput ignore_label = pad id)"},
     )
+    loss: Literal["nll", "softmax_output"] = field(default="nll", metadata={"doc": LOSS_DOC})
 
     def __post_init__(self) -> None:
         self.validate()

@@ -1083,6 +1083,7 @@ def test_config_to_dict_flattens_components(tmp_path: Path) -> None:
         "initializer",
         "fit",
         "checkpoint",
+        "logging",
     ]
     assert plain["model"] == {
         "name": "tiny",

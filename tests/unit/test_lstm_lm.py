@@ -86,7 +86,11 @@ def test_parameter_names_and_interface(cell, lstm_params) -> None:
         "pred_bias",
         "softmax_label",
     ]
-    assert symbol.list_outputs() == ["softmax_output"]
+    # probabilities first (what metrics and predict read), then the trained loss
+    assert symbol.list_outputs() == ["softmax_output", "nll_output"]
+    classic, _, _ = build_lstm_lm(LstmLmOptions(cell=cell, loss="softmax_output", **SMALL), INFO)(4)
+    assert classic.list_outputs() == ["softmax_output"]
+    assert classic.list_arguments() == symbol.list_arguments()
 
 
 def _batch(rng: np.random.Generator, batch: int, length: int) -> mx.io.DataBatch:
@@ -123,10 +127,11 @@ def test_binds_and_trains_two_buckets(cell, dropout) -> None:
     assert not np.allclose(module.get_params()[0]["pred_weight"].asnumpy(), before)
 
 
+@pytest.mark.parametrize("loss", ["nll", "softmax_output"])
 @pytest.mark.parametrize("ignore_padding", [True, False])
-def test_padding_labels_get_no_gradient(ignore_padding) -> None:
+def test_padding_labels_get_no_gradient(ignore_padding, loss) -> None:
     symbol, _, _ = build_lstm_lm(
-        LstmLmOptions(cell="fused", ignore_padding=ignore_padding, **SMALL), INFO
+        LstmLmOptions(cell="fused", ignore_padding=ignore_padding, loss=loss, **SMALL), INFO
     )(3)
     req = {name: "write" for name in symbol.list_arguments()}
     req.update(data="null", softmax_label="null")
@@ -170,3 +175,39 @@ def test_fused_and_unfused_compute_the_same_function() -> None:
     np.testing.assert_allclose(
         ex_f.outputs[0].asnumpy(), ex_u.outputs[0].asnumpy(), rtol=1e-4, atol=1e-6
     )
+
+
+@pytest.mark.parametrize("ignore_padding", [True, False])
+def test_nll_loss_gives_softmax_output_gradients_and_outputs(ignore_padding) -> None:
+    """The default loss trains exactly like SoftmaxOutput, up to float rounding."""
+    grads, outputs = {}, {}
+    rng = np.random.default_rng(5)
+    params = None
+    labels = mx.nd.array(rng.integers(0, 11, (3, 5)))  # pad id 0 appears
+    for loss in ("nll", "softmax_output"):
+        symbol, _, _ = build_lstm_lm(
+            LstmLmOptions(cell="fused", ignore_padding=ignore_padding, loss=loss, **SMALL), INFO
+        )(5)
+        req = {name: "write" for name in symbol.list_arguments()}
+        req.update(data="null", softmax_label="null")
+        ex = symbol.simple_bind(mx.cpu(), grad_req=req, data=(3, 5), softmax_label=(3, 5))
+        if params is None:
+            params = {
+                n: mx.nd.array(rng.uniform(-0.5, 0.5, a.shape))
+                for n, a in ex.arg_dict.items()
+                if n not in ("data", "softmax_label")
+            }
+        for name, value in params.items():
+            ex.arg_dict[name][:] = value
+        ex.arg_dict["data"][:] = mx.nd.array(rng.integers(1, 11, (3, 5))) * 0 + labels + 1
+        ex.arg_dict["softmax_label"][:] = labels
+        ex.forward(is_train=True)
+        ex.backward()
+        outputs[loss] = ex.outputs[0].asnumpy()
+        grads[loss] = {n: ex.grad_dict[n].asnumpy() for n in params}
+    np.testing.assert_allclose(outputs["nll"], outputs["softmax_output"], rtol=1e-5, atol=1e-7)
+    for name in params:
+        np.testing.assert_allclose(
+            grads["nll"][name], grads["softmax_output"][name], rtol=1e-4, atol=1e-6, err_msg=name
+        )
+    assert any(np.abs(g).sum() > 0 for g in grads["nll"].values())

@@ -108,7 +108,7 @@ def test_gru_lm_parameter_names(options, expected) -> None:
     symbol, data_names, label_names = build_gru_lm(options, LM_INFO)(4)
     assert (data_names, label_names) == (("data",), ("softmax_label",))
     assert _params(symbol) == ["embed_weight", *expected, "pred_weight", "pred_bias"]
-    assert symbol.list_outputs() == ["softmax_output"]
+    assert symbol.list_outputs() == ["softmax_output", "nll_output"]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,597 @@
+"""``mxtrain launch``: start a parameter-server job (scheduler, servers, workers) and watch it.
+
+MXNet's distributed kvstores (``dist_sync``, ``dist_device_sync``, ``dist_async``) run on
+ps-lite: one scheduler, S servers and W workers that find each other through ``DMLC_*``
+environment variables. A server or the scheduler is just ``python -c "import mxnet"`` with
+``DMLC_ROLE`` set; a worker is ``python -m mxtrain fit CONFIG`` (or ``resume RUN``).
+
+Launchers:
+
+* ``local``: every process on this machine, on 127.0.0.1, each in its own process group and
+  (on Linux) killed by the kernel if the launcher dies (``PR_SET_PDEATHSIG``);
+* ``ssh``: the scheduler here, servers and workers on the hosts of a hosts file, round robin,
+  each through ``ssh HOST 'cd DIR && env K=V ... python -m mxtrain ...'``;
+* ``mpi``: the scheduler here, servers and workers through two ``mpirun`` commands that
+  forward the environment with ``-x NAME=VALUE``.
+
+Whatever the launcher, the processes started here are monitored the same way: each line a
+process prints is shown with its label (``[worker 1] ...``) and written to its own log file
+in the log folder; when one exits non-zero (or is killed) the others are stopped (SIGTERM to
+the process group, SIGKILL after a grace period) and ``LaunchError`` names it, its exit code
+or signal and the end of its log. SIGINT/SIGTERM to the launcher stop the whole job the same
+way. Only the local launcher is tested here; ssh and mpi are built and unit-tested as commands.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import logging
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from mxtrain.errors import ConfigError, ExitCode, MxtrainError
+
+log = logging.getLogger("mxtrain")
+
+LOCALHOST = "127.0.0.1"
+LAUNCHERS = ("local", "ssh", "mpi")
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+_TAIL_LINES = 20
+
+
+class LaunchError(MxtrainError):
+    """A process of the job failed; the whole job was stopped."""
+
+    exit_code: int = ExitCode.INTERNAL
+
+
+@dataclass
+class ProcessSpec:
+    """One command to start here, with its label (``worker 1``) and extra environment."""
+
+    label: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def log_name(self) -> str:
+        return self.label.replace(" ", "-") + ".log"
+
+
+@dataclass
+class JobSpec:
+    """What to launch: numbers of workers and servers and the worker's mxtrain arguments."""
+
+    num_workers: int
+    num_servers: int
+    worker_args: list[str]  # after ``python -m mxtrain``: e.g. ["fit", "cfg.yaml", "--set", ...]
+    python: str = sys.executable
+    forward_env: dict[str, str] = field(default_factory=dict)  # --env NAME[=VALUE]
+    workdir: str = field(default_factory=os.getcwd)
+
+
+def free_port(host: str = LOCALHOST) -> int:
+    """A TCP port nobody listens on right now (the scheduler binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def role_env(
+    role: str, job: JobSpec, root_uri: str, root_port: int, node_host: str
+) -> dict[str, str]:
+    """Every ``DMLC_*`` variable one process needs, plus the forwarded ones."""
+    env = dict(job.forward_env)
+    env.update(
+        DMLC_ROLE=role,
+        DMLC_PS_ROOT_URI=root_uri,
+        DMLC_PS_ROOT_PORT=str(root_port),
+        DMLC_NUM_WORKER=str(job.num_workers),
+        DMLC_NUM_SERVER=str(job.num_servers),
+        DMLC_NODE_HOST=node_host,
+    )
+    return env
+
+
+def _server_argv(python: str) -> list[str]:
+    # importing mxnet with DMLC_ROLE=server/scheduler runs that role until the job ends
+    return [python, "-c", "import mxnet"]
+
+
+def _worker_argv(job: JobSpec) -> list[str]:
+    args = list(job.worker_args)
+    if args and args[0] in ("fit", "resume") and "--progress" not in args:
+        args += ["--progress", "plain"]  # workers write to pipes: one line per interval
+    return [job.python, "-m", "mxtrain", *args]
+
+
+def local_processes(job: JobSpec, port: int | None = None) -> list[ProcessSpec]:
+    """Scheduler, servers and workers on this machine, all on 127.0.0.1."""
+    port = port or free_port()
+
+    def spec(label: str, role: str, argv: list[str]) -> ProcessSpec:
+        return ProcessSpec(label, argv, role_env(role, job, LOCALHOST, port, LOCALHOST))
+
+    specs = [spec("scheduler", "scheduler", _server_argv(job.python))]
+    specs += [
+        spec(f"server {i}", "server", _server_argv(job.python)) for i in range(job.num_servers)
+    ]
+    specs += [spec(f"worker {i}", "worker", _worker_argv(job)) for i in range(job.num_workers)]
+    return specs
+
+
+def read_hosts(path: str | Path) -> list[str]:
+    """Host names from a hosts file: one per line, ``#`` comments and blank lines skipped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"--hosts {path}: cannot read the hosts file ({exc.strerror or exc}).",
+            hint="Give a file with one host name or address per line.",
+        ) from None
+    hosts = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    hosts = [h for h in hosts if h]
+    if not hosts:
+        raise ConfigError(
+            f"--hosts {path} lists no host.", hint="Write one host name or address per line."
+        )
+    return hosts
+
+
+def _remote_command(job: JobSpec, env: Mapping[str, str], argv: Sequence[str]) -> str:
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    command = " ".join(shlex.quote(a) for a in argv)
+    return f"cd {shlex.quote(job.workdir)} && env {assignments} {command}"
+
+
+def ssh_processes(
+    job: JobSpec, hosts: Sequence[str], scheduler_host: str, port: int
+) -> list[ProcessSpec]:
+    """The scheduler here; servers then workers on ``hosts`` round robin, through ssh.
+
+    Every host needs the same working folder, the same Python environment and the data at
+    the same paths (a shared file system, typically); ssh must log in without a password.
+    """
+    local_env = role_env("scheduler", job, scheduler_host, port, scheduler_host)
+    specs = [ProcessSpec("scheduler", _server_argv(job.python), local_env)]
+    roles = [("server", i, _server_argv(job.python)) for i in range(job.num_servers)]
+    roles += [("worker", i, _worker_argv(job)) for i in range(job.num_workers)]
+    for n, (role, index, argv) in enumerate(roles):
+        host = hosts[n % len(hosts)]
+        env = role_env(role, job, scheduler_host, port, host)
+        ssh = ["ssh", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes", host]
+        specs.append(ProcessSpec(f"{role} {index}", [*ssh, _remote_command(job, env, argv)]))
+    return specs
+
+
+def mpi_processes(
+    job: JobSpec, hostfile: str | None, scheduler_host: str, port: int
+) -> list[ProcessSpec]:
+    """The scheduler here; all servers through one ``mpirun``, all workers through another.
+
+    The ps-lite node address of a process started by mpirun is its host's default address
+    (``DMLC_NODE_HOST`` is not set for them), since one command serves several hosts.
+    """
+    local_env = role_env("scheduler", job, scheduler_host, port, scheduler_host)
+    specs = [ProcessSpec("scheduler", _server_argv(job.python), local_env)]
+    for role, count, argv in (
+        ("server", job.num_servers, _server_argv(job.python)),
+        ("worker", job.num_workers, _worker_argv(job)),
+    ):
+        env = role_env(role, job, scheduler_host, port, scheduler_host)
+        env.pop("DMLC_NODE_HOST")
+        mpirun = ["mpirun", "-np", str(count)]
+        if hostfile:
+            mpirun += ["--hostfile", hostfile]
+        mpirun += ["-wdir", job.workdir]
+        for key, value in env.items():
+            mpirun += ["-x", f"{key}={value}"]
+        specs.append(ProcessSpec(f"{role}s", [*mpirun, *argv]))
+    return specs
+
+
+def default_scheduler_host() -> str:
+    """This machine's address as other hosts would reach it (best effort)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(("10.255.255.255", 1))  # no packet is sent: picks the outgoing interface
+            return str(sock.getsockname()[0])
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+
+
+# --------------------------------------------------------------------------------------------
+# running and watching the processes
+# --------------------------------------------------------------------------------------------
+
+
+def _load_prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None  # best effort: process groups still let the launcher stop everything
+
+
+# Looked up here, in the parent: the child between fork and exec must not load libraries.
+_PRCTL = _load_prctl()
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: own process group, and SIGKILL when the launcher dies."""
+    os.setpgid(0, 0)
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+class _Running:
+    """One started process, its output pump and the last lines it printed."""
+
+    def __init__(self, spec: ProcessSpec, log_dir: Path, echo: Callable[[str], None]) -> None:
+        self.spec = spec
+        self.log_path = log_dir / spec.log_name
+        self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        env = dict(os.environ)
+        env.update(spec.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the log as they are printed
+        self._log_file: IO[str] = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            spec.argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,  # only a prepared prctl call runs before exec
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1,
+        )
+        self._pump = threading.Thread(target=self._copy_output, args=(echo,), daemon=True)
+        self._pump.start()
+
+    def _copy_output(self, echo: Callable[[str], None]) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            line = line.rstrip("\n")
+            self.tail.append(line)
+            self._log_file.write(line + "\n")
+            self._log_file.flush()
+            echo(f"[{self.spec.label}] {line}")
+
+    def finish_output(self, timeout: float = 2.0) -> None:
+        self._pump.join(timeout)
+        if not self._log_file.closed:
+            self._log_file.close()
+
+    def signal_group(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signum)
+
+    def describe_exit(self) -> str:
+        code = self.process.returncode
+        if code is None:
+            return "still running"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"was killed by {name}"
+        return f"exited with code {code}"
+
+
+@dataclass
+class LaunchResult:
+    """How the job ended: exit codes by label, and the log folder."""
+
+    exit_codes: dict[str, int | None]
+    log_dir: Path
+
+
+class Cluster:
+    """Starts processes, watches them, and stops all of them when one fails.
+
+    Use as a context manager: leaving the block (normally, by an exception or by a signal)
+    always stops and reaps every process started, so none outlives the launcher.
+    """
+
+    def __init__(
+        self,
+        specs: Iterable[ProcessSpec],
+        log_dir: Path,
+        *,
+        grace: float = 10.0,
+        echo: Callable[[str], None] | None = None,
+        poll: float = 0.1,
+    ) -> None:
+        self.specs = list(specs)
+        self.log_dir = Path(log_dir)
+        self.grace = grace
+        self.poll = poll
+        self._echo_lock = threading.Lock()
+        self._echo_target = echo or self._print
+        self.running: list[_Running] = []
+        self._signalled: int | None = None
+
+    def _print(self, line: str) -> None:
+        print(line, flush=True)
+
+    def _echo(self, line: str) -> None:
+        with self._echo_lock:  # one line at a time from several pump threads
+            self._echo_target(line)
+
+    def __enter__(self) -> Cluster:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._previous = {
+            s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            for spec in self.specs:
+                self.running.append(_Running(spec, self.log_dir, self._echo))
+        except BaseException:
+            self.stop()
+            self._restore_signals()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            self.stop()
+        finally:
+            self._restore_signals()
+
+    def _restore_signals(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self._signalled is not None:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop waiting for a graceful end
+        self._signalled = signum
+
+    @property
+    def pids(self) -> list[int]:
+        return [r.process.pid for r in self.running]
+
+    def _workers(self) -> list[_Running]:
+        return [r for r in self.running if r.spec.label.startswith("worker")]
+
+    def wait(self) -> LaunchResult:
+        """Block until the workers finish; raise LaunchError (after stopping all) on a failure.
+
+        The scheduler and servers end by themselves once every worker has finished; they
+        are stopped if they have not a grace period later.
+        """
+        workers = self._workers() or self.running
+        while True:
+            if self._signalled is not None:
+                self._stop_on_signal()
+            failed = next((r for r in self.running if r.process.poll() not in (None, 0)), None)
+            if failed is not None:
+                self.stop()
+                raise self._failure(failed)
+            if all(r.process.poll() == 0 for r in workers):
+                break
+            time.sleep(self.poll)
+        deadline = time.monotonic() + self.grace
+        while any(r.process.poll() is None for r in self.running):
+            if time.monotonic() > deadline:
+                log.warning("scheduler/servers still running after the workers ended: stopping")
+                break
+            time.sleep(self.poll)
+        self.stop()
+        return LaunchResult(
+            {r.spec.label: r.process.returncode for r in self.running}, self.log_dir
+        )
+
+    def _stop_on_signal(self) -> None:
+        signum = self._signalled
+        assert signum is not None
+        name = signal.Signals(signum).name
+        log.warning("%s: stopping the job (workers save a checkpoint first)", name)
+        # Workers get the signal to checkpoint and stop together; servers wait for them.
+        for running in self._workers():
+            running.signal_group(signum)
+        self.stop(first_signal=None)
+        codes = {r.spec.label: r.process.returncode for r in self.running}
+        preempted = all(c == ExitCode.PREEMPTED for k, c in codes.items() if k.startswith("worker"))
+        error = LaunchError(
+            f"the job was stopped by {name}; exit codes: "
+            + ", ".join(f"{k} {v}" for k, v in codes.items())
+            + ".",
+            hint=f"Logs are in {self.log_dir}."
+            + (" Continue with `mxtrain launch --resume RUN_FOLDER`." if preempted else ""),
+        )
+        error.exit_code = ExitCode.PREEMPTED if preempted else 130
+        raise error
+
+    def stop(self, first_signal: int | None = signal.SIGTERM) -> None:
+        """Stop every process still running: ``first_signal``, then SIGKILL after the grace."""
+        alive = [r for r in self.running if r.process.poll() is None]
+        if first_signal is not None:
+            for running in alive:
+                running.signal_group(first_signal)
+        deadline = time.monotonic() + self.grace
+        for running in alive:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                running.process.wait(max(0.0, deadline - time.monotonic()))
+        for running in self.running:
+            if running.process.poll() is None:
+                running.signal_group(signal.SIGKILL)
+                running.process.wait()
+            else:
+                running.signal_group(signal.SIGKILL)  # leftovers in its group, if any
+        for running in self.running:
+            running.finish_output()
+
+    def _failure(self, failed: _Running) -> LaunchError:
+        tail = "\n".join(f"    {line}" for line in failed.tail) or "    (no output)"
+        code = failed.process.returncode
+        error = LaunchError(
+            f"{failed.spec.label} {failed.describe_exit()}; the other processes were stopped. "
+            f"Last lines of {failed.log_path}:\n{tail}\n",
+            hint=f"All logs are in {self.log_dir}.",
+        )
+        if code is not None and code > 0:
+            error.exit_code = code  # a worker's own mxtrain exit code (config, data, ...)
+        return error
+
+
+def run_job(
+    specs: Sequence[ProcessSpec],
+    log_dir: Path,
+    *,
+    grace: float = 10.0,
+    echo: Callable[[str], None] | None = None,
+) -> LaunchResult:
+    """Start ``specs``, stream their output, and return when the workers are done.
+
+    Raises LaunchError naming the first process that failed, after stopping all others.
+    """
+    log.info("launch: %d processes, logs in %s", len(specs), log_dir)
+    with Cluster(specs, log_dir, grace=grace, echo=echo) as cluster:
+        return cluster.wait()
+
+
+# --------------------------------------------------------------------------------------------
+# the command's library call
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LaunchRequest:
+    """Everything ``mxtrain launch`` was asked (the click command fills it)."""
+
+    target: str  # CONFIG, or RUN_FOLDER with resume
+    num_workers: int
+    num_servers: int
+    launcher: str = "local"
+    hosts_file: str | None = None
+    env: Sequence[str] = ()  # NAME or NAME=VALUE
+    overrides: Sequence[str] = ()
+    name: str | None = None
+    force: bool = False
+    resume: bool = False
+    grace: float = 10.0
+    log_dir: str | None = None
+    scheduler_host: str | None = None
+
+
+def _forwarded_env(items: Sequence[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not name or not name.replace("_", "a").isalnum():
+            raise ConfigError(
+                f"--env {item!r} is not NAME or NAME=VALUE.",
+                hint="For example --env OMP_NUM_THREADS or --env OMP_NUM_THREADS=4.",
+            )
+        if not sep:
+            if name not in os.environ:
+                raise ConfigError(
+                    f"--env {name}: the variable is not set here, so there is nothing to forward.",
+                    hint=f"Export it first, or give a value: --env {name}=VALUE.",
+                )
+            value = os.environ[name]
+        env[name] = value
+    return env
+
+
+def _job_and_log_dir(request: LaunchRequest) -> tuple[JobSpec, Path]:
+    """The workers' command line and the log folder, after checking what can be checked here."""
+    from mxtrain.config import load_config
+
+    if request.num_workers < 1 or request.num_servers < 1:
+        raise ConfigError(
+            "launch needs at least one worker (-n) and one server (-s).",
+            hint="For example: mxtrain launch -n 2 -s 1 CONFIG.",
+        )
+    if request.resume:
+        run = Path(request.target)
+        if not (run / "config.yaml").is_file():
+            raise ConfigError(
+                f"--resume {run}: not a run folder (it has no config.yaml).",
+                hint="Give the folder a previous `mxtrain launch` or `mxtrain fit` created.",
+            )
+        config = load_config(run / "config.yaml", request.overrides, base_dir=run.parent)
+        run_dir = run
+        args = ["resume", str(run)]
+    else:
+        config = load_config(request.target, request.overrides)
+        run_dir = Path(config.experiment.runs_dir) / (request.name or config.experiment.name)
+        if run_dir.exists() and not request.force:
+            from mxtrain.errors import RunFolderError
+
+            raise RunFolderError(
+                f"the run folder {run_dir} already exists; mxtrain never overwrites a run.",
+                hint="Pass --name NEW_NAME to start a separate run, or --force to replace it.",
+            )
+        args = ["fit", request.target]
+        if request.name:
+            args += ["--name", request.name]
+    for override in request.overrides:
+        args += ["--set", override]
+    if request.force:
+        args.append("--force")
+    kv_type = config.kvstore.type
+    if not kv_type.startswith("dist"):
+        raise ConfigError(
+            f"kvstore.type is {kv_type!r}, but workers started by launch must share a "
+            "distributed kvstore.",
+            hint="Set kvstore.type to dist_sync (or dist_device_sync, dist_async), e.g. "
+            "--set kvstore.type=dist_sync.",
+        )
+    job = JobSpec(
+        request.num_workers,
+        request.num_servers,
+        args,
+        forward_env=_forwarded_env(request.env),
+    )
+    log_dir = (
+        Path(request.log_dir) if request.log_dir else run_dir.parent / (run_dir.name + ".launch")
+    )
+    return job, log_dir
+
+
+def build_processes(request: LaunchRequest, job: JobSpec) -> list[ProcessSpec]:
+    """The commands of the request's launcher."""
+    if request.launcher == "local":
+        if request.hosts_file:
+            log.warning("--hosts is ignored by the local launcher")
+        return local_processes(job)
+    scheduler_host = request.scheduler_host or default_scheduler_host()
+    port = free_port("0.0.0.0")
+    if request.launcher == "ssh":
+        if not request.hosts_file:
+            raise ConfigError(
+                "--launcher ssh needs --hosts FILE (one host per line).",
+                hint="Or use --launcher local to run every process on this machine.",
+            )
+        return ssh_processes(job, read_hosts(request.hosts_file), scheduler_host, port)
+    if request.launcher == "mpi":
+        return mpi_processes(job, request.hosts_file, scheduler_host, port)
+    raise ConfigError(
+        f"--launcher {request.launcher!r} is not one of {', '.join(LAUNCHERS)}.",
+        hint="Use local, ssh or mpi.",
+    )
+
+
+def launch(request: LaunchRequest, echo: Callable[[str], None] | None = None) -> LaunchResult:
+    """Run a distributed training job as ``request`` says; see the module docstring."""
+    job, log_dir = _job_and_log_dir(request)
+    specs = build_processes(request, job)
+    return run_job(specs, log_dir, grace=request.grace, echo=echo)

@@ -1,0 +1,219 @@
+"""End-to-end distributed training with `mxtrain launch` on 127.0.0.1 (real processes).
+
+Every launch runs under a timeout and every process it started is checked to be gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH_TIMEOUT = 90
+
+CONFIG = """\
+experiment: {{name: dist, seed: 5, runs_dir: {runs}}}
+model: {{name: mlp, hidden: [8], activation: relu}}
+data:
+  train: {train}
+optimizer: {{name: sgd, learning_rate: 0.2, momentum: 0.9}}
+kvstore: {{type: dist_sync}}
+fit: {{num_epoch: {epochs}, log_interval: 2}}
+"""
+
+
+def ndarray_train(folder: Path, batch_size: int) -> str:
+    return (
+        f"{{iterator: ndarray, source: {folder / 'x.npy'}, labels: {folder / 'y.npy'}, "
+        f"batch_size: {batch_size}}}"
+    )
+
+
+@pytest.fixture
+def blobs(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 3, size=96)
+    features = rng.normal(size=(96, 6)).astype(np.float32) + labels[:, None]
+    np.save(tmp_path / "x.npy", features)
+    np.save(tmp_path / "y.npy", labels)
+    return tmp_path
+
+
+def write_config(folder: Path, name: str, train: str, epochs: int = 2) -> Path:
+    path = folder / name
+    path.write_text(CONFIG.format(runs=folder / "runs", train=train, epochs=epochs))
+    return path
+
+
+def env() -> dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+
+
+def mxtrain(*args: object, timeout: float = LAUNCH_TIMEOUT) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mxtrain", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env(),
+        cwd=ROOT,
+    )
+
+
+def load_params(path: Path) -> dict[str, np.ndarray]:
+    import mxnet as mx
+
+    return {k.split(":", 1)[-1]: v.asnumpy() for k, v in mx.nd.load(str(path)).items()}
+
+
+def children_of(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (not yet reaped) counts as gone
+    status = Path(f"/proc/{pid}/stat")
+    return status.exists() and status.read_text().split()[2] != "Z"
+
+
+def test_dist_sync_equals_one_process_with_the_combined_batch_and_resumes(blobs: Path) -> None:
+    dist_cfg = write_config(blobs, "dist.yaml", ndarray_train(blobs, 8), epochs=1)
+    done = mxtrain("launch", "-n", 2, "-s", 1, dist_cfg, "--grace", 3)
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = blobs / "runs"
+    run = runs / "dist"
+    # a distributed resume: every worker reads rank 0's checkpoint, then one more epoch
+    resumed = mxtrain(
+        "launch", "-n", 2, "-s", 1, "--resume", run, "--set", "fit.num_epoch=2", "--grace", 3
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # One process, batch 16 = 2 workers x 8: the shards are strided, so each combined batch
+    # holds exactly the rows the two workers trained on together.
+    single_cfg = write_config(blobs, "single.yaml", ndarray_train(blobs, 16))
+    single = mxtrain("fit", single_cfg, "--name", "single", "--set", "kvstore.type=local")
+    assert single.returncode == 0, single.stderr
+    for epoch in (1, 2):
+        dist = load_params(run / f"model-000{epoch}.params")
+        ref = load_params(runs / "single" / f"model-000{epoch}.params")
+        assert dist.keys() == ref.keys()
+        for name in ref:
+            np.testing.assert_allclose(dist[name], ref[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    first, last = load_params(run / "model-0001.params"), load_params(run / "model-0002.params")
+    assert not all(np.allclose(first[k], last[k]) for k in first)  # training moved the weights
+    # labelled output, one log per process, and rank 0 alone wrote the run folder
+    assert "[worker 0]" in done.stdout and "[worker 1]" in done.stdout
+    logs = runs / "dist.launch"
+    assert {p.name for p in logs.iterdir()} == {
+        "scheduler.log",
+        "server-0.log",
+        "worker-0.log",
+        "worker-1.log",
+    }
+    worker_logs = [(logs / f"worker-{i}.log").read_text() for i in (0, 1)]
+    assert sum(text.count("rank 0 writes the run folder") for text in worker_logs) == 2
+    assert sorted(p.name for p in runs.iterdir()) == ["dist", "dist.launch", "single"]
+
+
+def test_a_killed_worker_stops_the_whole_job(blobs: Path) -> None:
+    config = write_config(blobs, "long.yaml", ndarray_train(blobs, 4), epochs=100000)
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mxtrain",
+            "launch",
+            "-n",
+            "2",
+            "-s",
+            "1",
+            str(config),
+            "--grace",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+        cwd=ROOT,
+    )
+    started: list[int] = []
+    try:
+        log = blobs / "runs" / "dist.launch" / "worker-1.log"
+        deadline = time.monotonic() + LAUNCH_TIMEOUT
+        while not (log.exists() and "epoch 2" in log.read_text()):
+            assert launcher.poll() is None, launcher.communicate()
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        started = children_of(launcher.pid)
+        assert len(started) == 4  # scheduler, server, two workers
+        workers = [p for p in started if "fit" in Path(f"/proc/{p}/cmdline").read_text()]
+        assert len(workers) == 2
+        killed_at = time.monotonic()
+        os.kill(workers[1], signal.SIGKILL)
+        _, err = launcher.communicate(timeout=30)
+        elapsed = time.monotonic() - killed_at
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        for pid in started:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert launcher.returncode != 0
+    assert elapsed < 15, elapsed
+    assert "worker 1 was killed by SIGKILL" in err, err
+    assert "Last lines of" in err and "worker-1.log" in err
+    assert not [p for p in started if alive(p)], "orphans left behind"
+
+
+UNEVEN_PLUGIN = """\
+from mxtrain.data.array_options import NDArrayOptions
+from mxtrain.data.arrays import build_ndarray_iter
+
+
+def uneven(context, source, labels, num_parts=1, part_index=0):
+    # part 0 gets 48 rows (6 batches of 8), part 1 only 24 (3 batches)
+    rows = 48 if part_index == 0 else 24
+    options = NDArrayOptions(source=source, labels=labels, batch_size=8, max_rows=rows)
+    return build_ndarray_iter(options, context)
+"""
+
+
+def test_unequal_shards_train_the_same_number_of_batches(blobs: Path) -> None:
+    (blobs / "uneven.py").write_text(UNEVEN_PLUGIN)
+    train = (
+        f"{{iterator: '{blobs / 'uneven.py'}:uneven', source: {blobs / 'x.npy'}, "
+        f"labels: {blobs / 'y.npy'}, num_parts: 1}}"
+    )
+    config = write_config(blobs, "uneven.yaml", train)
+    done = mxtrain("launch", "-n", 2, "-s", 1, config, "--grace", 3)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "every worker trains 3" in done.stdout
+    from mxtrain.rundir import read_metrics
+
+    epochs = [
+        r for r in read_metrics(blobs / "runs" / "dist" / "metrics.jsonl") if r["event"] == "epoch"
+    ]
+    assert [r["batch"] for r in epochs] == [3, 3]
+
+
+def test_launch_refuses_a_local_kvstore_and_an_existing_run(blobs: Path) -> None:
+    config = write_config(blobs, "dist.yaml", ndarray_train(blobs, 8))
+    done = mxtrain("launch", "-n", 2, "-s", 1, config, "--set", "kvstore.type=local")
+    assert done.returncode == 2
+    assert "kvstore.type=dist_sync" in done.stderr
+    (blobs / "runs" / "dist").mkdir(parents=True)
+    done = mxtrain("launch", "-n", 2, "-s", 1, config)
+    assert done.returncode == 5 and "already exists" in done.stderr

@@ -1,0 +1,373 @@
+"""Contexts, kvstore checks, worker agreement, the watchdog and launch command building."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from mxtrain import distributed
+from mxtrain.config.loader import load_config
+from mxtrain.config.schema import ContextSection, KVStoreSection
+from mxtrain.errors import ConfigError, MxtrainError
+from mxtrain.launch import (
+    Cluster,
+    JobSpec,
+    LaunchError,
+    ProcessSpec,
+    _forwarded_env,
+    local_processes,
+    mpi_processes,
+    read_hosts,
+    ssh_processes,
+)
+
+DMLC = {
+    "DMLC_ROLE",
+    "DMLC_PS_ROOT_URI",
+    "DMLC_PS_ROOT_PORT",
+    "DMLC_NUM_WORKER",
+    "DMLC_NUM_SERVER",
+    "DMLC_NODE_HOST",
+}
+
+
+# --- contexts ---------------------------------------------------------------------------------
+
+
+def test_gpu_on_the_cpu_build_names_the_gpu_wheel() -> None:
+    with pytest.raises(ConfigError) as err:
+        distributed.build_contexts(ContextSection(devices="gpu", ids=(0,)))
+    assert "CPU-only build" in str(err.value) and "pip install mxnet-cu112==1.9.1" in str(err.value)
+
+
+def test_gpu_id_beyond_the_visible_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mxnet as mx
+
+    monkeypatch.setattr(mx.context, "num_gpus", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    with pytest.raises(ConfigError) as err:
+        distributed.build_contexts(ContextSection(devices="gpu", ids=(0, 2)))
+    assert "GPU 2" in str(err.value) and "only 2 GPU(s)" in str(err.value)
+    assert "CUDA_VISIBLE_DEVICES=4,5" in str(err.value)
+    gpus = distributed.build_contexts(ContextSection(devices="gpu", ids=(1, 0)))
+    assert [c.device_id for c in gpus] == [1, 0] and gpus[0].device_type == "gpu"
+
+
+def test_cpu_contexts_from_count_and_ids() -> None:
+    assert len(distributed.build_contexts(ContextSection(count=3))) == 3
+    ids = distributed.build_contexts(ContextSection(ids=(2, 5)))
+    assert [c.device_id for c in ids] == [2, 5]
+
+
+def test_fit_asking_for_a_gpu_fails_cleanly(tiny_config: Path) -> None:
+    from mxtrain.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["fit", str(tiny_config), "--set", "context.devices=gpu"])
+    assert result.exit_code == 2
+    assert "mxnet-cu112" in result.output and "Traceback" not in result.output
+    assert not (tiny_config.parent / "runs" / "tiny").exists()
+
+
+# --- kvstore settings ---------------------------------------------------------------------------
+
+
+def test_schema_rules_for_kvstore() -> None:
+    with pytest.raises(Exception, match="1bit is not available"):
+        KVStoreSection(type="device", gradient_compression=_compression("1bit", 0.5))
+    with pytest.raises(Exception, match="greater than 0"):
+        KVStoreSection(type="device", gradient_compression=_compression("2bit", 0.0))
+    with pytest.raises(Exception, match="must therefore only sum"):
+        KVStoreSection(type="dist_sync", update_on_kvstore=True)
+    with pytest.raises(Exception, match="asynchronous"):
+        KVStoreSection(type="dist_async", update_on_kvstore=False)
+    assert distributed.resolve_update_on_kvstore(KVStoreSection(type="dist_sync")) is False
+    assert distributed.resolve_update_on_kvstore(KVStoreSection(type="dist_async")) is True
+    assert distributed.resolve_update_on_kvstore(KVStoreSection(type="device")) is None
+    assert distributed.resolve_update_on_kvstore(KVStoreSection(update_on_kvstore=False)) is False
+
+
+def _compression(kind: str, threshold: float) -> Any:
+    from mxtrain.config.schema import GradientCompressionSection
+
+    return GradientCompressionSection(type=kind, threshold=threshold)  # type: ignore[arg-type]
+
+
+def test_gradient_compression_config_error_has_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "model: {name: mlp}\ndata:\n  train: {iterator: ndarray, source: x.npy}\n"
+        "kvstore:\n  type: device\n  gradient_compression: {type: 2bit, threshold: -1}\n"
+    )
+    with pytest.raises(ConfigError, match=r"c\.yaml:6: kvstore\.gradient_compression\.threshold"):
+        load_config(path)
+
+
+def test_impossible_kvstores_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mxnet as mx
+
+    cpus = [mx.cpu(0), mx.cpu(1)]
+    with pytest.raises(ConfigError, match="nccl all-reduces between GPUs"):
+        distributed.check_kvstore(KVStoreSection(type="nccl"), cpus)
+    monkeypatch.setitem(sys.modules, "horovod", None)
+    monkeypatch.setitem(sys.modules, "horovod.mxnet", None)
+    with pytest.raises(ConfigError, match=r"horovod\[mxnet\]"):
+        distributed.check_kvstore(KVStoreSection(type="horovod"), cpus)
+    for key in DMLC:
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(ConfigError, match="mxtrain launch -n WORKERS"):
+        distributed.check_kvstore(KVStoreSection(type="dist_sync"), cpus)
+    with pytest.raises(ConfigError, match="only for the device and dist"):
+        distributed.check_kvstore(
+            KVStoreSection(type="local", gradient_compression=_compression("2bit", 0.5)), cpus
+        )
+
+
+def test_device_kvstore_gets_gradient_compression() -> None:
+    import mxnet as mx
+
+    cfg = KVStoreSection(type="device", gradient_compression=_compression("2bit", 0.5))
+    kv = distributed.create_kvstore(cfg, [mx.cpu(0), mx.cpu(1)])
+    kv.init("w", mx.nd.zeros((3,)))
+    out = mx.nd.zeros((3,))
+    grads = [mx.nd.array([0.7, 0.2, -0.9], ctx=mx.cpu(0)), mx.nd.array([0.0] * 3, ctx=mx.cpu(1))]
+    kv.pushpull("w", grads, out=out)
+    assert out.asnumpy().tolist() == [0.5, 0.0, -0.5]  # quantized to +-threshold or 0
+    assert distributed.create_kvstore(KVStoreSection(type="device"), [mx.cpu(0)]) == "device"
+
+
+# --- data sharding ------------------------------------------------------------------------------
+
+
+def test_shard_data_section_sets_parts_or_explains() -> None:
+    from mxtrain.config.schema import IteratorSection
+    from mxtrain.data.array_options import NDArrayOptions
+
+    section = IteratorSection(name="ndarray", options=NDArrayOptions(source="x.npy"))
+    sharded = distributed.shard_data_section(section, 1, 3, "data.train")
+    assert (sharded.options.num_parts, sharded.options.part_index) == (3, 1)
+    plugin = IteratorSection(name="p.py:make", options={"num_parts": 1, "path": "a"})
+    assert distributed.shard_data_section(plugin, 2, 4, "data.train").options == {
+        "num_parts": 4,
+        "part_index": 2,
+        "path": "a",
+    }
+    other = IteratorSection(name="p.py:make", options={"path": "a"})
+    with pytest.raises(ConfigError, match="cannot be sharded"):
+        distributed.shard_data_section(other, 0, 2, "data.train")
+
+
+# --- agreement between workers --------------------------------------------------------------
+
+
+@dataclass
+class FakeServers:
+    """Sums what the workers push, like ps-lite servers without an optimizer."""
+
+    num_workers: int
+    pushed: dict[str, list[np.ndarray]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.barrier = threading.Barrier(self.num_workers)
+        self.lock = threading.Lock()
+
+
+class FakeKV:
+    def __init__(self, servers: FakeServers, rank: int) -> None:
+        self.servers, self.rank, self.num_workers = servers, rank, servers.num_workers
+
+    def init(self, key: str, value: Any) -> None:
+        assert isinstance(key, str)  # one kvstore cannot mix int and str keys
+
+    def push(self, key: str, value: Any) -> None:
+        with self.servers.lock:
+            self.servers.pushed.setdefault(key, []).append(value.asnumpy())
+
+    def pull(self, key: str, out: Any) -> None:
+        self.servers.barrier.wait(5)
+        out[:] = sum(self.servers.pushed[key])
+        self.servers.barrier.wait(5)
+        with self.servers.lock:
+            self.servers.pushed.pop(key, None)
+
+
+def run_workers(calls: list[Any], unit: float = 1.0) -> list[Any]:
+    servers = FakeServers(len(calls))
+    coordinators = [
+        distributed.Coordinator(FakeKV(servers, r), unit=unit) for r in range(len(calls))
+    ]
+    results: list[Any] = [None] * len(calls)
+
+    def work(rank: int) -> None:
+        results[rank] = calls[rank](coordinators[rank])
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    return results
+
+
+class Shard:
+    def __init__(self, batches: int, known: bool = True) -> None:
+        self.items = list(range(batches))
+        if known:
+            self.num_batches = batches
+        self.resets = 0
+
+    def __iter__(self) -> Any:
+        return iter(self.items)
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
+@pytest.mark.parametrize("unit", [1.0, 0.5])
+def test_workers_agree_on_the_smallest_batch_count(unit: float) -> None:
+    shards = [Shard(37), Shard(1234567), Shard(36, known=False)]
+    results = run_workers([lambda c, s=s: c.epoch_batches(1, s, None) for s in shards], unit=unit)
+    assert results == [36, 36, 36]
+    assert shards[2].resets == 1  # counted by reading, then rewound
+    limited = run_workers([lambda c: c.epoch_batches(1, Shard(50), 20)] * 2)
+    assert limited == [20, 20]
+
+
+def test_one_workers_stop_request_stops_everyone() -> None:
+    requested = [False, True]
+
+    def worker(rank: int) -> Any:
+        def call(c: distributed.Coordinator) -> Any:
+            c.attach(lambda: requested[rank], max_time=100.0)
+            return c.at_interval(5.0), c.stop_agreed()
+
+        return call
+
+    assert run_workers([worker(0), worker(1)]) == [(None, True), (None, True)]
+
+    def timed(seconds: float) -> Any:
+        def call(c: distributed.Coordinator) -> Any:
+            c.attach(lambda: False, max_time=10.0)
+            return c.at_epoch_end(seconds), c.stop_agreed()
+
+        return call
+
+    assert run_workers([timed(3.0), timed(11.0)]) == [("max_time", False)] * 2
+    assert run_workers([timed(3.0), timed(4.0)]) == [(None, False)] * 2
+
+
+def test_watchdog_exits_when_progress_stops_and_not_before() -> None:
+    exits: list[int] = []
+    dog = distributed.Watchdog(0.3, exit=exits.append).start()
+    for _ in range(5):
+        time.sleep(0.1)
+        dog.beat()
+    assert exits == []
+    time.sleep(0.8)
+    assert exits == [distributed.Watchdog.EXIT_CODE]
+    dog.stop()
+
+
+# --- launch commands ----------------------------------------------------------------------------
+
+
+def job(**kw: Any) -> JobSpec:
+    return JobSpec(2, 1, ["fit", "cfg.yaml", "--set", "a=b c"], python="py", workdir="/w d", **kw)
+
+
+def test_local_processes_set_every_dmlc_variable_on_localhost() -> None:
+    specs = local_processes(job(forward_env={"X": "1"}), port=9123)
+    assert [s.label for s in specs] == ["scheduler", "server 0", "worker 0", "worker 1"]
+    for spec in specs:
+        assert set(spec.env) >= DMLC
+        assert spec.env["DMLC_PS_ROOT_URI"] == spec.env["DMLC_NODE_HOST"] == "127.0.0.1"
+        assert spec.env["DMLC_PS_ROOT_PORT"] == "9123" and spec.env["X"] == "1"
+        assert (spec.env["DMLC_NUM_WORKER"], spec.env["DMLC_NUM_SERVER"]) == ("2", "1")
+    assert specs[1].env["DMLC_ROLE"] == "server" and specs[1].argv == ["py", "-c", "import mxnet"]
+    assert specs[3].argv[:4] == ["py", "-m", "mxtrain", "fit"]
+    assert specs[3].argv[-2:] == ["--progress", "plain"]
+
+
+def test_ssh_commands_round_robin_with_quoted_environment() -> None:
+    specs = ssh_processes(job(forward_env={"OMP_NUM_THREADS": "4"}), ["h1", "h2"], "10.0.0.9", 9000)
+    assert specs[0].label == "scheduler" and specs[0].env["DMLC_PS_ROOT_URI"] == "10.0.0.9"
+    hosts = [s.argv[s.argv.index("BatchMode=yes") + 1] for s in specs[1:]]
+    assert hosts == ["h1", "h2", "h1"]
+    remote = specs[3].argv[-1]
+    assert remote.startswith("cd '/w d' && env ")
+    for part in ("DMLC_ROLE=worker", "DMLC_NODE_HOST=h1", "DMLC_PS_ROOT_URI=10.0.0.9",
+                 "DMLC_PS_ROOT_PORT=9000", "OMP_NUM_THREADS=4"):  # fmt: skip
+        assert part in remote
+    assert remote.endswith("py -m mxtrain fit cfg.yaml --set 'a=b c' --progress plain")
+
+
+def test_mpi_commands_forward_the_environment() -> None:
+    specs = mpi_processes(job(), "hosts.txt", "10.0.0.9", 9000)
+    assert [s.label for s in specs] == ["scheduler", "servers", "workers"]
+    workers = specs[2].argv
+    assert workers[:5] == ["mpirun", "-np", "2", "--hostfile", "hosts.txt"]
+    assert "DMLC_ROLE=worker" in workers and workers[workers.index("DMLC_ROLE=worker") - 1] == "-x"
+    assert "DMLC_PS_ROOT_URI=10.0.0.9" in workers
+    assert not any(a.startswith("DMLC_NODE_HOST") for a in workers)
+
+
+def test_hosts_file_and_env_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# cluster\nnode1\n\nnode2  # fast\n")
+    assert read_hosts(hosts) == ["node1", "node2"]
+    (tmp_path / "empty").write_text("# nothing\n")
+    with pytest.raises(ConfigError, match="lists no host"):
+        read_hosts(tmp_path / "empty")
+    monkeypatch.setenv("MY_VAR", "7")
+    monkeypatch.delenv("NOT_SET_HERE", raising=False)
+    assert _forwarded_env(["MY_VAR", "B=x=y"]) == {"MY_VAR": "7", "B": "x=y"}
+    with pytest.raises(ConfigError, match="not set here"):
+        _forwarded_env(["NOT_SET_HERE"])
+    with pytest.raises(ConfigError, match="NAME or NAME=VALUE"):
+        _forwarded_env(["=3"])
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_cluster_stops_everyone_when_one_fails(tmp_path: Path) -> None:
+    specs = [
+        ProcessSpec("scheduler", _python("import time; time.sleep(60)")),
+        ProcessSpec("worker 0", _python("import time; time.sleep(60)")),
+        ProcessSpec("worker 1", _python("print('loading'); print('bad data'); exit(3)")),
+    ]
+    lines: list[str] = []
+    started = time.monotonic()
+    cluster = Cluster(specs, tmp_path / "logs", grace=1.0, echo=lines.append)
+    with pytest.raises(LaunchError) as err, cluster:
+        cluster.wait()
+    assert time.monotonic() - started < 10
+    assert err.value.exit_code == 3
+    assert "worker 1 exited with code 3" in str(err.value) and "bad data" in str(err.value)
+    assert "[worker 1] bad data" in lines
+    assert (tmp_path / "logs" / "worker-1.log").read_text() == "loading\nbad data\n"
+    for pid in cluster.pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert isinstance(err.value, MxtrainError)
+
+
+def test_cluster_sigterm_survivor_is_killed_after_grace(tmp_path: Path) -> None:
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    specs = [
+        ProcessSpec("server 0", _python(stubborn)),
+        ProcessSpec("worker 0", _python("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")),
+    ]
+    cluster = Cluster(specs, tmp_path, grace=0.5, echo=lambda line: None)
+    with pytest.raises(LaunchError, match="worker 0 was killed by SIGKILL"), cluster:
+        cluster.wait()
+    assert all(r.process.returncode is not None for r in cluster.running)
