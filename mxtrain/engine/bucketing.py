@@ -1010,6 +1010,8 @@ class BucketingModule:
         )
 
     def _write_to_devices(self, arg: Mapping[str, Any], aux: Mapping[str, Any]) -> None:
+        if aux:
+            mx.nd.waitall()  # a pending BatchNorm backward would overwrite them (see get_params)
         for store, values in ((self._params, arg), (self._auxs, aux)):
             for name, src in values.items():
                 for dst in store[name]:
@@ -1049,6 +1051,12 @@ class BucketingModule:
         """
         if not self.params_initialized:
             raise RuntimeError("parameters are not initialized")
+        if self._aux_names:
+            # MXNet 1.9.1's oneDNN BatchNorm updates its moving statistics in the backward
+            # pass without declaring them as outputs of it (apache/mxnet#18610), so the engine
+            # may let a copy read them before that backward has run: the values would be one
+            # batch stale (seen as a rare checkpoint mismatch). Wait for all pending work.
+            mx.nd.waitall()
         return (
             {n: self._gather(self._params[n]) for n in self._param_names},
             {n: self._gather(self._auxs[n]) for n in self._aux_names},
