@@ -600,11 +600,16 @@ def load_checkpoint(ckpt: Checkpoint) -> LoadedCheckpoint:
     )
 
 
-def restore_module(module: Any, loaded: LoadedCheckpoint) -> None:
-    """Put the checkpoint's parameters and (if the module has one) optimizer state back."""
+def restore_module(module: Any, loaded: LoadedCheckpoint, *, parameters: bool = True) -> None:
+    """Put the checkpoint's parameters and (if the module has one) optimizer state back.
+
+    ``parameters=False`` restores the optimizer state only (the weights were set before
+    the optimizer, as a kvstore that updates on its servers requires).
+    """
     ckpt = loaded.checkpoint
     try:
-        module.set_params(loaded.arg_params, loaded.aux_params)
+        if parameters:
+            module.set_params(loaded.arg_params, loaded.aux_params)
         if getattr(module, "optimizer_initialized", False):
             if loaded.optimizer_meta is not None:
                 module.set_optimizer_states(loaded.optimizer_arrays, loaded.optimizer_meta)

@@ -19,7 +19,9 @@ process prints is shown with its label (``[worker 1] ...``) and written to its o
 in the log folder; when one exits non-zero (or is killed) the others are stopped (SIGTERM to
 the process group, SIGKILL after a grace period) and ``LaunchError`` names it, its exit code
 or signal and the end of its log. SIGINT/SIGTERM to the launcher stop the whole job the same
-way. Only the local launcher is tested here; ssh and mpi are built and unit-tested as commands.
+way. ssh commands run under ``relay_remote`` (see there) so that signals reach them and a
+dead launcher leaves nothing running remotely. The local and ssh launchers (through a fake
+ssh) are tested end to end; mpi commands only as built.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ class ProcessSpec:
     label: str
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    # ssh: the remote side runs under ``relay_remote``, which takes signal names on stdin
+    relay_signals: bool = False
 
     @property
     def log_name(self) -> str:
@@ -80,6 +84,7 @@ class JobSpec:
     python: str = sys.executable
     forward_env: dict[str, str] = field(default_factory=dict)  # --env NAME[=VALUE]
     workdir: str = field(default_factory=os.getcwd)
+    grace: float = 10.0  # ssh: seconds the remote relay waits between SIGTERM and SIGKILL
 
 
 def free_port(host: str = LOCALHOST) -> int:
@@ -152,8 +157,9 @@ def read_hosts(path: str | Path) -> list[str]:
 
 def _remote_command(job: JobSpec, env: Mapping[str, str], argv: Sequence[str]) -> str:
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    command = " ".join(shlex.quote(a) for a in argv)
-    return f"cd {shlex.quote(job.workdir)} && env {assignments} {command}"
+    relay = [job.python, "-m", "mxtrain.launch", "--relay", f"{job.grace:g}", "--", *argv]
+    command = " ".join(shlex.quote(a) for a in relay)
+    return f"cd {shlex.quote(job.workdir)} && exec env {assignments} {command}"
 
 
 def ssh_processes(
@@ -172,7 +178,8 @@ def ssh_processes(
         host = hosts[n % len(hosts)]
         env = role_env(role, job, scheduler_host, port, host)
         ssh = ["ssh", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes", host]
-        specs.append(ProcessSpec(f"{role} {index}", [*ssh, _remote_command(job, env, argv)]))
+        command = _remote_command(job, env, argv)
+        specs.append(ProcessSpec(f"{role} {index}", [*ssh, command], relay_signals=True))
     return specs
 
 
@@ -251,7 +258,7 @@ class _Running:
         self.process = subprocess.Popen(
             spec.argv,
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if spec.relay_signals else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,  # only a prepared prctl call runs before exec
@@ -266,7 +273,7 @@ class _Running:
     def _copy_output(self, echo: Callable[[str], None]) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
-            line = line.rstrip("\n")
+            line = line.rstrip("\r\n")
             self.tail.append(line)
             self._log_file.write(line + "\n")
             self._log_file.flush()
@@ -280,6 +287,20 @@ class _Running:
     def signal_group(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signum)
+
+    def forward_signal(self, signum: int) -> None:
+        """Deliver ``signum`` to the command itself, also when it runs on another host.
+
+        Signalling a local ssh client would only end the connection; a relayed command
+        gets the signal's name on its standard input instead (see ``relay_remote``).
+        """
+        if not self.spec.relay_signals:
+            self.signal_group(signum)
+            return
+        assert self.process.stdin is not None
+        with contextlib.suppress(BrokenPipeError, ValueError, OSError):
+            self.process.stdin.write(signal.Signals(signum).name + "\n")
+            self.process.stdin.flush()
 
     def describe_exit(self) -> str:
         code = self.process.returncode
@@ -317,8 +338,10 @@ class Cluster:
         grace: float = 10.0,
         echo: Callable[[str], None] | None = None,
         poll: float = 0.1,
+        resume_command: str | None = None,
     ) -> None:
         self.specs = list(specs)
+        self.resume_command = resume_command  # shown when a signal stopped the job
         self.log_dir = Path(log_dir)
         self.grace = grace
         self.poll = poll
@@ -405,16 +428,17 @@ class Cluster:
         log.warning("%s: stopping the job (workers save a checkpoint first)", name)
         # Workers get the signal to checkpoint and stop together; servers wait for them.
         for running in self._workers():
-            running.signal_group(signum)
+            running.forward_signal(signum)
         self.stop(first_signal=None)
         codes = {r.spec.label: r.process.returncode for r in self.running}
         preempted = all(c == ExitCode.PREEMPTED for k, c in codes.items() if k.startswith("worker"))
+        resume = self.resume_command or "mxtrain launch --resume RUN_FOLDER"
         error = LaunchError(
             f"the job was stopped by {name}; exit codes: "
             + ", ".join(f"{k} {v}" for k, v in codes.items())
             + ".",
             hint=f"Logs are in {self.log_dir}."
-            + (" Continue with `mxtrain launch --resume RUN_FOLDER`." if preempted else ""),
+            + (f" Rank 0 saved a checkpoint; continue with `{resume}`." if preempted else ""),
         )
         error.exit_code = ExitCode.PREEMPTED if preempted else 130
         raise error
@@ -457,13 +481,15 @@ def run_job(
     *,
     grace: float = 10.0,
     echo: Callable[[str], None] | None = None,
+    resume_command: str | None = None,
 ) -> LaunchResult:
     """Start ``specs``, stream their output, and return when the workers are done.
 
-    Raises LaunchError naming the first process that failed, after stopping all others.
+    Raises LaunchError naming the first process that failed, after stopping all others;
+    ``resume_command`` is what that error suggests after a signal stopped the job.
     """
     log.info("launch: %d processes, logs in %s", len(specs), log_dir)
-    with Cluster(specs, log_dir, grace=grace, echo=echo) as cluster:
+    with Cluster(specs, log_dir, grace=grace, echo=echo, resume_command=resume_command) as cluster:
         return cluster.wait()
 
 
@@ -511,8 +537,9 @@ def _forwarded_env(items: Sequence[str]) -> dict[str, str]:
     return env
 
 
-def _job_and_log_dir(request: LaunchRequest) -> tuple[JobSpec, Path]:
-    """The workers' command line and the log folder, after checking what can be checked here."""
+def _plan_job(request: LaunchRequest) -> tuple[JobSpec, Path, Path]:
+    """The workers' command line, the run folder and the log folder, after checking what can
+    be checked here."""
     from mxtrain.config import load_config
 
     if request.num_workers < 1 or request.num_servers < 1:
@@ -560,11 +587,25 @@ def _job_and_log_dir(request: LaunchRequest) -> tuple[JobSpec, Path]:
         request.num_servers,
         args,
         forward_env=_forwarded_env(request.env),
+        grace=request.grace,
     )
     log_dir = (
         Path(request.log_dir) if request.log_dir else run_dir.parent / (run_dir.name + ".launch")
     )
-    return job, log_dir
+    return job, run_dir, log_dir
+
+
+def _resume_command(request: LaunchRequest, run_dir: Path) -> str:
+    """The ``mxtrain launch --resume`` line that continues this job with the same cluster."""
+    words = ["mxtrain", "launch", "-n", str(request.num_workers), "-s", str(request.num_servers)]
+    if request.launcher != "local":
+        words += ["--launcher", request.launcher]
+        if request.hosts_file:
+            words += ["--hosts", request.hosts_file]
+    for item in request.env:
+        words += ["--env", item]
+    words += ["--resume", str(run_dir)]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def build_processes(request: LaunchRequest, job: JobSpec) -> list[ProcessSpec]:
@@ -592,6 +633,61 @@ def build_processes(request: LaunchRequest, job: JobSpec) -> list[ProcessSpec]:
 
 def launch(request: LaunchRequest, echo: Callable[[str], None] | None = None) -> LaunchResult:
     """Run a distributed training job as ``request`` says; see the module docstring."""
-    job, log_dir = _job_and_log_dir(request)
+    job, run_dir, log_dir = _plan_job(request)
     specs = build_processes(request, job)
-    return run_job(specs, log_dir, grace=request.grace, echo=echo)
+    return run_job(
+        specs,
+        log_dir,
+        grace=request.grace,
+        echo=echo,
+        resume_command=_resume_command(request, run_dir),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# the remote end of an ssh launch
+# --------------------------------------------------------------------------------------------
+
+_RELAYED = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
+
+
+def relay_remote(argv: Sequence[str], *, grace: float = 10.0) -> int:
+    """Run ``argv`` on a remote host for ``mxtrain launch --launcher ssh``; its exit code.
+
+    Killing a local ssh client does not stop its remote command (without a terminal sshd
+    sends no signal; with ``ssh -tt`` it sends SIGHUP, which kills a worker before it can
+    save a checkpoint). So the launcher keeps ssh's standard input open and this relay
+    reads it: a line ``SIGTERM`` or ``SIGINT`` is passed to the command (a graceful stop);
+    end of input means the launcher or the connection is gone, and the command is stopped
+    (SIGTERM, then SIGKILL after ``grace``) so that nothing is left running on the host.
+    """
+    child = subprocess.Popen(list(argv), process_group=0)  # its own group: stopped as one
+
+    def signal_child(signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signum)
+
+    def read_requests() -> None:
+        for line in sys.stdin:
+            signum = _RELAYED.get(line.strip())
+            if signum is not None:
+                signal_child(signum)
+        if child.poll() is None:  # end of input: nobody is left to stop the command
+            signal_child(signal.SIGTERM)
+            try:
+                child.wait(grace)
+            except subprocess.TimeoutExpired:
+                signal_child(signal.SIGKILL)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda n, _frame: signal_child(n))
+    threading.Thread(target=read_requests, name="mxtrain-relay", daemon=True).start()
+    code = child.wait()
+    signal_child(signal.SIGKILL)  # leftovers of the command's process group, if any
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 5 or sys.argv[1] != "--relay" or sys.argv[3] != "--":
+        sys.exit("usage: python -m mxtrain.launch --relay GRACE_SECONDS -- COMMAND [ARG...]")
+    sys.exit(relay_remote(sys.argv[4:], grace=float(sys.argv[2])))

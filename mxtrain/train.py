@@ -176,8 +176,8 @@ def resume_experiment(
     threads = configure_threads(config.context)
     try:
         # absolute: iterators resolve relative paths against the config's folder
-        setup = _prepare(config, threads, vocab_file=run.vocab_file.resolve())
-        checkpoint.restore_module(setup.module, loaded)
+        setup = _prepare(config, threads, vocab_file=run.vocab_file.resolve(), restore=loaded)
+        checkpoint.restore_module(setup.module, loaded, parameters=False)
     except BaseException:
         reporter.close()
         raise
@@ -389,7 +389,14 @@ class _Setup:
     coordinator: Any = None  # distributed.Coordinator for dist_sync kvstores
 
 
-def _prepare(config: Config, threads: dict[str, str], vocab_file: Path | None = None) -> _Setup:
+def _prepare(
+    config: Config,
+    threads: dict[str, str],
+    vocab_file: Path | None = None,
+    restore: Any = None,
+) -> _Setup:
+    """Data, module, kvstore and optimizer; ``restore`` (a LoadedCheckpoint) sets the weights
+    before the kvstore is initialised from them."""
     import mxnet as mx
 
     from mxtrain import distributed
@@ -461,6 +468,13 @@ def _prepare(config: Config, threads: dict[str, str], vocab_file: Path | None = 
     except ValueError as exc:  # e.g. a fixed_params pattern that matches nothing
         raise ConfigError(f"{config.source}: fit.fixed_params: {exc}") from exc
     module.init_params(build_initializer(config.initializer))
+    if restore is not None:
+        from mxtrain import checkpoint
+
+        # Before init_optimizer: with update_on_kvstore (dist_async) the servers keep the
+        # weights they are initialised with, so setting them afterwards would be undone by
+        # the first pull and a resume would restart from the random initialisation.
+        checkpoint.restore_module(module, restore)
     optimizer_name, optimizer_params = optimizer_arguments(config.optimizer)
     if fit_cfg.grad_accumulation > 1 and config.optimizer.rescale_grad == "auto":
         # gradients are summed over K batches: average over all their samples

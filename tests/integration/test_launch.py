@@ -126,6 +126,79 @@ def test_dist_sync_equals_one_process_with_the_combined_batch_and_resumes(blobs:
     assert sorted(p.name for p in runs.iterdir()) == ["dist", "dist.launch", "single"]
 
 
+def start_launch(*args: object) -> subprocess.Popen:
+    """``mxtrain launch ARGS`` in the background (the caller ends it and its children)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mxtrain", "launch", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+        cwd=ROOT,
+    )
+
+
+def wait_for_log(launcher: subprocess.Popen, log: Path, text: str) -> None:
+    deadline = time.monotonic() + LAUNCH_TIMEOUT
+    while not (log.exists() and text in log.read_text()):
+        assert launcher.poll() is None, launcher.communicate()
+        assert time.monotonic() < deadline, f"{text!r} never appeared in {log}"
+        time.sleep(0.2)
+
+
+def end_all(launcher: subprocess.Popen, started: list[int]) -> None:
+    """Kill, by PID, the launcher and every process it started that is still there."""
+    if launcher.poll() is None:
+        launcher.kill()
+        launcher.communicate()
+    for pid in started:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_sigterm_to_launch_checkpoints_exits_75_and_resume_finishes(blobs: Path) -> None:
+    from mxtrain.checkpoint import list_checkpoints
+    from mxtrain.rundir import RunFolder
+
+    config = write_config(blobs, "long.yaml", ndarray_train(blobs, 4), epochs=100000)
+    launcher = start_launch("-n", 2, "-s", 1, config, "--grace", 5)
+    started: list[int] = []
+    try:
+        wait_for_log(launcher, blobs / "runs" / "dist.launch" / "worker-1.log", "epoch 2")
+        started = children_of(launcher.pid)
+        assert len(started) == 4  # scheduler, server, two workers
+        launcher.send_signal(signal.SIGTERM)
+        out, err = launcher.communicate(timeout=30)
+    finally:
+        end_all(launcher, started)
+    assert launcher.returncode == 75, out + err
+    run = blobs / "runs" / "dist"
+    assert f"continue with `mxtrain launch -n 2 -s 1 --resume {run}`" in err, err
+    assert not [p for p in started if alive(p)], "orphans left behind"
+    saved = list_checkpoints(RunFolder(run))
+    assert saved, "rank 0 saved no checkpoint on the way out"
+    assert "stop requested: saved checkpoint" in out
+    newest = saved[-1]
+    # finish the interrupted epoch and one more, as a real user would by raising num_epoch
+    resumed = mxtrain(
+        "launch",
+        "-n",
+        2,
+        "-s",
+        1,
+        "--resume",
+        run,
+        "--set",
+        f"fit.num_epoch={newest.epoch + 2}",
+        "--grace",
+        3,
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"from checkpoint {newest.tag}" in resumed.stdout
+    after = list_checkpoints(RunFolder(run))
+    assert after[-1].epoch == newest.epoch + 2 and after[-1].batch == 0
+
+
 def test_a_killed_worker_stops_the_whole_job(blobs: Path) -> None:
     config = write_config(blobs, "long.yaml", ndarray_train(blobs, 4), epochs=100000)
     launcher = subprocess.Popen(
@@ -217,3 +290,118 @@ def test_launch_refuses_a_local_kvstore_and_an_existing_run(blobs: Path) -> None
     (blobs / "runs" / "dist").mkdir(parents=True)
     done = mxtrain("launch", "-n", 2, "-s", 1, config)
     assert done.returncode == 5 and "already exists" in done.stderr
+
+
+# --- the ssh launcher, through a fake ssh that runs the "remote" command here -----------------
+
+FAKE_SSH = """\
+#!/bin/bash
+# Like ssh HOST COMMAND, on this machine: drop the options and the host, then run the command
+# in a child shell (as sshd would) with this process's standard input and output.
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -o|-p|-i|-l) shift 2 ;;
+    -*) shift ;;
+    *) break ;;
+  esac
+done
+shift
+bash -c "$*"
+"""
+
+
+@pytest.fixture
+def fake_ssh(blobs: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A hosts file naming 127.0.0.1, with a fake ``ssh`` first on PATH."""
+    bin_dir = blobs / "bin"
+    bin_dir.mkdir()
+    ssh = bin_dir / "ssh"
+    ssh.write_text(FAKE_SSH)
+    ssh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    hosts = blobs / "hosts.txt"
+    hosts.write_text("127.0.0.1\n")
+    return hosts
+
+
+SSH_ARGS = ("--launcher", "ssh", "--scheduler-host", "127.0.0.1", "--grace", 3)
+
+
+def descendants_of(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, grandchildren, ...)."""
+    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True)
+    parents = [tuple(map(int, line.split())) for line in out.stdout.splitlines()]
+    found, frontier = [], [pid]
+    while frontier:
+        below = [p for p, parent in parents if parent in frontier]
+        found += below
+        frontier = below
+    return found
+
+
+def test_ssh_launcher_trains_like_the_local_one(blobs: Path, fake_ssh: Path) -> None:
+    config = write_config(blobs, "dist.yaml", ndarray_train(blobs, 8), epochs=1)
+    local = mxtrain("launch", "-n", 2, "-s", 1, config, "--name", "local", "--grace", 3)
+    assert local.returncode == 0, local.stdout + local.stderr
+    remote = mxtrain("launch", "-n", 2, "-s", 1, config, "--name", "ssh", "--hosts", fake_ssh,
+                     *SSH_ARGS)  # fmt: skip
+    assert remote.returncode == 0, remote.stdout + remote.stderr
+    assert "[worker 1]" in remote.stdout and "\r" not in remote.stdout
+    runs = blobs / "runs"
+    ref, got = (load_params(runs / n / "model-0001.params") for n in ("local", "ssh"))
+    assert ref.keys() == got.keys()
+    for name in ref:
+        np.testing.assert_allclose(got[name], ref[name], rtol=1e-6, atol=1e-7, err_msg=name)
+    # the worker logs show the "remote" workers went through the fake ssh and the relay
+    worker_log = (runs / "ssh.launch" / "worker-1.log").read_text()
+    assert "distributed worker rank" in worker_log
+
+
+def test_killing_the_ssh_launcher_stops_the_remote_commands(blobs: Path, fake_ssh: Path) -> None:
+    config = write_config(blobs, "long.yaml", ndarray_train(blobs, 4), epochs=100000)
+    launcher = start_launch("-n", 2, "-s", 1, config, "--hosts", fake_ssh, *SSH_ARGS)
+    started: list[int] = []
+    try:
+        wait_for_log(launcher, blobs / "runs" / "dist.launch" / "worker-1.log", "epoch 2")
+        started = descendants_of(launcher.pid)
+        commands = [Path(f"/proc/{p}/cmdline").read_bytes() for p in started]
+        relays = [c for c in commands if b"mxtrain.launch\x00--relay\x00" in c]
+        assert len(relays) == 3  # one server and two workers, each under the relay
+        launcher.kill()  # SIGKILL: the launcher gets no chance to clean up
+        launcher.communicate(timeout=10)
+        deadline = time.monotonic() + 20
+        while [p for p in started if alive(p)] and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        end_all(launcher, started)
+    left = [p for p in started if alive(p)]
+    assert not left, f"processes outlived the launcher: {left}"
+
+
+# --- dist_async ----------------------------------------------------------------------------
+
+
+def test_dist_async_trains_and_resumes_from_the_saved_weights(blobs: Path) -> None:
+    from mxtrain.rundir import read_metrics
+
+    config = write_config(blobs, "async.yaml", ndarray_train(blobs, 8), epochs=4)
+    done = mxtrain("launch", "-n", 2, "-s", 1, config, "--set", "kvstore.type=dist_async",
+                   "--set", "optimizer.momentum=0.0", "--grace", 3)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "optimizer state lives on the kvstore servers" in done.stdout
+    run = blobs / "runs" / "dist"
+    losses = [
+        next(iter(r["train"].values()))
+        for r in read_metrics(run / "metrics.jsonl")
+        if r["event"] == "epoch"
+    ]
+    assert len(losses) == 4 and losses[-1] < 0.8 * losses[0], losses
+    # With a negligible learning rate a resumed epoch must keep the checkpoint's weights:
+    # it would not if the servers still held the random initialisation.
+    resumed = mxtrain("launch", "-n", 2, "-s", 1, "--resume", run, "--set", "fit.num_epoch=5",
+                      "--set", "optimizer.learning_rate=1e-9", "--grace", 3)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "has no optimizer state: the optimizer starts afresh" in resumed.stdout
+    saved, again = (load_params(run / f"model-000{e}.params") for e in (4, 5))
+    for name in saved:
+        np.testing.assert_allclose(again[name], saved[name], rtol=1e-5, atol=1e-6, err_msg=name)

@@ -302,11 +302,16 @@ def test_ssh_commands_round_robin_with_quoted_environment() -> None:
     hosts = [s.argv[s.argv.index("BatchMode=yes") + 1] for s in specs[1:]]
     assert hosts == ["h1", "h2", "h1"]
     remote = specs[3].argv[-1]
-    assert remote.startswith("cd '/w d' && env ")
+    assert remote.startswith("cd '/w d' && exec env ")
+    assert all(spec.relay_signals for spec in specs[1:]) and not specs[0].relay_signals
     for part in ("DMLC_ROLE=worker", "DMLC_NODE_HOST=h1", "DMLC_PS_ROOT_URI=10.0.0.9",
                  "DMLC_PS_ROOT_PORT=9000", "OMP_NUM_THREADS=4"):  # fmt: skip
         assert part in remote
-    assert remote.endswith("py -m mxtrain fit cfg.yaml --set 'a=b c' --progress plain")
+    # the remote relay (grace 10 s) runs the worker and passes on signals written to ssh
+    assert remote.endswith(
+        "py -m mxtrain.launch --relay 10 -- py -m mxtrain fit cfg.yaml --set 'a=b c' "
+        "--progress plain"
+    )
 
 
 def test_mpi_commands_forward_the_environment() -> None:
