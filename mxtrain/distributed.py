@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mxtrain.errors import ConfigError
+from mxtrain.errors import ConfigError, ExitCode
 
 log = logging.getLogger("mxtrain")
 
@@ -333,7 +333,7 @@ class Watchdog:
     the process with code ``EXIT_CODE``, so ``mxtrain launch`` (or any scheduler) ends the job.
     """
 
-    EXIT_CODE = 70  # EX_SOFTWARE-like: distinct from mxtrain's own codes
+    EXIT_CODE = int(ExitCode.STUCK)  # distinct from the codes of a worker that failed itself
 
     def __init__(self, seconds: float, *, exit: Callable[[int], Any] = os._exit) -> None:
         self.seconds = float(seconds)

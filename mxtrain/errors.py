@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     DATA = 3  # missing, unreadable or unusable data
     DIVERGED = 4  # loss became NaN or infinite
     RUN_FOLDER = 5  # run folder exists / is unusable; nothing was overwritten
+    STUCK = 70  # distributed: no progress for kvstore.watchdog_seconds (a peer died or hung)
     PREEMPTED = 75  # stopped by SIGTERM/SIGINT after saving a resumable checkpoint
 
 

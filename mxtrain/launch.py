@@ -22,6 +22,14 @@ or signal and the end of its log. SIGINT/SIGTERM to the launcher stop the whole 
 way. ssh commands run under ``relay_remote`` (see there) so that signals reach them and a
 dead launcher leaves nothing running remotely. The local and ssh launchers (through a fake
 ssh) are tested end to end; mpi commands only as built.
+
+Workers are named by their ps-lite rank, which the scheduler assigns only as they register
+(launch order says nothing about it). Until a worker knows its rank it is ``worker #N``
+(launch order) writing ``worker-launch-N.log``; a worker prints ``mxtrain: worker rank R of
+W`` (see ``announce_rank``) once its kvstore exists, and from that line on the launcher shows
+it as ``worker R`` and keeps its whole log, earlier lines included, in ``worker-rank-R.log``.
+The mpi launcher runs all workers under one ``mpirun`` with one output stream: that stream
+stays ``workers`` (``workers.log``) and the rank lines in it say which rank is which.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 import shlex
 import signal
 import socket
@@ -61,17 +70,48 @@ class LaunchError(MxtrainError):
 
 @dataclass
 class ProcessSpec:
-    """One command to start here, with its label (``worker 1``) and extra environment."""
+    """One command to start here, with its label (``server 0``) and extra environment.
+
+    ``launch_index`` is set for a process that is exactly one worker: it is relabelled by
+    rank once it announces its rank (see ``announce_rank``).
+    """
 
     label: str
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     # ssh: the remote side runs under ``relay_remote``, which takes signal names on stdin
     relay_signals: bool = False
+    launch_index: int | None = None
 
     @property
     def log_name(self) -> str:
+        if self.launch_index is not None:
+            return f"worker-launch-{self.launch_index}.log"
         return self.label.replace(" ", "-") + ".log"
+
+
+def worker_label(launch_index: int) -> str:
+    """A worker's label until its rank is known: its launch order, marked by ``#``."""
+    return f"worker #{launch_index}"
+
+
+_RANK_LINE = re.compile(r"mxtrain: worker rank (\d+) of (\d+)")
+
+
+def rank_line(rank: int, num_workers: int) -> str:
+    """The line a distributed worker prints so that ``mxtrain launch`` learns its rank."""
+    return f"mxtrain: worker rank {rank} of {num_workers}"
+
+
+def announce_rank(rank: int, num_workers: int) -> None:
+    """Print ``rank_line`` on stderr (stdout may carry only ``--json`` events)."""
+    print(rank_line(rank, num_workers), file=sys.stderr, flush=True)
+
+
+def parse_rank_line(line: str) -> int | None:
+    """The rank announced by ``line``, or None when it is not a rank line."""
+    match = _RANK_LINE.fullmatch(line.strip())
+    return int(match.group(1)) if match else None
 
 
 @dataclass
@@ -133,7 +173,9 @@ def local_processes(job: JobSpec, port: int | None = None) -> list[ProcessSpec]:
     specs += [
         spec(f"server {i}", "server", _server_argv(job.python)) for i in range(job.num_servers)
     ]
-    specs += [spec(f"worker {i}", "worker", _worker_argv(job)) for i in range(job.num_workers)]
+    for i in range(job.num_workers):
+        specs.append(spec(worker_label(i), "worker", _worker_argv(job)))
+        specs[-1].launch_index = i
     return specs
 
 
@@ -179,7 +221,16 @@ def ssh_processes(
         env = role_env(role, job, scheduler_host, port, host)
         ssh = ["ssh", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes", host]
         command = _remote_command(job, env, argv)
-        specs.append(ProcessSpec(f"{role} {index}", [*ssh, command], relay_signals=True))
+        is_worker = role == "worker"
+        label = worker_label(index) if is_worker else f"{role} {index}"
+        specs.append(
+            ProcessSpec(
+                label,
+                [*ssh, command],
+                relay_signals=True,
+                launch_index=index if is_worker else None,
+            )
+        )
     return specs
 
 
@@ -249,12 +300,20 @@ class _Running:
 
     def __init__(self, spec: ProcessSpec, log_dir: Path, echo: Callable[[str], None]) -> None:
         self.spec = spec
+        self.label = spec.label  # a worker's becomes ``worker R`` once its rank is known
+        self.rank: int | None = None
+        self.log_dir = log_dir
         self.log_path = log_dir / spec.log_name
         self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         env = dict(os.environ)
         env.update(spec.env)
         env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the log as they are printed
+        # Held while the log file is written, moved or closed (pump thread and main thread).
+        self._log_lock = threading.Lock()
         self._log_file: IO[str] = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115
+        # What the file held before this launch (a resumed job reuses the log folder): a move
+        # to the rank's file takes only what this process wrote and leaves the rest there.
+        self._log_start = self._log_file.tell()
         self.process = subprocess.Popen(
             spec.argv,
             env=env,
@@ -274,15 +333,57 @@ class _Running:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             line = line.rstrip("\r\n")
+            if self.rank is None and self.spec.launch_index is not None:
+                rank = parse_rank_line(line)
+                if rank is not None:
+                    self._switch_to_rank(rank)
             self.tail.append(line)
-            self._log_file.write(line + "\n")
-            self._log_file.flush()
-            echo(f"[{self.spec.label}] {line}")
+            with self._log_lock:
+                if not self._log_file.closed:
+                    self._log_file.write(line + "\n")
+                    self._log_file.flush()
+            echo(f"[{self.label}] {line}")
+
+    def _switch_to_rank(self, rank: int) -> None:
+        """Label the worker by ``rank`` and carry its log so far over to the rank's file."""
+        rank_path = self.log_dir / f"worker-rank-{rank}.log"
+        with self._log_lock:
+            if self._log_file.closed:
+                return  # the launcher is finishing: keep the log where it is
+            self._log_file.close()
+            try:
+                with open(self.log_path, encoding="utf-8", errors="replace") as early:
+                    early.seek(self._log_start)
+                    written_so_far = early.read()
+                rank_file: IO[str] = open(rank_path, "a", encoding="utf-8")  # noqa: SIM115
+                rank_file.write(written_so_far)
+                rank_file.flush()
+                # Only now that the lines are safe in the rank's file are they taken out here.
+                if self._log_start == 0:
+                    self.log_path.unlink()
+                else:
+                    os.truncate(self.log_path, self._log_start)
+                self._log_file, self.log_path, self._log_start = rank_file, rank_path, 0
+            except OSError as exc:  # the output must keep flowing: stay in the launch file
+                log.warning("%s: cannot move its log to %s (%s)", self.label, rank_path, exc)
+                self._log_file = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115
+            self.rank = rank
+            self.label = f"worker {rank}"
+
+    def describe_name(self) -> str:
+        """Who this is in messages: a worker by rank and launch order when its rank is known."""
+        index = self.spec.launch_index
+        if index is None:
+            return self.label
+        if self.rank is None:
+            return f"worker launch #{index} (its rank was not known yet)"
+        return f"worker rank {self.rank} (launch #{index})"
 
     def finish_output(self, timeout: float = 2.0) -> None:
         self._pump.join(timeout)
-        if not self._log_file.closed:
-            self._log_file.close()
+        with self._log_lock:
+            if not self._log_file.closed:
+                self._log_file.close()
 
     def signal_group(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -417,9 +518,7 @@ class Cluster:
                 break
             time.sleep(self.poll)
         self.stop()
-        return LaunchResult(
-            {r.spec.label: r.process.returncode for r in self.running}, self.log_dir
-        )
+        return LaunchResult({r.label: r.process.returncode for r in self.running}, self.log_dir)
 
     def _stop_on_signal(self) -> None:
         signum = self._signalled
@@ -430,7 +529,7 @@ class Cluster:
         for running in self._workers():
             running.forward_signal(signum)
         self.stop(first_signal=None)
-        codes = {r.spec.label: r.process.returncode for r in self.running}
+        codes = {r.label: r.process.returncode for r in self.running}
         preempted = all(c == ExitCode.PREEMPTED for k, c in codes.items() if k.startswith("worker"))
         resume = self.resume_command or "mxtrain launch --resume RUN_FOLDER"
         error = LaunchError(
@@ -466,7 +565,7 @@ class Cluster:
         tail = "\n".join(f"    {line}" for line in failed.tail) or "    (no output)"
         code = failed.process.returncode
         error = LaunchError(
-            f"{failed.spec.label} {failed.describe_exit()}; the other processes were stopped. "
+            f"{failed.describe_name()} {failed.describe_exit()}; the other processes were stopped. "
             f"Last lines of {failed.log_path}:\n{tail}\n",
             hint=f"All logs are in {self.log_dir}.",
         )

@@ -424,6 +424,9 @@ def _prepare(
             dist_kv.num_workers,
             kv_cfg.type,
         )
+        from mxtrain.launch import announce_rank
+
+        announce_rank(dist_kv.rank, dist_kv.num_workers)  # mxtrain launch names logs by rank
         train_section = distributed.shard_data_section(
             train_section, dist_kv.rank, dist_kv.num_workers, "data.train"
         )

@@ -83,9 +83,10 @@ def launch_command(
 ) -> None:
     """Start a scheduler, servers and workers that train CONFIG with a dist_* kvstore.
 
-    Each process's output is shown with its label ([worker 1] ...) and kept in its own log
-    file. If any process fails, the others are stopped and the exit code is the failed
-    worker's. Only rank 0 writes the run folder.
+    Each process's output is shown with its label and kept in its own log file; workers are
+    named by ps-lite rank ([worker 1] ..., worker-rank-1.log) once they know it, and by
+    launch order before ([worker #0] ...). If any process fails, the others are stopped and
+    the exit code is the failed worker's. Only rank 0 writes the run folder.
     """
     from mxtrain.launch import LaunchRequest, launch
 

@@ -39,7 +39,8 @@ Examples:
 Shell completion (bash): eval "$(_MXTRAIN_COMPLETE=bash_source mxtrain)"
 
 Exit codes: 0 done, 1 internal error, 2 config/usage error, 3 data error,
-4 training diverged, 5 run folder problem, 75 preempted (resumable), 130 interrupted.
+4 training diverged, 5 run folder problem, 70 distributed job stuck (watchdog),
+75 preempted (resumable), 130 interrupted.
 """
 
 

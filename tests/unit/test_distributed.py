@@ -26,6 +26,8 @@ from mxtrain.launch import (
     _forwarded_env,
     local_processes,
     mpi_processes,
+    parse_rank_line,
+    rank_line,
     read_hosts,
     ssh_processes,
 )
@@ -285,7 +287,13 @@ def job(**kw: Any) -> JobSpec:
 
 def test_local_processes_set_every_dmlc_variable_on_localhost() -> None:
     specs = local_processes(job(forward_env={"X": "1"}), port=9123)
-    assert [s.label for s in specs] == ["scheduler", "server 0", "worker 0", "worker 1"]
+    assert [s.label for s in specs] == ["scheduler", "server 0", "worker #0", "worker #1"]
+    assert [s.launch_index for s in specs] == [None, None, 0, 1]
+    assert [s.log_name for s in specs[1:]] == [
+        "server-0.log",
+        "worker-launch-0.log",
+        "worker-launch-1.log",
+    ]
     for spec in specs:
         assert set(spec.env) >= DMLC
         assert spec.env["DMLC_PS_ROOT_URI"] == spec.env["DMLC_NODE_HOST"] == "127.0.0.1"
@@ -301,6 +309,11 @@ def test_ssh_commands_round_robin_with_quoted_environment() -> None:
     assert specs[0].label == "scheduler" and specs[0].env["DMLC_PS_ROOT_URI"] == "10.0.0.9"
     hosts = [s.argv[s.argv.index("BatchMode=yes") + 1] for s in specs[1:]]
     assert hosts == ["h1", "h2", "h1"]
+    assert [(s.label, s.launch_index) for s in specs[1:]] == [
+        ("server 0", None),
+        ("worker #0", 0),
+        ("worker #1", 1),
+    ]
     remote = specs[3].argv[-1]
     assert remote.startswith("cd '/w d' && exec env ")
     assert all(spec.relay_signals for spec in specs[1:]) and not specs[0].relay_signals
@@ -317,6 +330,7 @@ def test_ssh_commands_round_robin_with_quoted_environment() -> None:
 def test_mpi_commands_forward_the_environment() -> None:
     specs = mpi_processes(job(), "hosts.txt", "10.0.0.9", 9000)
     assert [s.label for s in specs] == ["scheduler", "servers", "workers"]
+    assert all(s.launch_index is None for s in specs)  # one stream for all ranks: no relabel
     workers = specs[2].argv
     assert workers[:5] == ["mpirun", "-np", "2", "--hostfile", "hosts.txt"]
     assert "DMLC_ROLE=worker" in workers and workers[workers.index("DMLC_ROLE=worker") - 1] == "-x"
@@ -370,9 +384,83 @@ def test_cluster_sigterm_survivor_is_killed_after_grace(tmp_path: Path) -> None:
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
     specs = [
         ProcessSpec("server 0", _python(stubborn)),
-        ProcessSpec("worker 0", _python("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")),
+        ProcessSpec(
+            "worker #0",
+            _python("import os, signal; os.kill(os.getpid(), signal.SIGKILL)"),
+            launch_index=0,
+        ),
     ]
     cluster = Cluster(specs, tmp_path, grace=0.5, echo=lambda line: None)
-    with pytest.raises(LaunchError, match="worker 0 was killed by SIGKILL"), cluster:
+    expected = r"worker launch #0 \(its rank was not known yet\) was killed by SIGKILL"
+    with pytest.raises(LaunchError, match=expected), cluster:
         cluster.wait()
     assert all(r.process.returncode is not None for r in cluster.running)
+
+
+def test_rank_lines_round_trip_and_nothing_else_parses() -> None:
+    assert parse_rank_line(rank_line(3, 8)) == 3
+    assert parse_rank_line(rank_line(0, 1) + "\r") == 0  # as it arrives through ssh
+    for other in (
+        "",
+        "distributed worker rank 1 of 2 (kvstore dist_sync)",
+        "2024-01-01 INFO mxtrain: worker rank 1 of 2",
+        "mxtrain: worker rank one of 2",
+        "mxtrain: worker rank 1 of 2 and more",
+    ):
+        assert parse_rank_line(other) is None, other
+
+
+def _announcing(rank: int, before: str, after: str, exit_code: int = 0) -> list[str]:
+    return _python(
+        f"import sys; print({before!r}); print({rank_line(rank, 2)!r}, file=sys.stderr); "
+        f"print({after!r}); sys.exit({exit_code})"
+    )
+
+
+def test_workers_are_relabelled_and_logged_by_the_rank_they_announce(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    # a resumed job reuses the log folder: what earlier launches wrote must stay
+    (logs / "worker-launch-0.log").write_text("an earlier launch\n")
+    (logs / "worker-rank-1.log").write_text("rank 1 before\n")
+    specs = [
+        ProcessSpec("worker #0", _announcing(1, "loading", "training"), launch_index=0),
+        ProcessSpec("worker #1", _announcing(0, "hello", "run folder x"), launch_index=1),
+        # mpi: one stream for several workers keeps its label
+        ProcessSpec("workers", _announcing(5, "a", "b")),
+    ]
+    lines: list[str] = []
+    with Cluster(specs, logs, grace=1.0, echo=lines.append) as cluster:
+        result = cluster.wait()
+    assert result.exit_codes == {"worker 1": 0, "worker 0": 0, "workers": 0}
+    assert "[worker #0] loading" in lines and "[worker 1] training" in lines
+    assert "[worker #1] hello" in lines and "[worker 0] run folder x" in lines
+    assert "[workers] b" in lines
+    announced = rank_line(1, 2)
+    assert (logs / "worker-rank-1.log").read_text() == (
+        f"rank 1 before\nloading\n{announced}\ntraining\n"
+    )
+    assert (logs / "worker-rank-0.log").read_text().startswith("hello\n")
+    assert (logs / "worker-launch-0.log").read_text() == "an earlier launch\n"
+    assert sorted(p.name for p in logs.iterdir()) == [
+        "worker-launch-0.log",
+        "worker-rank-0.log",
+        "worker-rank-1.log",
+        "workers.log",
+    ]
+
+
+def test_a_failure_names_the_rank_and_the_launch_order(tmp_path: Path) -> None:
+    specs = [
+        ProcessSpec(
+            "worker #0", _announcing(1, "loading", "bad data", exit_code=3), launch_index=0
+        ),
+        ProcessSpec("worker #1", _python("import time; time.sleep(60)"), launch_index=1),
+    ]
+    cluster = Cluster(specs, tmp_path, grace=1.0, echo=lambda line: None)
+    with pytest.raises(LaunchError) as err, cluster:
+        cluster.wait()
+    message = str(err.value)
+    assert "worker rank 1 (launch #0) exited with code 3" in message, message
+    assert f"Last lines of {tmp_path / 'worker-rank-1.log'}" in message and "loading" in message
+    assert err.value.exit_code == 3
