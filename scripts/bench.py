@@ -214,6 +214,43 @@ class Counted:
 # ----------------------------------------------------------------------------- sides
 
 
+def timed_stock_fit(
+    args: argparse.Namespace, module: Any, train_iter: Any, on_batch: Any = None
+) -> dict[str, Any]:
+    """One epoch of ``module.fit`` over warmup + batches batches of ``train_iter``, timed after
+    the warmup; ``on_batch`` is the user's batch_end_callback (a Speedometer, say)."""
+    import mxnet as mx
+
+    optimizer, optimizer_params, initializer = stock_optimizer(mx)
+    limited = Counted(train_iter, args.warmup + args.batches)
+    marks: list[tuple[float, int]] = []
+
+    def batch_end(param: Any) -> None:
+        if on_batch is not None:
+            on_batch(param)
+        marks.append((time.perf_counter(), limited.tokens))
+
+    metric = stock_perplexity(mx)
+    module.fit(
+        limited, eval_metric=metric, optimizer=optimizer, optimizer_params=optimizer_params,
+        initializer=initializer, num_epoch=1, batch_end_callback=batch_end, kvstore="local",
+    )  # fmt: skip
+    mx.nd.waitall()
+    end = time.perf_counter()
+    warm_at, warm_tokens = marks[args.warmup - 1]
+    return {
+        "train_tokens_per_s": (limited.tokens - warm_tokens) / (end - warm_at),
+        "time_to_first_batch_s": limited.first_next_at,
+        "train_perplexity": metric.get_global()[1],
+    }
+
+
+def interval_tokens_per_s(records: list[Any]) -> float:
+    """Training throughput over mxtrain's interval records, the first (warmup) one left out."""
+    timed = records[1:]
+    return sum(r.tokens for r in timed) / sum(r.seconds for r in timed)
+
+
 def run_stock(args: argparse.Namespace, train_src: str, eval_src: str) -> dict[str, Any]:
     """The script a user writes around mx.mod.BucketingModule.fit."""
     import logging
@@ -243,28 +280,8 @@ def run_stock(args: argparse.Namespace, train_src: str, eval_src: str) -> dict[s
     )
     mx.random.seed(args.seed)
     module = mx.mod.BucketingModule(sym_gen, train_it.default_bucket_key, context=mx.cpu())
-    optimizer, optimizer_params, initializer = stock_optimizer(mx)
-    limited = Counted(train_it, args.warmup + args.batches)
-    marks: list[tuple[float, int]] = []
     speedometer = mx.callback.Speedometer(args.batch_size, args.log_interval)
-
-    def on_batch(param: Any) -> None:
-        speedometer(param)
-        marks.append((time.perf_counter(), limited.tokens))
-
-    metric = stock_perplexity(mx)
-    module.fit(
-        limited, eval_metric=metric, optimizer=optimizer, optimizer_params=optimizer_params,
-        initializer=initializer, num_epoch=1, batch_end_callback=on_batch, kvstore="local",
-    )  # fmt: skip
-    mx.nd.waitall()
-    end = time.perf_counter()
-    warm_at, warm_tokens = marks[args.warmup - 1]
-    result = {
-        "train_tokens_per_s": (limited.tokens - warm_tokens) / (end - warm_at),
-        "time_to_first_batch_s": limited.first_next_at,
-        "train_perplexity": metric.get_global()[1],
-    }
+    result = timed_stock_fit(args, module, train_it, on_batch=speedometer)
     scored = Counted(val_it, None)
     t0 = time.perf_counter()
     module.score(scored, stock_perplexity(mx))
@@ -317,9 +334,8 @@ def run_mxtrain(args: argparse.Namespace, train_src: str, eval_src: str) -> dict
     summary = train_module.fit_experiment(
         config, name=f"bench-{os.getpid()}", reporter=Reporter("quiet")
     )
-    timed = marks["intervals"][1:]  # the first interval is the warmup
     result: dict[str, Any] = {
-        "train_tokens_per_s": sum(r.tokens for r in timed) / sum(r.seconds for r in timed),
+        "train_tokens_per_s": interval_tokens_per_s(marks["intervals"]),
         "time_to_first_batch_s": marks["first"],
         "train_perplexity": summary.epochs[-1]["train"]["perplexity"],
     }
@@ -364,29 +380,16 @@ def run_engine(
         args, train_src, eval_src, loss="softmax_output" if classic else None
     )
     mx.random.seed(args.seed)
-    optimizer, optimizer_params, initializer = stock_optimizer(mx)
-    total = args.warmup + args.batches
     result: dict[str, Any] = {}
     if side in ("engine-stock", "engine-stock-classic"):
         module: Any = mx.mod.BucketingModule(sym_gen, train.default_bucket_key, context=mx.cpu())
-        limited = Counted(train, total)
-        marks: list[tuple[float, int]] = []
         train.set_epoch(0)
-        metric = stock_perplexity(mx)
-        module.fit(
-            limited, eval_metric=metric, optimizer=optimizer, optimizer_params=optimizer_params,
-            initializer=initializer, num_epoch=1, kvstore="local",
-            batch_end_callback=lambda p: marks.append((time.perf_counter(), limited.tokens)),
-        )  # fmt: skip
-        mx.nd.waitall()
-        end = time.perf_counter()
-        warm_at, warm_tokens = marks[args.warmup - 1]
-        result["train_tokens_per_s"] = (limited.tokens - warm_tokens) / (end - warm_at)
-        result["time_to_first_batch_s"] = limited.first_next_at
-        result["train_perplexity"] = metric.get_global()[1]
+        result.update(timed_stock_fit(args, module, train))
         t0 = time.perf_counter()
         module.score(evaluation, stock_perplexity(mx))
     else:
+        optimizer, optimizer_params, initializer = stock_optimizer(mx)
+        total = args.warmup + args.batches
         module = BucketingModule(sym_gen, train.default_bucket_key, [mx.cpu()])
         module.bind(train.provide_data, train.provide_label)
         module.init_params(initializer)
@@ -417,8 +420,7 @@ def run_engine(
             metric_factory=lambda: MetricSet([DevicePerplexity(pad_id=0)]), seed=args.seed,
         )  # fmt: skip
         (epoch,) = fit(module, train, options, hooks=Hooks())
-        timed = records[1:]  # the first interval is the warmup
-        result["train_tokens_per_s"] = sum(r.tokens for r in timed) / sum(r.seconds for r in timed)
+        result["train_tokens_per_s"] = interval_tokens_per_s(records)
         result["train_perplexity"] = epoch.train.metrics["perplexity"]
         t0 = time.perf_counter()
         score(module, evaluation, MetricSet([DevicePerplexity(pad_id=0)]))
