@@ -19,16 +19,20 @@ so that listing or validating models does not load it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mxtrain.data.base import DataInfo
-from mxtrain.models.rnn_common import MODES, check_choice, check_dropout, check_positive
+from mxtrain.models.rnn_common import (
+    CELLS,
+    MODES,
+    SymGen,
+    check_choice,
+    check_dropout,
+    check_positive,
+)
 
-SymGen = Callable[[Any], tuple[Any, tuple[str, ...], tuple[str, ...]]]
 ACTIVATIONS = ("relu", "tanh", "sigmoid")
-CELLS = ("auto", "fused", "unfused")
 POOLINGS = ("last", "mean", "max")
 MASKED = -1e9  # what max pooling sees at padding positions
 

@@ -22,7 +22,8 @@ is silently ignored on CPU in MXNet 1.9.1.)
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from mxtrain.data.base import DataInfo
 
@@ -149,24 +150,53 @@ def rnn_layers(
     return mx.sym.swapaxes(x, dim1=0, dim2=1)
 
 
-class LmOptions(Protocol):
-    """What :func:`build_rnn_lm` reads from a language model's options."""
+CELLS = ("auto", "fused", "unfused")
+
+
+@dataclass(frozen=True)
+class LmOptions:
+    """Sizes and regularisation of a recurrent language model (``lstm_lm``, ``gru_lm``).
+
+    Construction raises ``ValueError`` on impossible values; the config loader turns that
+    into a ``ConfigError`` pointing at the YAML file and line.
+    """
+
+    num_embed: int = field(default=200, metadata={"doc": "size of the token embeddings"})
+    num_hidden: int = field(default=200, metadata={"doc": "size of each recurrent layer's state"})
+    num_layers: int = field(default=2, metadata={"doc": "number of stacked recurrent layers"})
+    dropout: float = field(
+        default=0.0,
+        metadata={
+            "doc": "dropout after the embedding, between recurrent layers and before the output"
+        },
+    )
+    cell: Literal["auto", "fused", "unfused"] = field(
+        default="auto",
+        metadata={
+            "doc": "fused: one RNN operator (fast, CPU and GPU); unfused: one cell per layer "
+            "and step; auto: fused"
+        },
+    )
+    ignore_padding: bool = field(
+        default=True,
+        metadata={"doc": "padding positions get no gradient (SoftmaxOutput ignore_label = pad id)"},
+    )
+    loss: Literal["nll", "softmax_output"] = field(default="nll", metadata={"doc": LOSS_DOC})
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first impossible value."""
+        check_positive(self, "num_embed", "num_hidden", "num_layers")
+        check_dropout(self.dropout)
+        check_choice("cell", self.cell, CELLS)
+        check_choice("loss", self.loss, LOSSES)
 
     @property
-    def num_embed(self) -> int: ...
-    @property
-    def num_hidden(self) -> int: ...
-    @property
-    def num_layers(self) -> int: ...
-    @property
-    def dropout(self) -> float: ...
-    @property
-    def ignore_padding(self) -> bool: ...
-    @property
-    def fused(self) -> bool: ...
-
-    @property
-    def loss(self) -> str: ...
+    def fused(self) -> bool:
+        """Whether the fused RNN operator is used (auto picks it: it runs on CPU and GPU)."""
+        return self.cell in ("auto", "fused")
 
 
 def build_rnn_lm(options: LmOptions, data_info: DataInfo, *, model: str, mode: str) -> SymGen:

@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 from mxtrain.data.base import DataInfo
 from mxtrain.models.rnn_common import (
-    LOSS_DOC,
+    CELLS,
     MODES,
+    LmOptions,
     SymGen,
     build_rnn_lm,
     check_bucket_key,
@@ -23,50 +24,10 @@ from mxtrain.models.rnn_common import (
     rnn_layers,
 )
 
-FUSED_CHOICES = ("auto", "fused", "unfused")
-
 
 @dataclass(frozen=True)
-class GruLmOptions:
-    """Sizes and regularisation of the GRU language model (the options of ``lstm_lm``).
-
-    Construction raises ``ValueError`` on impossible values; the config loader turns that
-    into a ``ConfigError`` pointing at the YAML file and line.
-    """
-
-    num_embed: int = field(default=200, metadata={"doc": "size of the token embeddings"})
-    num_hidden: int = field(default=200, metadata={"doc": "size of each GRU layer's state"})
-    num_layers: int = field(default=2, metadata={"doc": "number of stacked GRU layers"})
-    dropout: float = field(
-        default=0.0,
-        metadata={"doc": "dropout after the embedding, between GRU layers and before the output"},
-    )
-    cell: Literal["auto", "fused", "unfused"] = field(
-        default="auto",
-        metadata={
-            "doc": "fused: one RNN operator (fast, CPU and GPU); unfused: one GRUCell per "
-            "layer and step; auto: fused"
-        },
-    )
-    ignore_padding: bool = field(
-        default=True,
-        metadata={"doc": "padding positions get no gradient (SoftmaxOutput ignore_label = pad id)"},
-    )
-    loss: Literal["nll", "softmax_output"] = field(default="nll", metadata={"doc": LOSS_DOC})
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise ``ValueError`` naming the first impossible value."""
-        check_positive(self, "num_embed", "num_hidden", "num_layers")
-        check_dropout(self.dropout)
-        check_choice("cell", self.cell, FUSED_CHOICES)
-
-    @property
-    def fused(self) -> bool:
-        """Whether the fused RNN operator is used (auto picks it: it runs on CPU and GPU)."""
-        return self.cell in ("auto", "fused")
+class GruLmOptions(LmOptions):
+    """Sizes and regularisation of the GRU language model (the options of ``lstm_lm``)."""
 
 
 def build_gru_lm(options: GruLmOptions, data_info: DataInfo) -> SymGen:
@@ -122,7 +83,7 @@ class RnnTaggerOptions:
         if not isinstance(self.bidirectional, bool):
             raise ValueError(f"bidirectional must be true or false, not {self.bidirectional!r}")
         check_choice("cell", self.cell, MODES)
-        check_choice("fused", self.fused, FUSED_CHOICES)
+        check_choice("fused", self.fused, CELLS)
         check_dropout(self.dropout)
 
     @property
