@@ -104,3 +104,63 @@ def chunk_sequences(
         lost,
         extra,
     )
+
+
+class PrebuiltBatchIter(mx.io.DataIter):
+    """The part the sequence iterators share: one epoch's batches built at ``reset()``.
+
+    Subclasses set ``seed``, ``shuffle``, ``stats`` and ``num_batches`` and implement
+    ``_epoch_batches(rng)``: one epoch's batches bucket by bucket, rows permuted with ``rng``
+    (None: in reading order). The epoch's order depends on (seed, epoch) alone, batches are
+    shuffled across buckets here, and an unshuffled or unchanged epoch reuses what was built.
+    """
+
+    seed: int
+    shuffle: bool
+    num_batches: int
+    stats: dict[str, Any]
+
+    def __init__(self, batch_size: int) -> None:
+        super().__init__(batch_size)
+        self.epoch = 0
+        self._batches: list[Any] = []
+        self._built_epoch: int | None = None
+        self._cursor = 0
+
+    @property
+    def num_sentences(self) -> int:
+        """Sentences (text lines, empty ones included) read from the source: ``index`` values
+        are below it."""
+        return int(self.stats["sentences"])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch whose order the next ``reset()`` produces."""
+        self.epoch = int(epoch)
+
+    def reset(self) -> None:
+        """Start the epoch set by ``set_epoch``; its order depends on (seed, epoch) alone."""
+        self._cursor = 0
+        if self._batches and (not self.shuffle or self._built_epoch == self.epoch):
+            return  # the same order again: the prebuilt batches are still valid
+        rng = (
+            np.random.default_rng([self.seed % 2**64, self.epoch % 2**64]) if self.shuffle else None
+        )
+        batches = self._epoch_batches(rng)
+        if rng is not None:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        self._batches = batches
+        self._built_epoch = self.epoch
+
+    def _epoch_batches(self, rng: np.random.Generator | None) -> list[Any]:
+        raise NotImplementedError
+
+    def next(self) -> Any:
+        """The next prebuilt batch."""
+        if self._cursor >= len(self._batches):
+            raise StopIteration
+        batch = self._batches[self._cursor]
+        self._cursor += 1
+        return batch
+
+    def __len__(self) -> int:
+        return self.num_batches

@@ -52,7 +52,7 @@ import mxnet as mx
 import numpy as np
 
 from mxtrain.data.base import TASK_LM, DataContext, DataInfo
-from mxtrain.data.batching import bucket_batches, chunk_sequences
+from mxtrain.data.batching import PrebuiltBatchIter, bucket_batches, chunk_sequences
 from mxtrain.data.options import TREEBANK_PREFIX, BucketSentenceOptions
 from mxtrain.data.vocab import UNK, Vocab
 from mxtrain.errors import DataError
@@ -418,7 +418,7 @@ def _no_usable_data(
     )
 
 
-class BucketSentenceIter(mx.io.DataIter):
+class BucketSentenceIter(PrebuiltBatchIter):
     """Batches of (data, softmax_label), shape (batch size, bucket), float32 ids.
 
     The batch size is ``batch_size``, or with ``batch_tokens`` one per bucket
@@ -485,16 +485,12 @@ class BucketSentenceIter(mx.io.DataIter):
         self.add_eos = add_eos
         self.shuffle = shuffle
         self.seed = int(seed)
-        self.epoch = 0
         self.data_name = data_name
         self.label_name = label_name
         self.provide_data = [self._desc(data_name, self.default_bucket_key)]
         self.provide_label = [self._desc(label_name, self.default_bucket_key)]
 
         self._pack(sentences, long_sentences)
-        self._batches: list[Any] = []
-        self._built_epoch: int | None = None
-        self._cursor = 0
         self.reset()
 
     def bucket_batch_size(self, length: int) -> int:
@@ -627,23 +623,7 @@ class BucketSentenceIter(mx.io.DataIter):
                 lost,
             )
 
-    @property
-    def num_sentences(self) -> int:
-        """Lines read from the source (empty ones included): ``index`` values are below it."""
-        return int(self.stats["sentences"])
-
-    def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch whose order the next ``reset()`` produces."""
-        self.epoch = int(epoch)
-
-    def reset(self) -> None:
-        """Start the epoch set by ``set_epoch``; its order depends on (seed, epoch) alone."""
-        self._cursor = 0
-        if self._batches and (not self.shuffle or self._built_epoch == self.epoch):
-            return  # the same order again: the prebuilt batches are still valid
-        rng = (
-            np.random.default_rng([self.seed % 2**64, self.epoch % 2**64]) if self.shuffle else None
-        )
+    def _epoch_batches(self, rng: np.random.Generator | None) -> list[Any]:
         batches = []
         for length, n, nbatch, rows_data, rows_label, rows_tokens, rows_index in self._packed:
             order = rng.permutation(n) if rng is not None else np.arange(n)
@@ -668,21 +648,7 @@ class BucketSentenceIter(mx.io.DataIter):
                 desc_data=[self._desc(self.data_name, length)],
                 desc_label=[self._desc(self.label_name, length)],
             )
-        if rng is not None:
-            batches = [batches[i] for i in rng.permutation(len(batches))]
-        self._batches = batches
-        self._built_epoch = self.epoch
-
-    def next(self) -> Any:
-        """The next prebuilt batch."""
-        if self._cursor >= len(self._batches):
-            raise StopIteration
-        batch = self._batches[self._cursor]
-        self._cursor += 1
-        return batch
-
-    def __len__(self) -> int:
-        return self.num_batches
+        return batches
 
     def _batch_words(self) -> str:
         if self.batch_tokens is None:

@@ -34,7 +34,7 @@ import mxnet as mx
 import numpy as np
 
 from mxtrain.data.base import TASK_TAG, DataContext, DataInfo
-from mxtrain.data.batching import bucket_batches, chunk_sequences
+from mxtrain.data.batching import PrebuiltBatchIter, bucket_batches, chunk_sequences
 from mxtrain.data.bucket_sentence import auto_buckets
 from mxtrain.data.conll import TaggedSentence, read_conll
 from mxtrain.data.label_vocab import FILE_NAME as LABEL_VOCAB_FILE
@@ -209,7 +209,7 @@ def _label_vocab(context: DataContext, sentences: list[TaggedSentence], source: 
     return LabelVocab.load(saved)
 
 
-class TaggedSequenceIter(mx.io.DataIter):
+class TaggedSequenceIter(PrebuiltBatchIter):
     """Batches of (data, softmax_label), shape (batch_size, bucket), float32 ids.
 
     ``token_ids`` and ``label_ids`` hold one list per sentence (``label_ids`` None: labels
@@ -270,7 +270,6 @@ class TaggedSequenceIter(mx.io.DataIter):
         self.file_format = file_format
         self.shuffle = shuffle
         self.seed = int(seed)
-        self.epoch = 0
         self.data_name = data_name
         self.label_name = label_name
         self.unknown_labels = dict(unknown_labels or {})
@@ -280,9 +279,6 @@ class TaggedSequenceIter(mx.io.DataIter):
         self.provide_label = [self._desc(label_name, self.default_bucket_key)]
 
         self._pack(token_ids, label_ids, long_sentences)
-        self._batches: list[Any] = []
-        self._built_epoch: int | None = None
-        self._cursor = 0
         self.reset()
 
     def artifacts(self) -> dict[str, Callable[[Path], None]]:
@@ -388,24 +384,7 @@ class TaggedSequenceIter(mx.io.DataIter):
                 lost,
             )
 
-    @property
-    def num_sentences(self) -> int:
-        """Sentences read from the source: ``index`` values are below it."""
-        return int(self.stats["sentences"])
-
-    def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch whose order the next ``reset()`` produces."""
-        self.epoch = int(epoch)
-
-    def reset(self) -> None:
-        """Start the epoch set by ``set_epoch``; its order depends on (seed, epoch) alone."""
-        self._cursor = 0
-        if self._batches and (not self.shuffle or self._built_epoch == self.epoch):
-            return  # the same order again: the prebuilt batches are still valid
-        rng = (
-            np.random.default_rng([self.seed % 2**64, self.epoch % 2**64]) if self.shuffle else None
-        )
-        bsz = self.batch_size
+    def _epoch_batches(self, rng: np.random.Generator | None) -> list[Any]:
         batches = []
         for length, n, data, label, row_tokens, index in self._packed:
             if rng is not None:
@@ -422,26 +401,12 @@ class TaggedSequenceIter(mx.io.DataIter):
                 row_tokens,
                 index,
                 length=length,
-                batch_size=bsz,
+                batch_size=self.batch_size,
                 real_rows=n,
                 desc_data=[self._desc(self.data_name, length)],
                 desc_label=[self._desc(self.label_name, length)],
             )
-        if rng is not None:
-            batches = [batches[i] for i in rng.permutation(len(batches))]
-        self._batches = batches
-        self._built_epoch = self.epoch
-
-    def next(self) -> Any:
-        """The next prebuilt batch."""
-        if self._cursor >= len(self._batches):
-            raise StopIteration
-        batch = self._batches[self._cursor]
-        self._cursor += 1
-        return batch
-
-    def __len__(self) -> int:
-        return self.num_batches
+        return batches
 
     def describe(self) -> str:
         """One line for the log."""
