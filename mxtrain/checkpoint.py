@@ -37,8 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain import __version__
+from mxtrain.crashpoints import crash_point
 from mxtrain.errors import ExitCode, MxtrainError, RunFolderError
 from mxtrain.rundir import RunFolder
+from mxtrain.rundir import abandoned as _abandoned
 
 __all__ = [
     "Checkpoint",
@@ -55,6 +57,7 @@ __all__ = [
     "save_checkpoint",
     "save_params",
     "save_symbol",
+    "tidy_checkpoints",
     "verify_checkpoint",
 ]
 
@@ -293,10 +296,15 @@ def save_checkpoint(
     created = time.time()
     try:
         tmp.mkdir()
+        crash_point("checkpoint.tmp-created", tag=tag)
         _save_nd(tmp / PARAMS_FILE, params)
+        crash_point("checkpoint.params-written", tag=tag)
         _save_nd(tmp / OPTIMIZER_ARRAYS_FILE, opt_arrays)
+        crash_point("checkpoint.optimizer-arrays-written", tag=tag)
         _write_bytes(tmp / OPTIMIZER_META_FILE, opt_bytes)
+        crash_point("checkpoint.optimizer-meta-written", tag=tag)
         _write_bytes(tmp / STATE_FILE, state_bytes)
+        crash_point("checkpoint.state-written", tag=tag)
         files = {name: _digest(tmp / name) for name in DATA_FILES}
         manifest: dict[str, Any] = {
             "format": FORMAT_VERSION,
@@ -311,21 +319,29 @@ def save_checkpoint(
         if top is not None:
             manifest["top_level_params"] = {"file": top.name, **files[PARAMS_FILE]}
         _write_bytes(tmp / MANIFEST_FILE, _seal(manifest))
+        crash_point("checkpoint.manifest-written", tag=tag)
         _fsync_dir(tmp)
+        crash_point("checkpoint.tmp-synced", tag=tag)
         if top is not None and top_tmp is not None:
             # in place before the checkpoint appears: a listed epoch-end checkpoint always has
             # its Module.load-able file
             _copy_file(tmp / PARAMS_FILE, top_tmp)
+            crash_point("checkpoint.top-params-copied", tag=tag)
             os.replace(top_tmp, top)
+            crash_point("checkpoint.top-params-renamed", tag=tag)
             _fsync_dir(run.path)
-        if final.exists():
+            crash_point("checkpoint.top-params-synced", tag=tag)
+        replacing = final.exists()
+        if replacing:
             os.rename(final, aside)  # a crash from here until the next rename: see _tidy
-            os.replace(tmp, final)
-            _fsync_dir(root)
+            crash_point("checkpoint.old-moved-aside", tag=tag)
+        os.replace(tmp, final)
+        crash_point("checkpoint.moved-in", tag=tag)
+        _fsync_dir(root)
+        crash_point("checkpoint.root-synced", tag=tag)
+        if replacing:
             shutil.rmtree(aside, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-            _fsync_dir(root)
+            crash_point("checkpoint.old-removed", tag=tag)
     except Exception as exc:
         # a real crash leaves these for _tidy; an error we see is cleaned up now
         shutil.rmtree(tmp, ignore_errors=True)
@@ -346,6 +362,13 @@ def save_checkpoint(
     return Checkpoint(tag, epoch, batch, final, created)
 
 
+def tidy_checkpoints(run: RunFolder, prefix: str) -> None:
+    """Finish or undo what a killed save or removal left half-done in the run folder."""
+    root = checkpoints_dir(run)
+    if root.is_dir():
+        _tidy(root, run, prefix)
+
+
 def _tidy(root: Path, run: RunFolder, prefix: str) -> None:
     """Clear what an interrupted save or removal left behind (only this or dead processes')."""
     for entry in list(root.iterdir()):
@@ -356,26 +379,17 @@ def _tidy(root: Path, run: RunFolder, prefix: str) -> None:
         if kind == "old" and not (root / tag).exists():
             # interrupted between moving the old checkpoint aside and moving the new one in
             os.rename(entry, root / tag)
-        else:
-            shutil.rmtree(entry, ignore_errors=True)
+            continue
+        position = parse_tag(tag)
+        if kind == "del" and position is not None and position[1] == 0:
+            # interrupted removal: its top-level params file was to go with it
+            run.params_file(prefix, position[0]).unlink(missing_ok=True)
+        shutil.rmtree(entry, ignore_errors=True)
     stale = re.compile(rf"\.{re.escape(prefix)}-\d{{4,}}\.params\.tmp-(\d+)")
     for entry in list(run.path.iterdir()):
         match = stale.fullmatch(entry.name)
         if match is not None and _abandoned(int(match[1])):
             entry.unlink(missing_ok=True)
-
-
-def _abandoned(pid: int) -> bool:
-    """True for work left by this process or a dead one (never touch a live writer's)."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # exists but belongs to someone else
-        return False
-    return False
 
 
 # ----------------------------------------------------------------------------- listing
@@ -632,16 +646,23 @@ def restore_module(module: Any, loaded: LoadedCheckpoint, *, parameters: bool = 
 def remove_checkpoint(run: RunFolder, ckpt: Checkpoint, *, prefix: str) -> None:
     """Delete one checkpoint (and, for an epoch-end one, ``<prefix>-<epoch>.params``)."""
     root = checkpoints_dir(run)
+    doomed = root / f".del-{ckpt.tag}-{os.getpid()}"
     if ckpt.path.exists():
-        # renamed first so a crash half-way never leaves a half-deleted folder under its tag
-        doomed = root / f".del-{ckpt.tag}-{os.getpid()}"
+        # Renamed first so a crash half-way never leaves a half-deleted folder under its
+        # tag; the .del- folder is the record that the removal is under way (see _tidy),
+        # so it goes last, after the top-level params file.
         if doomed.exists():
             shutil.rmtree(doomed)
         os.rename(ckpt.path, doomed)
+        crash_point("checkpoint.delete-renamed", tag=ckpt.tag)
         _fsync_dir(root)
-        shutil.rmtree(doomed, ignore_errors=True)
+        crash_point("checkpoint.delete-synced", tag=ckpt.tag)
     if ckpt.epoch_end:
         run.params_file(prefix, ckpt.epoch).unlink(missing_ok=True)
+        crash_point("checkpoint.delete-top-params", tag=ckpt.tag)
+    if doomed.exists():
+        shutil.rmtree(doomed, ignore_errors=True)
+        crash_point("checkpoint.delete-removed", tag=ckpt.tag)
 
 
 def prune_checkpoints(
@@ -671,7 +692,9 @@ def _temporary(path: Path) -> Path:
 def _commit(tmp: Path, path: Path) -> None:
     with open(tmp, "rb") as handle:
         os.fsync(handle.fileno())
+    crash_point("mxnet-file.written", file=path.name)
     os.replace(tmp, path)
+    crash_point("mxnet-file.replaced", file=path.name)
 
 
 def save_symbol(module: Any, run: RunFolder, prefix: str) -> Path:

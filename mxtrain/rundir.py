@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import time
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain import __version__
+from mxtrain.crashpoints import crash_point
 from mxtrain.errors import RunFolderError
 
 CONFIG_FILE = "config.yaml"
@@ -44,12 +46,42 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
+    crash_point("file.written", file=path.name)
     os.replace(tmp, path)
+    crash_point("file.replaced", file=path.name)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Text flavour of :func:`atomic_write_bytes` (UTF-8)."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def abandoned(pid: int) -> bool:
+    """True for work left by this process or a dead one (never touch a live writer's)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists but belongs to someone else
+        return False
+    return False
+
+
+_TEMPORARY = re.compile(r"\..+\.tmp-(\d+)")
+
+
+def remove_stale_temporaries(folder: Path) -> list[str]:
+    """Delete the temporary files (``.<name>.tmp-<pid>``) that killed writers left in
+    ``folder``; returns their names. A live process's are left alone."""
+    removed = []
+    for entry in list(folder.iterdir()) if folder.is_dir() else []:
+        match = _TEMPORARY.fullmatch(entry.name)
+        if match is not None and entry.is_file() and abandoned(int(match[1])):
+            entry.unlink(missing_ok=True)
+            removed.append(entry.name)
+    return removed
 
 
 @dataclass(frozen=True)
@@ -100,14 +132,7 @@ class RunFolder:
         atomic_write_text(self.run_file, json.dumps(status, indent=2, sort_keys=True) + "\n")
 
 
-def create_run_folder(runs_dir: Path, name: str, *, force: bool) -> RunFolder:
-    """Create ``runs_dir/name`` for a new run.
-
-    An existing folder is an error unless ``force`` is true. Even then it is not deleted
-    yet: it is moved aside (``.<name>.replaced-<time>``) and only removed by
-    :func:`finish_replacement` once the new run has finished, so a failed new run never
-    costs the old one.
-    """
+def _check_new_run(runs_dir: Path, name: str, *, force: bool) -> Path:
     if not name or name in {".", ".."} or "/" in name or "\\" in name:
         raise RunFolderError(
             f"experiment name {name!r} cannot be used as a run folder name.",
@@ -123,12 +148,47 @@ def create_run_folder(runs_dir: Path, name: str, *, force: bool) -> RunFolder:
             )
         if not path.is_dir():
             raise RunFolderError(f"{path} exists and is not a folder; remove it or pick --name.")
+    return path
+
+
+def stage_run_folder(runs_dir: Path, name: str, *, force: bool) -> RunFolder:
+    """A hidden folder (``.<name>.staging-<pid>``) where a new run's first files are written
+    before :func:`publish_run_folder` renames it into place, so that a run folder never
+    exists without its config. Staging folders of killed processes are removed here."""
+    _check_new_run(runs_dir, name, force=force)
+    pattern = re.compile(rf"\.{re.escape(name)}\.staging-(\d+)")
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        for entry in list(runs_dir.iterdir()):
+            match = pattern.fullmatch(entry.name)
+            if match is not None and abandoned(int(match[1])):
+                shutil.rmtree(entry, ignore_errors=True)
+        staging = runs_dir / f".{name}.staging-{os.getpid()}"
+        staging.mkdir()
+    except OSError as exc:
+        raise RunFolderError(
+            f"cannot create the run folder {runs_dir / name}: {exc.strerror}.",
+            hint="Check that experiment.runs_dir points at a writable location.",
+        ) from exc
+    return RunFolder(staging)
+
+
+def publish_run_folder(staged: RunFolder, runs_dir: Path, name: str, *, force: bool) -> RunFolder:
+    """Rename a staged run folder to ``runs_dir/name``.
+
+    An existing folder is an error unless ``force`` is true. Even then it is not deleted
+    yet: it is moved aside (``.<name>.replaced-<time>``) and only removed by
+    :func:`finish_replacement` once the new run has finished, so a failed new run never
+    costs the old one.
+    """
+    crash_point("run-folder.staged", run=name)
+    path = _check_new_run(runs_dir, name, force=force)
+    replaced = None
+    if path.exists():
         replaced = runs_dir / f".{name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}"
         path.rename(replaced)
-    else:
-        replaced = None
     try:
-        path.mkdir(parents=True)
+        staged.path.rename(path)
     except OSError as exc:
         if replaced is not None:
             replaced.rename(path)  # put the old run back: nothing is lost on failure
@@ -136,7 +196,15 @@ def create_run_folder(runs_dir: Path, name: str, *, force: bool) -> RunFolder:
             f"cannot create the run folder {path}: {exc.strerror}.",
             hint="Check that experiment.runs_dir points at a writable location.",
         ) from exc
+    crash_point("run-folder.published", run=name)
     return RunFolder(path, replaced)
+
+
+def create_run_folder(runs_dir: Path, name: str, *, force: bool) -> RunFolder:
+    """Create ``runs_dir/name`` (empty) for a new run; see :func:`publish_run_folder`."""
+    return publish_run_folder(
+        stage_run_folder(runs_dir, name, force=force), runs_dir, name, force=force
+    )
 
 
 def finish_replacement(run: RunFolder, *, succeeded: bool) -> str | None:
@@ -176,6 +244,12 @@ class MetricsLog:
         line = json.dumps({"time": round(time.time(), 3), **record}, allow_nan=True)
         self._handle.write(line + "\n")
         self._handle.flush()
+        crash_point(
+            "metrics.appended",
+            event=record.get("event"),
+            epoch=record.get("epoch"),
+            batch=record.get("batch"),
+        )
 
     def close(self) -> None:
         self._handle.close()

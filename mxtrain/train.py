@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,11 +28,15 @@ from mxtrain.reporting import Reporter
 from mxtrain.rundir import (
     MetricsLog,
     RunFolder,
+    atomic_write_bytes,
     atomic_write_text,
     create_run_folder,
     environment_facts,
     finish_replacement,
+    publish_run_folder,
     read_metrics,
+    remove_stale_temporaries,
+    stage_run_folder,
 )
 from mxtrain.signals import StopRequests
 
@@ -69,26 +74,52 @@ def fit_experiment(
     """Train the experiment described by ``config`` into a new run folder.
 
     Data, model and devices are all set up before the run folder is created, so a mistake
-    found there leaves nothing behind.
+    found there leaves nothing behind. The run folder's first files are written under a
+    hidden name and renamed into place, so a run folder never lacks its config. SIGTERM and
+    SIGINT are stop requests from the start: one before the run folder exists ends the
+    command with nothing written, one later stops at the first batch boundary.
     """
     reporter = reporter or Reporter("plain")
     threads = configure_threads(config.context)  # before MXNet is imported
     runs_dir, run_name = run_folder_for(config, name)
-    if (runs_dir / run_name).exists() and not force:
-        create_run_folder(runs_dir, run_name, force=False)  # raises the explanatory error
-    try:
-        setup = _prepare(config, threads)
-    except BaseException:
-        reporter.close()
-        raise
-    if setup.rank != 0:  # distributed: only rank 0 writes the run folder
-        return _supervise_worker(config, setup, reporter, None, runs_dir / run_name)
-    run = create_run_folder(runs_dir, run_name, force=force)
-    reporter.attach_log_file(run.log_file)
+    with StopRequests() as stops:
+        if (runs_dir / run_name).exists() and not force:
+            create_run_folder(runs_dir, run_name, force=False)  # raises the explanatory error
+        try:
+            setup = _prepare(config, threads)
+        except BaseException:
+            reporter.close()
+            raise
+        if setup.rank != 0:  # distributed: only rank 0 writes the run folder
+            return _supervise_worker(config, setup, reporter, None, runs_dir / run_name, stops)
+        staged = stage_run_folder(runs_dir, run_name, force=force)
+        try:
+            environment = _write_first_files(config, setup, staged, threads)
+            if stops.requested():
+                raise PreemptedError(
+                    "stopped on request before the run folder was created; nothing was written.",
+                    hint="Start the run again with the same `mxtrain fit` command.",
+                )
+            run = publish_run_folder(staged, runs_dir, run_name, force=force)
+        except BaseException:
+            shutil.rmtree(staged.path, ignore_errors=True)
+            reporter.close()
+            raise
+        reporter.attach_log_file(run.log_file)
+        envinfo.log_facts(environment)
+        log.info("run folder %s", run.path)
+        reporter.begin_run("fit", run.path, **_report_options(config), environment=environment)
+        return _supervise(config, setup, run, reporter, None, stops)
+
+
+def _write_first_files(
+    config: Config, setup: _Setup, run: RunFolder, threads: dict[str, str]
+) -> dict[str, Any]:
+    """run.json, config.yaml, the vocabulary and other iterator files, and the symbol; returns
+    the environment facts recorded in run.json."""
     environment = envinfo.collect(
         contexts=setup.contexts, seed=config.experiment.seed, threads=threads
     )
-    envinfo.log_facts(environment)
     run.write_status(
         status="running",
         started=time.time(),
@@ -109,9 +140,7 @@ def fit_experiment(
     from mxtrain import checkpoint
 
     checkpoint.save_symbol(setup.module, run, config.checkpoint.prefix)
-    log.info("run folder %s", run.path)
-    reporter.begin_run("fit", run.path, **_report_options(config), environment=environment)
-    return _supervise(config, setup, run, reporter, resume_state=None)
+    return environment
 
 
 def resume_experiment(
@@ -125,10 +154,24 @@ def resume_experiment(
     """Continue a run from its newest valid checkpoint (or the end of ``epoch``).
 
     Config changes given as ``overrides`` are checked against the resume policy: keys that
-    may change are applied, keys that must match are refused unless ``force``.
+    may change are applied, keys that must match are refused unless ``force``. A run killed
+    before its first checkpoint starts again from the beginning (its initial parameters come
+    from the seed); one killed after its last checkpoint only gets its records completed.
     """
     reporter = reporter or Reporter("plain")
-    run = _existing_run(Path(run_path))
+    with StopRequests() as stops:
+        return _resume(Path(run_path), epoch, overrides, force, reporter, stops)
+
+
+def _resume(
+    run_path: Path,
+    epoch: int | None,
+    overrides: Sequence[str],
+    force: bool,
+    reporter: Reporter,
+    stops: StopRequests,
+) -> FitSummary:
+    run = _existing_run(run_path)
     status = run.read_status()
     config_dir = Path(status.get("config_dir") or run.path.parent)
     saved = load_config(run.config_file, base_dir=config_dir)
@@ -148,48 +191,64 @@ def resume_experiment(
         )
 
     from mxtrain import checkpoint
-
-    found, skipped = checkpoint.find_checkpoint(run, epoch)
-    for bad, reason in skipped:
-        log.warning(
-            "checkpoint %s is not usable (%s); falling back to an older one", bad.tag, reason
-        )
-    later = [
-        c
-        for c in checkpoint.list_checkpoints(run)
-        if (c.epoch, c.batch) > (found.epoch, found.batch)
-    ]
-    later = [c for c in later if c not in [s for s, _ in skipped]]
-    if later and not force:
-        raise RunFolderError(
-            f"resuming {run.path} from {found.tag} would overwrite the newer checkpoints "
-            f"{', '.join(c.tag for c in later)}.",
-            hint="Resume from the newest checkpoint (omit --epoch), or pass --force to "
-            "discard the newer ones.",
-        )
-    loaded = checkpoint.load_checkpoint(found)
     from mxtrain.engine.loop import Position
 
-    position = Position.from_json(loaded.state["position"])
-    _check_something_left(run, config, position)
+    loaded = found = None
+    later: list[Any] = []
+    position: Position | None = None
+    if checkpoint.list_checkpoints(run) or epoch is not None:
+        found, skipped = checkpoint.find_checkpoint(run, epoch)
+        for bad, reason in skipped:
+            log.warning(
+                "checkpoint %s is not usable (%s); falling back to an older one", bad.tag, reason
+            )
+        later = [
+            c
+            for c in checkpoint.list_checkpoints(run)
+            if (c.epoch, c.batch) > (found.epoch, found.batch)
+        ]
+        later = [c for c in later if c not in [s for s, _ in skipped]]
+        if later and not force:
+            raise RunFolderError(
+                f"resuming {run.path} from {found.tag} would overwrite the newer checkpoints "
+                f"{', '.join(c.tag for c in later)}.",
+                hint="Resume from the newest checkpoint (omit --epoch), or pass --force to "
+                "discard the newer ones.",
+            )
+        loaded = checkpoint.load_checkpoint(found)
+        position = Position.from_json(loaded.state["position"])
+        finished = _limit_reached(config, position)
+        if finished is not None:
+            if status.get("status") == "finished":
+                raise _nothing_to_resume(run, config, position, finished)
+            # killed after saving its last checkpoint: only the records are incomplete
+            return _complete_records(config, run, reporter, loaded, finished)
+    else:
+        # killed (or stopped) before its first checkpoint: nothing was trained that could
+        # be lost, and the initial parameters come from the seed, so start from the top
+        log.warning("%s has no checkpoint yet: training starts from the beginning", run.path)
 
     threads = configure_threads(config.context)
     try:
         # absolute: iterators resolve relative paths against the config's folder
         setup = _prepare(config, threads, vocab_file=run.vocab_file.resolve(), restore=loaded)
-        checkpoint.restore_module(setup.module, loaded, parameters=False)
+        if loaded is not None:
+            checkpoint.restore_module(setup.module, loaded, parameters=False)
     except BaseException:
         reporter.close()
         raise
+    state = loaded.state if loaded is not None else None
     if setup.rank != 0:  # distributed: every worker read rank 0's checkpoint; it alone writes
-        return _supervise_worker(config, setup, reporter, loaded.state, run.path)
+        return _supervise_worker(config, setup, reporter, state, run.path, stops)
     reporter.attach_log_file(run.log_file)
+    _tidy_run_folder(run, config, state)
     for stale in later:
         checkpoint.remove_checkpoint(run, stale, prefix=config.checkpoint.prefix)
         log.warning("removed checkpoint %s (newer than the resume point; --force)", stale.tag)
     if changes:
         previous = run.path / f"config.before-resume-{int(time.time())}.yaml"
-        run.config_file.replace(previous)
+        # a copy first, then the new file over the old: config.yaml is never missing
+        atomic_write_bytes(previous, run.config_file.read_bytes())
         atomic_write_text(run.config_file, dump_config(config))
         log.info("saved config updated; the previous one is kept as %s", previous.name)
     _truncate_metrics(run, position)
@@ -197,36 +256,38 @@ def resume_experiment(
         contexts=setup.contexts, seed=config.experiment.seed, threads=threads
     )
     envinfo.log_facts(environment)
+    tag = found.tag if found is not None else None
     resumes = list(status.get("resumes", []))
     resumes.append(
         {
             "time": time.time(),
-            "from": found.tag,
+            "from": tag,
             "overrides": list(overrides),
             "environment": environment,  # the machine may differ from the first run's
         }
     )
     run.write_status(status="running", resumes=resumes, threads=threads)
+    start = position or Position(0, 0, {}, [0, 0, 0])
     log.info(
-        "resuming %s from checkpoint %s (epoch %d, batch %d)",
+        "resuming %s from %s (epoch %d, batch %d)",
         run.path,
-        found.tag,
-        position.epoch + (1 if position.batch else 0),
-        position.batch,
+        f"checkpoint {tag}" if tag else "the beginning",
+        start.epoch + (1 if start.batch else 0),
+        start.batch,
     )
     with MetricsLog(run.metrics_file) as metrics_log:
         metrics_log.write(
-            {"event": "resume", "from": found.tag, "epoch": position.epoch, "batch": position.batch}
+            {"event": "resume", "from": tag, "epoch": start.epoch, "batch": start.batch}
         )
     reporter.begin_run(
         "resume",
         run.path,
         **_report_options(config),
-        best_so_far=loaded.state.get("best"),
-        resumed_from={"tag": found.tag, "epoch": position.epoch, "batch": position.batch},
+        best_so_far=state.get("best") if state else None,
+        resumed_from={"tag": tag, "epoch": start.epoch, "batch": start.batch},
         environment=environment,
     )
-    return _supervise(config, setup, run, reporter, resume_state=loaded.state)
+    return _supervise(config, setup, run, reporter, state, stops)
 
 
 def _report_options(config: Config) -> dict[str, Any]:
@@ -250,27 +311,102 @@ def _report_options(config: Config) -> dict[str, Any]:
     }
 
 
-def _check_something_left(run: RunFolder, config: Config, position: Any) -> None:
-    """Refuse a resume whose limits are already reached, saying which key to raise."""
+def _limit_reached(config: Config, position: Any) -> str | None:
+    """Which limit the saved position has already reached (nothing left to train), if any."""
     fit_cfg = config.fit
     if position.epoch >= fit_cfg.num_epoch and position.batch == 0:
-        raise ConfigError(
+        return "num_epoch"
+    if fit_cfg.max_updates is not None and position.updates >= fit_cfg.max_updates:
+        return "max_updates"
+    if fit_cfg.max_time is not None and position.seconds >= fit_cfg.max_time:
+        return "max_time"
+    return None
+
+
+def _nothing_to_resume(run: RunFolder, config: Config, position: Any, limit: str) -> ConfigError:
+    """The error for a finished run whose limits are already reached, saying which to raise."""
+    fit_cfg = config.fit
+    if limit == "num_epoch":
+        return ConfigError(
             f"{run.path} has already trained {position.epoch} epoch(s), which is "
             f"fit.num_epoch ({fit_cfg.num_epoch}); there is nothing to resume.",
             hint=f"Extend it with --set fit.num_epoch={position.epoch + 1} (or more).",
         )
-    if fit_cfg.max_updates is not None and position.updates >= fit_cfg.max_updates:
-        raise ConfigError(
+    if limit == "max_updates":
+        return ConfigError(
             f"{run.path} has already made {position.updates} updates, which is "
             f"fit.max_updates ({fit_cfg.max_updates}); there is nothing to resume.",
-            hint=f"Raise it, e.g. --set fit.max_updates={2 * fit_cfg.max_updates}.",
+            hint=f"Raise it, e.g. --set fit.max_updates={2 * (fit_cfg.max_updates or 0)}.",
         )
-    if fit_cfg.max_time is not None and position.seconds >= fit_cfg.max_time:
-        raise ConfigError(
-            f"{run.path} has already trained {position.seconds:.0f}s, which is "
-            f"fit.max_time ({fit_cfg.max_time}s); there is nothing to resume.",
-            hint="Raise fit.max_time with --set, or set it to null.",
+    return ConfigError(
+        f"{run.path} has already trained {position.seconds:.0f}s, which is "
+        f"fit.max_time ({fit_cfg.max_time}s); there is nothing to resume.",
+        hint="Raise fit.max_time with --set, or set it to null.",
+    )
+
+
+def _complete_records(
+    config: Config, run: RunFolder, reporter: Reporter, loaded: Any, limit: str
+) -> FitSummary:
+    """Finish the bookkeeping of a run that was killed after saving its last checkpoint.
+
+    Its epoch record was written before that checkpoint (see _RunHooks.on_epoch_end), so
+    only the retention, checkpoints/best and run.json's status are left to do.
+    """
+    try:
+        reporter.attach_log_file(run.log_file)
+        _tidy_run_folder(run, config, loaded.state)
+        log.warning(
+            "%s had saved its last checkpoint %s when it was stopped; marked it finished "
+            "(nothing left to train)",
+            run.path,
+            loaded.checkpoint.tag,
         )
+        run.write_status(
+            status="finished",
+            stop_reason=None if limit == "num_epoch" else limit,
+            ended=time.time(),
+        )
+    finally:
+        reporter.close()
+    epochs = [r for r in read_metrics(run.metrics_file) if r.get("event") == "epoch"]
+    return FitSummary(run=run, epochs=epochs, stop_reason=None if limit == "num_epoch" else limit)
+
+
+def _tidy_run_folder(run: RunFolder, config: Config, state: dict[str, Any] | None) -> None:
+    """Undo what a killed process left half-done: temporary files, the checkpoint retention
+    and checkpoints/best as of the checkpoint resumed from (``state``)."""
+    from mxtrain import checkpoint
+
+    for folder in (run.path, checkpoint.checkpoints_dir(run)):
+        for name in remove_stale_temporaries(folder):
+            log.info("removed %s (left by an interrupted write)", folder / name)
+    checkpoint.tidy_checkpoints(run, config.checkpoint.prefix)
+    best = (state or {}).get("best")
+    _settle_checkpoints(run, config, best)
+
+
+def _settle_checkpoints(run: RunFolder, config: Config, best: dict[str, Any] | None) -> None:
+    """After a checkpoint is saved: point checkpoints/best at the best one, then apply
+    checkpoint.keep_last (the best one is kept). In this order, a kill between the two never
+    leaves checkpoints/best naming a deleted checkpoint."""
+    from mxtrain import checkpoint
+
+    tag = best.get("tag") if best else None
+    best_file = checkpoint.checkpoints_dir(run) / "best"
+    if tag and best_file.parent.is_dir() and _read_text(best_file) != tag + "\n":
+        atomic_write_text(best_file, tag + "\n")
+    ckpt_cfg = config.checkpoint
+    checkpoint.prune_checkpoints(
+        run, prefix=ckpt_cfg.prefix, keep_last=ckpt_cfg.keep_last, protect=[tag] if tag else []
+    )
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
 
 
 def _existing_run(path: Path) -> RunFolder:
@@ -289,9 +425,14 @@ def _existing_run(path: Path) -> RunFolder:
 
 
 def _truncate_metrics(run: RunFolder, position: Any) -> None:
-    """Drop metrics records past the resume point: they will be produced again."""
+    """Drop metrics records past the resume point (None: the beginning): they will be
+    produced again."""
     if not run.metrics_file.exists():
         return
+    if position is None:
+        from mxtrain.engine.loop import Position
+
+        position = Position(0, 0, {}, [0, 0, 0])
     done = position.epoch  # epochs completed before the resume point
 
     def keep(record: dict[str, Any]) -> bool:
@@ -316,12 +457,13 @@ def _supervise(
     run: RunFolder,
     reporter: Reporter,
     resume_state: dict[str, Any] | None,
+    stops: StopRequests,
 ) -> FitSummary:
     """Train, keeping run.json's status true whatever happens."""
     started = time.time()
     status = "failed"
     try:
-        summary = _train(config, setup, run, reporter, resume_state)
+        summary = _train(config, setup, run, reporter, resume_state, stops)
         status = "finished"
         run.write_status(stop_reason=summary.stop_reason)
         return summary
@@ -348,6 +490,7 @@ def _supervise_worker(
     reporter: Reporter,
     resume_state: dict[str, Any] | None,
     run_path: Path,
+    stops: StopRequests,
 ) -> FitSummary:
     """Train as a distributed worker other than rank 0: nothing is written to the run folder.
 
@@ -360,7 +503,7 @@ def _supervise_worker(
     scratch = Path(tempfile.mkdtemp(prefix=f"mxtrain-rank{setup.rank}-"))
     log.info("worker rank %d: rank 0 writes the run folder %s", setup.rank, run_path)
     try:
-        summary = _supervise(config, setup, RunFolder(scratch), reporter, resume_state)
+        summary = _supervise(config, setup, RunFolder(scratch), reporter, resume_state, stops)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     summary.run = RunFolder(run_path)
@@ -518,6 +661,7 @@ def _train(
     run: RunFolder,
     reporter: Reporter,
     resume_state: dict[str, Any] | None,
+    stops: StopRequests,
 ) -> FitSummary:
     from mxtrain.engine.loop import EarlyStopper, FitOptions, MetricSet, Position, fit
     from mxtrain.experiment import build_metric
@@ -533,7 +677,6 @@ def _train(
     if early is not None:
         lower = _lower_is_better(early.metric, early.mode)
         stopper = EarlyStopper(early.metric, early.patience, lower, early.min_delta)
-    stops = StopRequests()
     position = Position.from_json(resume_state["position"]) if resume_state else None
     should_stop, max_time = stops.requested, fit_cfg.max_time
     coordinator, watchdog = setup.coordinator, None
@@ -570,7 +713,7 @@ def _train(
         from mxtrain.tensorboard import ScalarLog
 
         hooks.tensorboard = ScalarLog(run.path)
-    with MetricsLog(run.metrics_file) as metrics_log, stops:
+    with MetricsLog(run.metrics_file) as metrics_log:
         hooks.metrics_log = metrics_log
         if watchdog is not None:
             watchdog.start()
@@ -578,6 +721,12 @@ def _train(
             results = fit(
                 setup.module, setup.train_iter, options, eval_iter=setup.eval_iter, hooks=hooks
             )
+        except PreemptedError as exc:
+            if not hooks.saves:
+                raise
+            raise PreemptedError(
+                exc.message, hint=f"Continue with `mxtrain resume {run.path}`."
+            ) from None
         finally:
             if watchdog is not None:
                 watchdog.stop()
@@ -673,10 +822,7 @@ class _RunHooks:
             state=state,
             bucket_keys=self.bucket_keys,
         )
-        protect = [self.best["tag"]] if self.best else []
-        checkpoint.prune_checkpoints(
-            self.run, prefix=ckpt_cfg.prefix, keep_last=ckpt_cfg.keep_last, protect=protect
-        )
+        _settle_checkpoints(self.run, self.config, self.best)
         self.reporter.checkpoint(
             saved.tag, epoch=position.epoch, batch=position.batch, path=saved.path, best=best
         )
@@ -784,20 +930,23 @@ class _RunHooks:
                 new_best = True
                 self.best = {"metric": metric, "value": value, "epoch": result.epoch, "tag": None}
         last = result.epoch == self.config.fit.num_epoch or result.finished is not None
-        saved = None
+        tag = None
         if self.saves and (new_best or last or result.epoch % ckpt_cfg.period == 0):
-            position = result.position
-            if new_best and self.best is not None:
-                from mxtrain.checkpoint import checkpoint_tag
+            from mxtrain.checkpoint import checkpoint_tag
 
-                self.best["tag"] = checkpoint_tag(position.epoch, position.batch)
-            saved = self._save(position, best=new_best)
-            entry["checkpoint"] = saved.tag
+            position = result.position
+            tag = checkpoint_tag(position.epoch, position.batch)
+            if new_best and self.best is not None:
+                self.best["tag"] = tag
+            entry["checkpoint"] = tag
             if new_best:
-                atomic_write_text(self.run.path / "checkpoints" / "best", saved.tag + "\n")
                 entry["best"] = True
+        # The record goes out before its checkpoint: a resume from that checkpoint keeps it,
+        # a resume from an older one drops it (_truncate_metrics) and trains the epoch again,
+        # so a kill between the two never loses or repeats an epoch record.
         assert self.metrics_log is not None
         self.metrics_log.write(entry)
+        saved = self._save(result.position, best=new_best) if tag is not None else None
         self.summary.epochs.append(entry)
         self.reporter.epoch_summary(
             result.epoch,

@@ -6,6 +6,7 @@ import os
 import random
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,3 +91,23 @@ def tiny_config(tmp_path: Path, tiny_corpus: tuple[Path, Path]) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(textwrap.dedent(TINY_CONFIG.format(runs_dir=tmp_path / "runs")))
     return path
+
+
+def params(run: Path, epoch: int) -> dict[str, Any]:
+    """The arrays of ``run``'s ``model-<epoch>.params`` as NumPy arrays."""
+    import mxnet as mx
+
+    return {k: v.asnumpy() for k, v in mx.nd.load(str(run / f"model-{epoch:04d}.params")).items()}
+
+
+def metric_trace(run: Path) -> list[tuple[Any, ...]]:
+    """The metric values of every interval and epoch record (timings left out)."""
+    from mxtrain.rundir import read_metrics
+
+    rows: list[tuple[Any, ...]] = []
+    for r in read_metrics(run / "metrics.jsonl"):
+        if r["event"] == "interval":
+            rows.append(("interval", r["epoch"], r["batch"], r["train"], r["lr"]))
+        elif r["event"] == "epoch":
+            rows.append(("epoch", r["epoch"], r["batch"], r["train"], r["eval"], r["lr"]))
+    return rows

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import mxnet as mx
 
+from mxtrain.crashpoints import crash_point
 from mxtrain.engine.bucketing import BucketingModule
 from mxtrain.engine.monitoring import BatchProfiler, ParameterMonitor
 from mxtrain.engine.prefetch import PrefetchIter
@@ -119,6 +120,8 @@ class Position:
     updates: int = 0  # parameter updates since the run began
     seconds: float = 0.0  # training time since the run began (resumes included)
     early_stopping: dict[str, Any] | None = None  # EarlyStopper.get_state()
+    # seconds spent on this epoch's batches so far (None: saved by an mxtrain without it)
+    epoch_seconds: float | None = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -129,6 +132,7 @@ class Position:
             "updates": self.updates,
             "seconds": self.seconds,
             "early_stopping": self.early_stopping,
+            "epoch_seconds": self.epoch_seconds,
         }
 
     @classmethod
@@ -141,6 +145,7 @@ class Position:
             int(data.get("updates", 0)),
             float(data.get("seconds", 0.0)),
             data.get("early_stopping"),
+            None if data.get("epoch_seconds") is None else float(data["epoch_seconds"]),
         )
 
 
@@ -359,6 +364,19 @@ def fit(
     run = _RunCounters(resume)
     if options.early_stopping is not None and resume is not None:
         options.early_stopping.set_state(resume.early_stopping)
+    if options.should_stop():  # a stop request that came while the run was being set up
+        start = resume or Position(options.begin_epoch, 0, {}, [0, 0, 0])
+        if resume is not None:
+            hooks.on_stop(start)  # the same checkpoint again: the stop message names it
+        raise PreemptedError(
+            "stopped on request before the first batch"
+            + (
+                "; the checkpoint resumed from is unchanged."
+                if resume
+                else "; nothing was trained yet, and a resume starts from the beginning."
+            ),
+            hint="Continue with `mxtrain resume RUN_FOLDER`.",
+        )
     try:
         _fit_epochs(module, train_iter, options, eval_iter, hooks, metrics, run, results)
     finally:
@@ -475,6 +493,12 @@ def _train_epoch(
     epoch_start = interval_start = time.perf_counter()
     # [samples, tokens, batches] of the whole epoch, and since the last log interval
     totals = list(start.totals) if start is not None else [0, 0, 0]
+    # The epoch record's rates are its whole-epoch counts over the seconds that trained
+    # them: those before an interruption come back from the checkpoint (time spent stopped
+    # is not counted). A checkpoint without them leaves the counts of this part only.
+    seconds_before = start.epoch_seconds if start is not None else 0.0
+    if seconds_before is None:
+        seconds_before, totals = 0.0, [0, 0, 0]
     window = [0, 0, 0]
     has_tokens = True
     nbatch = start.batch if start is not None else 0
@@ -490,6 +514,7 @@ def _train_epoch(
             run.updates,
             run.seconds,
             stopper.get_state() if stopper is not None else None,
+            seconds_before + time.perf_counter() - epoch_start,
         )
 
     accumulate = options.grad_accumulation
@@ -529,6 +554,7 @@ def _train_epoch(
             if options.profiler is not None:
                 options.profiler.after_batch(run.batches_here)
             batch = upcoming
+            crash_point("train.batch", epoch=epoch, batch=nbatch)
             if options.log_interval > 0 and nbatch % options.log_interval == 0:
                 values = metrics.get_interval()  # the one sync point per interval
                 _check_finite(values, epoch, nbatch)
@@ -589,7 +615,7 @@ def _train_epoch(
         batches=totals[2],
         samples=totals[0],
         tokens=totals[1] if has_tokens else None,
-        seconds=time.perf_counter() - epoch_start,
+        seconds=seconds_before + time.perf_counter() - epoch_start,
         metrics=values,
         lr=_current_lr(module),
     )
@@ -597,5 +623,5 @@ def _train_epoch(
         return record, position(nbatch, metrics.get_state()), finished
     finished = run.limit_reached(options)
     end = position(0, {})
-    end.epoch, end.totals = epoch, [0, 0, 0]
+    end.epoch, end.totals, end.epoch_seconds = epoch, [0, 0, 0], 0.0
     return record, end, finished
