@@ -15,6 +15,7 @@ import multiprocessing
 import shutil
 import signal
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,12 +93,10 @@ class Workspace:
         self.config.write_text(CONFIG.format(runs=self.runs))
         self.context = multiprocessing.get_context("forkserver")
         self.context.set_forkserver_preload(["mxnet"])
-        self.count = 0
 
-    def child(self, args: list[str], crash_at: str) -> tuple[int | None, str]:
+    def child(self, args: list[str], crash_at: str, label: str) -> tuple[int | None, str]:
         """Run ``mxtrain ARGS`` in a child process; (exit code, negative for a signal; output)."""
-        self.count += 1
-        output = self.root / f"child-{self.count}.out"
+        output = self.root / f"{label}.out"
         proc = self.context.Process(
             target=run_command, args=(args, crash_at, str(self.root), str(output))
         )
@@ -110,13 +109,12 @@ class Workspace:
         return proc.exitcode, output.read_text(errors="replace")
 
     def fit(self, name: str, crash_at: str) -> tuple[int | None, str]:
-        return self.child(
-            ["fit", str(self.config), "--name", name, "--progress", "plain"], crash_at
-        )
+        args = ["fit", str(self.config), "--name", name, "--progress", "plain"]
+        return self.child(args, crash_at, name)
 
     def trace(self, name: str, args: list[str], rules: str = "") -> tuple[int | None, list[Hit]]:
         path = self.root / f"{name}.trace"
-        code, output = self.child(args, f"{rules};trace:{path}")
+        code, output = self.child(args, f"{rules};trace:{path}", name)
         assert code in (0, 75), output
         hits, seen = [], {}
         for line in path.read_text().splitlines():
@@ -232,17 +230,20 @@ def kill_cases(trials: dict[str, Any]) -> list[Case]:
     return cases
 
 
-def recover(ws: Workspace, case: Case, number: int) -> list[str]:
-    """Kill at the case's point, recover with the next command, compare: the problems."""
-    name = f"k{number:03d}"
-    run = ws.runs / name
+def kill(ws: Workspace, case: Case, name: str) -> tuple[int | None, str]:
+    """Run the case's command as ``name`` until it kills itself at the case's point."""
     if case.command == "fit":
-        code, output = ws.fit(name, case.crash_at)
-    else:
-        shutil.copytree(ws.root / "stopped-mid", run)
-        code, output = ws.child(
-            ["resume", str(run), *RESUME_CHANGE, "--progress", "plain"], case.crash_at
-        )
+        return ws.fit(name, case.crash_at)
+    run = ws.runs / name
+    shutil.copytree(ws.root / "stopped-mid", run)
+    args = ["resume", str(run), *RESUME_CHANGE, "--progress", "plain"]
+    return ws.child(args, case.crash_at, name)
+
+
+def recover(ws: Workspace, case: Case, name: str, killed: tuple[int | None, str]) -> list[str]:
+    """Recover from the kill with the next command and compare: the problems."""
+    run = ws.runs / name
+    code, output = killed
     if code != -signal.SIGKILL:
         return [f"not killed (exit {code}): {output[-300:]}"]
     if not run.exists():
@@ -272,9 +273,14 @@ def test_every_crash_point_recovers(workspace: Workspace, trials: dict[str, Any]
     assert {c.key.split("[")[0] for c in cases} == set(POINTS)
     positions = {c.position for c in cases}
     assert "mid-epoch stop" in positions and "last epoch / end of run" in positions
+    names = [f"k{number:03d}" for number in range(len(cases))]
+    # the killed processes run two at a time (they are separate processes); the recoveries
+    # run here, one after the other
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        killed = list(pool.map(lambda case, name: kill(workspace, case, name), cases, names))
     failures = []
-    for number, case in enumerate(cases):
-        problems = recover(workspace, case, number)
+    for case, name, result in zip(cases, names, killed, strict=True):
+        problems = recover(workspace, case, name, result)
         if problems:
             failures.append(f"{case.label} [{case.crash_at}]: {'; '.join(problems)}")
     recovered = len(cases) - len(failures)
