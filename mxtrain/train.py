@@ -256,7 +256,8 @@ def _resume(
         contexts=setup.contexts, seed=config.experiment.seed, threads=threads
     )
     envinfo.log_facts(environment)
-    tag = found.tag if found is not None else None
+    # run.json, metrics.jsonl and `mxtrain show` name where a resume started
+    tag = found.tag if found is not None else "beginning"
     resumes = list(status.get("resumes", []))
     resumes.append(
         {
@@ -271,7 +272,7 @@ def _resume(
     log.info(
         "resuming %s from %s (epoch %d, batch %d)",
         run.path,
-        f"checkpoint {tag}" if tag else "the beginning",
+        f"checkpoint {tag}" if found is not None else "the beginning",
         start.epoch + (1 if start.batch else 0),
         start.batch,
     )

@@ -327,6 +327,8 @@ def test_sigterm_before_the_first_batch_resumes_from_the_start(
     assert checkpoint.list_checkpoints(RunFolder(run)) == []
     code, output = invoke("resume", str(run), "--progress", "plain")
     assert code == 0, output
+    assert "training starts from the beginning" in output
+    assert [r["from"] for r in RunFolder(run).read_status()["resumes"]] == ["beginning"]
     assert differences(workspace.runs / "straight", run) == []
 
 
