@@ -10,7 +10,9 @@ position in the data, and continues as if it had never stopped.
 from __future__ import annotations
 
 import logging
+import os
 import random
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -149,7 +151,14 @@ def resume_experiment(
 
     from mxtrain import checkpoint
 
-    found, skipped = checkpoint.find_checkpoint(run, epoch)
+    _check_writable(run)
+    # loading is part of the choice: a checkpoint MXNet cannot read is skipped like a damaged one
+    from mxtrain.engine.loop import Position
+
+    loaded, skipped = checkpoint.find_and_load(
+        run, epoch, accept=lambda loaded: Position.from_json(loaded.state.get("position"))
+    )
+    found = loaded.checkpoint
     for bad, reason in skipped:
         log.warning(
             "checkpoint %s is not usable (%s); falling back to an older one", bad.tag, reason
@@ -167,9 +176,6 @@ def resume_experiment(
             hint="Resume from the newest checkpoint (omit --epoch), or pass --force to "
             "discard the newer ones.",
         )
-    loaded = checkpoint.load_checkpoint(found)
-    from mxtrain.engine.loop import Position
-
     position = Position.from_json(loaded.state["position"])
     _check_something_left(run, config, position)
 
@@ -271,6 +277,30 @@ def _check_something_left(run: RunFolder, config: Config, position: Any) -> None
             f"fit.max_time ({fit_cfg.max_time}s); there is nothing to resume.",
             hint="Raise fit.max_time with --set, or set it to null.",
         )
+
+
+def _check_writable(run: RunFolder) -> None:
+    """Refuse to resume, before anything changes, a run folder that cannot be written.
+
+    The probe really creates (and removes) a file in the folder and in ``checkpoints/``:
+    permission bits say nothing for root or on a read-only mount.
+    """
+    from mxtrain.checkpoint import checkpoints_dir
+
+    for folder in (run.path, checkpoints_dir(run)):
+        if not folder.is_dir():
+            continue
+        try:
+            fd, name = tempfile.mkstemp(prefix=".write-probe-", dir=folder)
+        except OSError as exc:
+            raise RunFolderError(
+                f"cannot resume {run.path}: the folder {folder} cannot be written "
+                f"({exc.strerror or exc}).",
+                hint=f"Make it writable (e.g. chmod -R u+w {run.path}, or remount it "
+                "read-write), or copy the run folder somewhere writable and resume the copy.",
+            ) from exc
+        os.close(fd)
+        os.unlink(name)
 
 
 def _existing_run(path: Path) -> RunFolder:
