@@ -160,6 +160,8 @@ def resolve_checkpoint(run: RunFolder, prefix: str, wanted: int | str | None) ->
             if wanted not in epochs:
                 raise _no_epoch(run, prefix, wanted, epochs)
             return _unverified(run, prefix, wanted)
+    elif wanted == checkpoint.BEST and checkpoint.best_tag(run) is None:
+        tag = _logged_best(run) or wanted
     elif wanted is not None:
         tag = wanted
     if not listed:
@@ -184,6 +186,25 @@ def resolve_checkpoint(run: RunFolder, prefix: str, wanted: int | str | None) ->
         log.warning("checkpoint %s is not usable (%s); skipped it", bad.tag, reason)
     ckpt = loaded.checkpoint
     return ChosenCheckpoint(ckpt.epoch, ckpt.batch, ckpt.tag, ckpt.path / "params.nd", loaded)
+
+
+def _logged_best(run: RunFolder) -> str | None:
+    """Without ``checkpoints/best`` (no checkpoint.best_metric): the checkpoint saved with the
+    best logged value, the one ``mxtrain runs`` and ``show`` report as best."""
+    from mxtrain.history import summarize_run
+
+    best = summarize_run(run.path).best
+    if best is None or best.checkpoint is None:
+        return None
+    log.info(
+        "no best checkpoint recorded; using %s, saved with the best %s %s (%g at epoch %d)",
+        best.checkpoint,
+        best.split,
+        best.metric,
+        best.value,
+        best.epoch,
+    )
+    return best.checkpoint
 
 
 def _no_epoch(run: RunFolder, prefix: str, epoch: int, epochs: list[int]) -> RunFolderError:

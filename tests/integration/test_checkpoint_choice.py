@@ -297,3 +297,17 @@ def test_resume_of_a_read_only_run_folder(copy: Path, monkeypatch: pytest.Monkey
     assert folder_state(copy) == before
     code, out, err = invoke("resume", copy, "--set", "fit.max_updates=38")  # writable again
     assert code == 0, out + err
+
+
+def test_best_without_best_metric_is_the_best_logged_checkpoint(copy: Path) -> None:
+    """No checkpoint.best_metric, so no checkpoints/best: RUN:best is what runs reports."""
+    (copy / "checkpoints" / "best").unlink()
+    code, out, _ = invoke("runs", copy.parent, "--json")
+    listed = json.loads(out)[0]["best"]
+    best = score_json(f"{copy}:best")
+    assert best["checkpoint"] == listed["checkpoint"] == "e0002-b000000"
+    assert best["metrics"]["perplexity"] == pytest.approx(listed["value"], rel=1e-5)
+    (copy / "metrics.jsonl").write_text("")  # nothing logged: no best to load
+    code, _, err = invoke("score", f"{copy}:best")
+    assert code == 3 and "records no best checkpoint" in err and "best_metric" in err
+    assert "Traceback" not in err
