@@ -31,7 +31,7 @@ import platform
 import re
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,11 +46,13 @@ __all__ = [
     "Checkpoint",
     "CheckpointError",
     "LoadedCheckpoint",
+    "best_tag",
     "checkpoint_tag",
     "checkpoints_dir",
     "find_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
+    "parse_tag",
     "prune_checkpoints",
     "remove_checkpoint",
     "restore_module",
@@ -68,6 +70,9 @@ OPTIMIZER_ARRAYS_FILE = "optimizer.nd"
 OPTIMIZER_META_FILE = "optimizer.json"
 STATE_FILE = "state.json"
 MANIFEST_FILE = "manifest.json"
+BEST_FILE = "best"  # checkpoints/best: the tag of the best checkpoint (checkpoint.best_metric)
+LATEST = "latest"  # selectors of find_checkpoint besides a tag
+BEST = "best"
 DATA_FILES = (PARAMS_FILE, OPTIMIZER_ARRAYS_FILE, OPTIMIZER_META_FILE, STATE_FILE)
 
 _TAG = re.compile(r"e(\d{4,})-b(\d{6,})")
@@ -519,20 +524,102 @@ def verify_checkpoint(ckpt: Checkpoint) -> None:
             isinstance(data, dict) and isinstance(data.get("state"), dict)
         ):
             raise _broken(ckpt, name, "does not hold a training state")
+        if name == STATE_FILE and "position" in data["state"]:
+            _check_position(ckpt, data["state"]["position"])
         if name == OPTIMIZER_META_FILE and not (data is None or isinstance(data, dict)):
             raise _broken(ckpt, name, "does not hold an optimizer description")
 
 
-def find_checkpoint(
-    run: RunFolder, epoch: int | None = None
-) -> tuple[Checkpoint, list[tuple[Checkpoint, str]]]:
-    """The newest valid checkpoint, and the newer ones skipped with the reason.
+def _check_position(ckpt: Checkpoint, position: Any) -> None:
+    """A saved training position must be the checkpoint's own, in non-negative integers: a
+    state that verifies but says epoch -1 or "abc" is as unusable as a corrupted one."""
+    if not isinstance(position, dict):
+        raise _broken(ckpt, STATE_FILE, "holds a training position that is not a mapping")
+    for key in ("epoch", "batch"):
+        value = position.get(key)
+        if type(value) is not int or value < 0:
+            raise _broken(
+                ckpt,
+                STATE_FILE,
+                f"holds an impossible training position ({key} {value!r}, not a non-negative "
+                "integer)",
+            )
+    if (position["epoch"], position["batch"]) != (ckpt.epoch, ckpt.batch):
+        raise _broken(
+            ckpt,
+            STATE_FILE,
+            f"holds the training position epoch {position['epoch']}, batch "
+            f"{position['batch']}, which is not the checkpoint's own ({ckpt.tag})",
+        )
 
-    With ``epoch``: the end-of-epoch checkpoint ``e<epoch>-b000000`` if valid, else the newest
-    valid one saved during the following epoch. Raises :class:`CheckpointError` when none is
-    valid.
+
+def best_tag(run: RunFolder) -> str | None:
+    """The tag recorded in ``checkpoints/best`` (written with ``checkpoint.best_metric``)."""
+    try:
+        tag = (checkpoints_dir(run) / BEST_FILE).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return tag or None
+
+
+def find_checkpoint(
+    run: RunFolder,
+    epoch: int | None = None,
+    *,
+    tag: str | None = None,
+    load: bool = False,
+) -> tuple[Checkpoint, list[tuple[Checkpoint, str]]]:
+    """The checkpoint to use, and the ones skipped as unusable with the reason.
+
+    * neither ``epoch`` nor ``tag`` (or ``tag="latest"``): the newest valid checkpoint of any
+      kind, epoch end or mid-epoch;
+    * ``epoch``: the end-of-epoch checkpoint ``e<epoch>-b000000`` if valid, else the newest
+      valid one saved during the following epoch (what resume continues from);
+    * ``tag="best"``: the one named in ``checkpoints/best``; any other ``tag``: that
+      checkpoint. An explicitly named checkpoint is never replaced by another: if it is not
+      valid, the error names the file.
+
+    ``load`` also reads the arrays with MXNet (see :func:`load_checkpoint`), so a file that
+    verifies but MXNet cannot read counts as unusable too (use :func:`find_and_load`).
+    Raises :class:`CheckpointError` when no candidate is usable.
     """
+    found, skipped, _ = _select(run, epoch, tag, load)
+    return found, skipped
+
+
+def find_and_load(
+    run: RunFolder,
+    epoch: int | None = None,
+    *,
+    tag: str | None = None,
+    optimizer: bool = True,
+    accept: Callable[[LoadedCheckpoint], Any] | None = None,
+) -> tuple[LoadedCheckpoint, list[tuple[Checkpoint, str]]]:
+    """:func:`find_checkpoint`, loading the checkpoint as well (``optimizer=False``: the
+    parameters, state and bucket keys only); one MXNet cannot read is skipped like one that
+    fails verification, and so is one whose state ``accept`` refuses with a ValueError."""
+    _, skipped, loaded = _select(run, epoch, tag, True, optimizer=optimizer, accept=accept)
+    assert loaded is not None
+    return loaded, skipped
+
+
+def _select(
+    run: RunFolder,
+    epoch: int | None,
+    tag: str | None,
+    load: bool,
+    *,
+    optimizer: bool = True,
+    accept: Callable[[LoadedCheckpoint], Any] | None = None,
+) -> tuple[Checkpoint, list[tuple[Checkpoint, str]], LoadedCheckpoint | None]:
     listed = list_checkpoints(run)
+    where = checkpoints_dir(run)
+    if tag == LATEST:
+        tag = None
+    if epoch is not None and tag is not None:
+        raise ValueError("give an epoch or a tag, not both")
+    if tag is not None:
+        return _select_named(run, listed, tag, load, optimizer, accept)
     if epoch is None:
         candidates = listed[::-1]
     else:
@@ -541,12 +628,11 @@ def find_checkpoint(
     skipped: list[tuple[Checkpoint, str]] = []
     for ckpt in candidates:
         try:
-            verify_checkpoint(ckpt)
+            loaded = _use(ckpt, load, optimizer, accept)
         except CheckpointError as exc:
             skipped.append((ckpt, exc.reason))
             continue
-        return ckpt, skipped
-    where = checkpoints_dir(run)
+        return ckpt, skipped, loaded
     if epoch is not None and not candidates:
         have = ", ".join(c.tag for c in listed) or "none"
         raise CheckpointError(
@@ -568,6 +654,65 @@ def find_checkpoint(
     )
 
 
+def _use(
+    ckpt: Checkpoint,
+    load: bool,
+    optimizer: bool,
+    accept: Callable[[LoadedCheckpoint], Any] | None = None,
+) -> LoadedCheckpoint | None:
+    """Load ``ckpt`` (which verifies it) or only verify it; CheckpointError if unusable."""
+    if not load:
+        verify_checkpoint(ckpt)
+        return None
+    loaded = load_checkpoint(ckpt, optimizer=optimizer)
+    if accept is not None:
+        try:
+            accept(loaded)
+        except ValueError as exc:
+            raise _broken(ckpt, STATE_FILE, f"holds an impossible training state ({exc})") from exc
+    return loaded
+
+
+def _select_named(
+    run: RunFolder,
+    listed: list[Checkpoint],
+    tag: str,
+    load: bool,
+    optimizer: bool,
+    accept: Callable[[LoadedCheckpoint], Any] | None,
+) -> tuple[Checkpoint, list[tuple[Checkpoint, str]], LoadedCheckpoint | None]:
+    """The checkpoint ``tag`` (or the recorded best), verified; never another one."""
+    have = ", ".join(c.tag for c in listed) or "none"
+    choose = f"Pick another one: RUN:latest is the newest valid checkpoint (checkpoints: {have})."
+    requested = tag
+    if tag == BEST:
+        recorded = best_tag(run)
+        if recorded is None:
+            raise CheckpointError(
+                f"{run.path} records no best checkpoint ({checkpoints_dir(run) / BEST_FILE} "
+                "is missing or empty).",
+                hint="A run records its best checkpoint when checkpoint.best_metric is set. "
+                + choose,
+            )
+        tag, requested = recorded, f"best ({recorded})"
+    matches = [c for c in listed if c.tag == tag]
+    if not matches:
+        raise CheckpointError(
+            f"{run.path} has no checkpoint {requested} in {checkpoints_dir(run)}.",
+            hint=choose,
+        )
+    ckpt = matches[0]
+    try:
+        loaded = _use(ckpt, load, optimizer, accept)
+    except CheckpointError as exc:
+        raise CheckpointError(
+            exc.message,
+            hint=f"Restore the file from a copy, or delete {ckpt.path}. " + choose,
+            reason=exc.reason,
+        ) from exc
+    return ckpt, [], loaded
+
+
 # ----------------------------------------------------------------------------- loading
 
 
@@ -586,8 +731,9 @@ def _load_nd(ckpt: Checkpoint, name: str) -> dict[str, Any]:
     return dict(loaded)
 
 
-def load_checkpoint(ckpt: Checkpoint) -> LoadedCheckpoint:
-    """Verify ``ckpt`` and read everything in it (arrays on the CPU)."""
+def load_checkpoint(ckpt: Checkpoint, *, optimizer: bool = True) -> LoadedCheckpoint:
+    """Verify ``ckpt`` and read everything in it (arrays on the CPU); ``optimizer=False``
+    leaves the optimizer state out (inference needs only the parameters)."""
     verify_checkpoint(ckpt)
     arg, aux = {}, {}
     for key, value in _load_nd(ckpt, PARAMS_FILE).items():
@@ -598,8 +744,10 @@ def load_checkpoint(ckpt: Checkpoint) -> LoadedCheckpoint:
             aux[name] = value
         else:
             raise _broken(ckpt, PARAMS_FILE, f"has the entry {key!r} (expected arg:/aux: names)")
-    opt_arrays = _load_nd(ckpt, OPTIMIZER_ARRAYS_FILE)
-    opt_meta = json.loads((ckpt.path / OPTIMIZER_META_FILE).read_bytes())
+    if not arg and not aux:
+        raise _broken(ckpt, PARAMS_FILE, "holds no parameters")
+    opt_arrays = _load_nd(ckpt, OPTIMIZER_ARRAYS_FILE) if optimizer else {}
+    opt_meta = json.loads((ckpt.path / OPTIMIZER_META_FILE).read_bytes()) if optimizer else None
     saved = json.loads((ckpt.path / STATE_FILE).read_bytes())
     keys = saved.get("bucket_keys")
     return LoadedCheckpoint(

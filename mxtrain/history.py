@@ -40,13 +40,15 @@ class EpochRow:
 
 @dataclass(frozen=True)
 class CheckpointInfo:
-    """One folder under ``checkpoints/`` (not verified: that is ``resume``'s job)."""
+    """One folder under ``checkpoints/``; ``latest`` and ``problem`` come from verifying."""
 
     tag: str
     epoch: int
     batch: int
     size_bytes: int
     best: bool
+    latest: bool = False  # the newest valid one: what score and predict load by default
+    problem: str | None = None  # why it is not usable (None: valid or not checked)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class BestValue:
     split: str  # "eval" or "train"
     value: float
     epoch: int
+    checkpoint: str | None = None  # the tag saved with that epoch's value, if one was saved
 
 
 @dataclass
@@ -357,7 +360,7 @@ def best_value(config: dict[str, Any] | None, epochs: Sequence[EpochRow]) -> Bes
         if value is None or math.isnan(value):
             continue
         if best is None or (value < best.value if lower else value > best.value):
-            best = BestValue(metric, split, value, row.epoch)
+            best = BestValue(metric, split, value, row.epoch, row.checkpoint)
     return best
 
 
@@ -446,17 +449,45 @@ def logged_metrics(records: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def list_checkpoint_info(path: Path) -> list[CheckpointInfo]:
-    """The checkpoint folders of a run, oldest first, with their size and the best marker."""
-    from mxtrain.checkpoint import checkpoints_dir, list_checkpoints
+    """The checkpoint folders of a run, oldest first, with their size, the best marker, the
+    newest valid one (``latest``: chosen by the same function as score and resume) and why
+    each newer one is not usable."""
+    from mxtrain.checkpoint import (
+        CheckpointError,
+        best_tag,
+        find_checkpoint,
+        list_checkpoints,
+        verify_checkpoint,
+    )
 
     run = RunFolder(path)
-    try:
-        best_tag = (checkpoints_dir(run) / "best").read_text(encoding="utf-8").strip()
-    except OSError:
-        best_tag = ""
+    listed = list_checkpoints(run)
+    latest = None
+    problems: dict[str, str] = {}
+    if listed:
+        try:
+            found, skipped = find_checkpoint(run)
+            latest = found.tag
+        except CheckpointError:  # none valid: every one is named with its reason below
+            skipped = []
+            for ckpt in listed:
+                try:
+                    verify_checkpoint(ckpt)
+                except CheckpointError as exc:
+                    skipped.append((ckpt, exc.reason))
+        problems = {c.tag: reason for c, reason in skipped}
+    best = best_tag(run)
     return [
-        CheckpointInfo(c.tag, c.epoch, c.batch, _folder_size(c.path), c.tag == best_tag)
-        for c in list_checkpoints(run)
+        CheckpointInfo(
+            c.tag,
+            c.epoch,
+            c.batch,
+            _folder_size(c.path),
+            c.tag == best,
+            c.tag == latest,
+            problems.get(c.tag),
+        )
+        for c in listed
     ]
 
 

@@ -51,12 +51,16 @@ _EXAMPLE = "runs/ptb_lstm"
 # --------------------------------------------------------------------------------------------
 
 
-def parse_checkpoint_ref(ref: str | os.PathLike[str]) -> tuple[Path, int | None]:
-    """``"runs/x"`` -> ``(Path("runs/x"), None)``; ``"runs/x:3"`` -> ``(Path("runs/x"), 3)``.
+def parse_checkpoint_ref(ref: str | os.PathLike[str]) -> tuple[Path, int | str | None]:
+    """Split ``RUN[:EPOCH|:best|:latest|:TAG]`` into the run folder and what to load.
 
-    ``None`` means "the newest checkpoint" (resolved by :func:`open_run`, which knows the
-    checkpoint prefix). A path that exists as written is taken whole, even with a colon.
+    ``"runs/x"`` -> ``(Path("runs/x"), None)`` (the newest valid checkpoint);
+    ``"runs/x:3"`` -> ``(Path("runs/x"), 3)`` (the end of epoch 3); ``"runs/x:best"``,
+    ``"runs/x:latest"`` and ``"runs/x:e0002-b000020"`` keep the text after the colon. A path
+    that exists as written is taken whole, even with a colon.
     """
+    from mxtrain.checkpoint import BEST, LATEST, parse_tag
+
     text = os.fspath(ref)
     if not text.strip():
         raise ConfigError(
@@ -66,14 +70,17 @@ def parse_checkpoint_ref(ref: str | os.PathLike[str]) -> tuple[Path, int | None]
     head, sep, tail = text.rpartition(":")
     if not sep or not head or Path(text).exists():
         return Path(text), None
-    if not (tail.isascii() and tail.isdigit()):
-        raise ConfigError(
-            f"The checkpoint reference {text!r} ends in {':' + tail!r}, which is not an epoch "
-            "number.",
-            hint=f"Write RUN:EPOCH, e.g. {_EXAMPLE}:3, or leave ':EPOCH' out for the newest "
-            "checkpoint.",
-        )
-    return Path(head), int(tail)
+    if tail.isascii() and tail.isdigit():
+        return Path(head), int(tail)
+    if tail in (BEST, LATEST) or parse_tag(tail) is not None:
+        return Path(head), tail
+    raise ConfigError(
+        f"The checkpoint reference {text!r} ends in {':' + tail!r}, which is not an epoch "
+        "number, 'best', 'latest' or a checkpoint tag.",
+        hint=f"Write RUN:EPOCH (e.g. {_EXAMPLE}:3), RUN:best, RUN:latest or RUN:TAG (e.g. "
+        f"{_EXAMPLE}:e0002-b000020; `mxtrain show RUN` lists the tags), or leave it out for "
+        "the newest valid checkpoint.",
+    )
 
 
 def checkpoint_epochs(run: RunFolder, prefix: str) -> list[int]:
@@ -116,37 +123,120 @@ def _open_folder(path: Path) -> RunFolder:
     return run
 
 
-def resolve_epoch(run: RunFolder, prefix: str, epoch: int | None) -> tuple[int, Path]:
-    """(epoch, params file) for ``epoch``, or for the newest checkpoint when it is None."""
+@dataclass(frozen=True)
+class ChosenCheckpoint:
+    """What :func:`resolve_checkpoint` picked: a verified checkpoint folder, or (run folders
+    without ``checkpoints/``, or an epoch that has only its top-level file) an unverified
+    ``<prefix>-NNNN.params``."""
+
+    epoch: int  # epochs completed
+    batch: int  # batches of the next epoch trained (0: an epoch end)
+    tag: str | None  # None: a top-level params file
+    params_file: Path
+    loaded: Any = None  # checkpoint.LoadedCheckpoint (parameters, bucket keys) or None
+
+    def describe(self) -> str:
+        return self.tag if self.tag is not None else self.params_file.name
+
+
+def resolve_checkpoint(run: RunFolder, prefix: str, wanted: int | str | None) -> ChosenCheckpoint:
+    """The checkpoint of ``run`` to load: the newest valid one (None or "latest"), the end of
+    epoch N (an int), the recorded best ("best") or a tag, read and verified.
+
+    The choice itself is :func:`mxtrain.checkpoint.find_and_load` (the one resume uses): a
+    default choice skips unusable checkpoints with a warning; one named explicitly that is
+    unusable is a CheckpointError (exit 3) naming the file. A run folder without checkpoints
+    (or an epoch whose checkpoint folder was not kept) falls back to ``<prefix>-NNNN.params``,
+    which has no checksum: a warning says so.
+    """
+    from mxtrain import checkpoint
+
+    listed = {c.tag: c for c in checkpoint.list_checkpoints(run)}
     epochs = checkpoint_epochs(run, prefix)
-    if not epochs:
-        raise RunFolderError(
-            f"The run folder {run.path} has no checkpoint: there is no {prefix}-NNNN.params "
-            "file in it.",
-            hint="The run stopped before its first checkpoint (see run.json and train.log); "
-            "train it again, or pick another run folder.",
-        )
-    if epoch is None:
-        epoch = epochs[-1]
-    elif epoch not in epochs:
-        listed = ", ".join(str(e) for e in epochs)
-        raise RunFolderError(
-            f"The run folder {run.path} has no checkpoint for epoch {epoch} "
-            f"({run.params_file(prefix, epoch).name} is missing).",
-            hint=f"It has epoch{'s' if len(epochs) > 1 else ''} {listed}: pass one of them, e.g. "
-            f"{run.path}:{epochs[-1]}, or leave the epoch out for the newest.",
-        )
-    return epoch, run.params_file(prefix, epoch)
+    tag: str | None = None
+    if isinstance(wanted, int):
+        tag = checkpoint.checkpoint_tag(wanted, 0)
+        if tag not in listed:
+            if wanted not in epochs:
+                raise _no_epoch(run, prefix, wanted, epochs)
+            return _unverified(run, prefix, wanted)
+    elif wanted == checkpoint.BEST and checkpoint.best_tag(run) is None:
+        tag = _logged_best(run) or wanted
+    elif wanted is not None:
+        tag = wanted
+    if not listed:
+        if tag is not None and not isinstance(wanted, int):
+            raise RunFolderError(
+                f"The run folder {run.path} has no checkpoint folders "
+                f"({checkpoint.checkpoints_dir(run)} is missing or empty), so it has no "
+                f"checkpoint {wanted!r}.",
+                hint="Leave the selector out (or give RUN:EPOCH) to use its "
+                f"{prefix}-NNNN.params files.",
+            )
+        if not epochs:
+            raise RunFolderError(
+                f"The run folder {run.path} has no checkpoint: no checkpoint folder and no "
+                f"{prefix}-NNNN.params file in it.",
+                hint="The run stopped before its first checkpoint (see run.json and "
+                "train.log); train it again, or pick another run folder.",
+            )
+        return _unverified(run, prefix, epochs[-1])
+    loaded, skipped = checkpoint.find_and_load(run, tag=tag, optimizer=False)
+    for bad, reason in skipped:
+        log.warning("checkpoint %s is not usable (%s); skipped it", bad.tag, reason)
+    ckpt = loaded.checkpoint
+    return ChosenCheckpoint(ckpt.epoch, ckpt.batch, ckpt.tag, ckpt.path / "params.nd", loaded)
 
 
-def _merge_epochs(ref_epoch: int | None, epoch: int | None, ref: str) -> int | None:
-    if ref_epoch is not None and epoch is not None and ref_epoch != epoch:
+def _logged_best(run: RunFolder) -> str | None:
+    """Without ``checkpoints/best`` (no checkpoint.best_metric): the checkpoint saved with the
+    best logged value, the one ``mxtrain runs`` and ``show`` report as best."""
+    from mxtrain.history import summarize_run
+
+    best = summarize_run(run.path).best
+    if best is None or best.checkpoint is None:
+        return None
+    log.info(
+        "no best checkpoint recorded; using %s, saved with the best %s %s (%g at epoch %d)",
+        best.checkpoint,
+        best.split,
+        best.metric,
+        best.value,
+        best.epoch,
+    )
+    return best.checkpoint
+
+
+def _no_epoch(run: RunFolder, prefix: str, epoch: int, epochs: list[int]) -> RunFolderError:
+    listed = ", ".join(str(e) for e in epochs) or "none"
+    example = f"{run.path}:{epochs[-1]}" if epochs else f"{run.path}:latest"
+    return RunFolderError(
+        f"The run folder {run.path} has no checkpoint for epoch {epoch} "
+        f"({run.params_file(prefix, epoch).name} is missing).",
+        hint=f"It has epoch{'s' if len(epochs) != 1 else ''} {listed}: pass one of them, e.g. "
+        f"{example}, RUN:TAG for a mid-epoch checkpoint, or leave the epoch out for the "
+        "newest.",
+    )
+
+
+def _unverified(run: RunFolder, prefix: str, epoch: int) -> ChosenCheckpoint:
+    path = run.params_file(prefix, epoch)
+    log.warning(
+        "using %s, which has no checkpoint folder with checksums: it cannot be verified",
+        path,
+    )
+    return ChosenCheckpoint(epoch, 0, None, path)
+
+
+def _merge_epochs(ref_choice: int | str | None, epoch: int | None, ref: str) -> int | str | None:
+    if ref_choice is not None and epoch is not None and ref_choice != epoch:
         raise ConfigError(
-            f"Two different epochs were given: {ref!r} says {ref_epoch}, --epoch says {epoch}.",
-            hint="Give the epoch once, as RUN:EPOCH or with --epoch.",
+            f"Two different checkpoints were given: {ref!r} says {ref_choice}, --epoch says "
+            f"{epoch}.",
+            hint="Give the checkpoint once, as RUN:EPOCH (or RUN:best, RUN:TAG) or with --epoch.",
         )
-    chosen = ref_epoch if ref_epoch is not None else epoch
-    if chosen is not None and chosen < 0:
+    chosen = ref_choice if ref_choice is not None else epoch
+    if isinstance(chosen, int) and chosen < 0:
         raise ConfigError(f"The epoch must not be negative, got {chosen}.")
     return chosen
 
@@ -184,6 +274,7 @@ class OpenedRun:
     data_iter: Any
     module: Any
     data_source: str  # what the iterator reads, for messages and reports
+    checkpoint: ChosenCheckpoint | None = None  # what was loaded (tag, position)
 
 
 def _with_options(section: Any, where: str, **changes: Any) -> Any:
@@ -246,21 +337,17 @@ def _data_section(
     return _with_options(section, where, **changes), where
 
 
-def _recorded_buckets(run: RunFolder, epoch: int) -> tuple[int, ...] | None:
-    """Bucket keys saved with the epoch's full checkpoint (``checkpoints/eNNNN-b000000/
-    state.json``, see mxtrain.checkpoint), if there is one and they are plain lengths."""
-    state = run.path / "checkpoints" / f"e{epoch:04d}-b000000" / "state.json"
-    try:
-        keys = json.loads(state.read_text(encoding="utf-8")).get("bucket_keys")
-    except (OSError, ValueError, AttributeError):
-        return None
+def _recorded_buckets(chosen: ChosenCheckpoint) -> tuple[int, ...] | None:
+    """Bucket keys saved in the chosen checkpoint's state.json (see mxtrain.checkpoint), if
+    it has them and they are plain lengths."""
+    keys = chosen.loaded.bucket_keys if chosen.loaded is not None else None
     if isinstance(keys, list) and keys and all(type(k) is int and k > 0 for k in keys):
         return tuple(sorted(keys))
     return None
 
 
 def _training_buckets(
-    config: Config, run: RunFolder, epoch: int, *, read_data: bool
+    config: Config, chosen: ChosenCheckpoint, *, read_data: bool
 ) -> tuple[int, ...] | None:
     """The bucket keys the model was trained with, when they can be known.
 
@@ -270,7 +357,7 @@ def _training_buckets(
     training buckets; long sentences are split at the largest one). Predictions do not depend
     on them: without them the input's own buckets are used.
     """
-    recorded = _recorded_buckets(run, epoch)
+    recorded = _recorded_buckets(chosen)
     if recorded is not None:
         return recorded
     train = config.data.train
@@ -350,7 +437,11 @@ def _read_params(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def _load_params(opened: OpenedRun, overrides: Sequence[str]) -> None:
     """Load the params file into the module, explaining any mismatch with the model."""
     module, path = opened.module, opened.params_file
-    args, auxs = _read_params(path)
+    chosen = opened.checkpoint
+    if chosen is not None and chosen.loaded is not None:  # verified and read already
+        args, auxs = chosen.loaded.arg_params, chosen.loaded.aux_params
+    else:
+        args, auxs = _read_params(path)
     data_iter = opened.data_iter
     shapes = {d[0]: tuple(d[1]) for d in [*data_iter.provide_data, *data_iter.provide_label]}
     symbol = module.symbol
@@ -414,8 +505,8 @@ def open_run(
         raise ValueError(f"role must be one of {ROLES}, not {role!r}")
     if batch_size is not None and batch_size < 1:
         raise ConfigError(f"The batch size must be a positive integer, got {batch_size}.")
-    path, ref_epoch = parse_checkpoint_ref(ref)
-    wanted = _merge_epochs(ref_epoch, epoch, os.fspath(ref))
+    path, ref_choice = parse_checkpoint_ref(ref)
+    wanted = _merge_epochs(ref_choice, epoch, os.fspath(ref))
     data_file = _input_file(data, "data file" if role == "eval" else "input file") if data else None
     if role == "predict" and data_file is None:
         raise ValueError("role 'predict' needs a data file")
@@ -424,18 +515,18 @@ def open_run(
     status = run.read_status()
     config_dir = Path(status.get("config_dir") or run.path.absolute().parent)
     config = load_config(run.config_file, overrides, base_dir=config_dir)
-    epoch_found, params_file = resolve_epoch(run, config.checkpoint.prefix, wanted)
-    if status.get("status") not in (None, "finished"):
-        log.warning(
-            "the run %s did not finish (status: %s); using its checkpoint of epoch %d",
-            run.path,
-            status.get("status"),
-            epoch_found,
-        )
 
     from mxtrain.distributed import build_contexts, configure_threads
 
-    configure_threads(config.context)  # before MXNet is imported
+    configure_threads(config.context)  # before MXNet is imported (reading the checkpoint)
+    chosen = resolve_checkpoint(run, config.checkpoint.prefix, wanted)
+    if status.get("status") not in (None, "finished"):
+        log.warning(
+            "the run %s did not finish (status: %s); using its checkpoint %s",
+            run.path,
+            status.get("status"),
+            chosen.describe(),
+        )
     from mxtrain.engine.bucketing import BucketingModule
     from mxtrain.experiment import build_data_iter, build_sym_gen
 
@@ -445,7 +536,7 @@ def open_run(
         seed=config.experiment.seed,
         base_dir=config.base_dir,
         vocab_file=run.vocab_file.absolute(),  # iterators resolve relative paths elsewhere
-        buckets=_training_buckets(config, run, epoch_found, read_data=role == "eval"),
+        buckets=_training_buckets(config, chosen, read_data=role == "eval"),
     )
     data_iter = build_data_iter(section, context, config.base_dir, where)
     source = getattr(data_iter, "source", None) or (str(data_file) if data_file else where)
@@ -468,12 +559,16 @@ def open_run(
         module.bind(data_iter.provide_data, data_iter.provide_label, for_training=False)
     except ValueError as exc:
         raise ConfigError(f"{config.source}: cannot build the model for inference: {exc}") from exc
-    opened = OpenedRun(run, epoch_found, params_file, config, data_iter, module, str(source))
+    opened = OpenedRun(
+        run, chosen.epoch, chosen.params_file, config, data_iter, module, str(source), chosen
+    )
     _load_params(opened, overrides)
     log.info(
-        "loaded %s (epoch %d) on %s",
-        params_file,
-        epoch_found,
+        "loaded %s (checkpoint %s: epoch %d, batch %d) on %s",
+        chosen.params_file,
+        chosen.describe(),
+        chosen.epoch,
+        chosen.batch,
         ", ".join(str(c) for c in contexts),
     )
     return opened
@@ -493,12 +588,17 @@ class ScoreReport:
     data: str
     metrics: dict[str, float]
     seconds: float = 0.0
+    checkpoint: str | None = None  # the tag loaded, or the params file's name without one
+    batch: int = 0  # batches of the next epoch in the checkpoint (mid-epoch)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"run", "epoch", "data", "metrics"}``; non-finite values become null."""
+        """``{"run", "epoch", "batch", "checkpoint", "data", "metrics"}``; non-finite values
+        become null."""
         return {
             "run": str(self.run),
             "epoch": self.epoch,
+            "batch": self.batch,
+            "checkpoint": self.checkpoint,
             "data": self.data,
             "metrics": {k: _finite(v) for k, v in self.metrics.items()},
         }
@@ -524,12 +624,15 @@ def score_checkpoint(
     data_info = opened.data_iter.data_info
     metrics = MetricSet([build_metric(n, data_info, config.base_dir) for n in config.fit.metrics])
     values = score(opened.module, opened.data_iter, metrics, prefetch=config.fit.prefetch)
+    chosen = opened.checkpoint
     report = ScoreReport(
         opened.run.path,
         opened.epoch,
         opened.data_source,
         values,
         seconds=time.perf_counter() - started,
+        checkpoint=chosen.describe() if chosen is not None else None,
+        batch=chosen.batch if chosen is not None else 0,
     )
     log.info("scored %s in %.1fs", opened.data_source, report.seconds)
     return report
@@ -595,6 +698,7 @@ class PredictSummary:
     tokens: int  # predicted tokens over all lines
     log_likelihood: float  # their total natural-log likelihood
     seconds: float
+    checkpoint: str | None = None  # the tag loaded, or the params file's name without one
 
     @property
     def perplexity(self) -> float:
@@ -1053,6 +1157,7 @@ def _summarize(
         tokens,
         total,
         time.perf_counter() - started,
+        opened.checkpoint.describe() if opened.checkpoint is not None else None,
     )
 
 
@@ -1067,7 +1172,7 @@ __all__ = [
     "open_run",
     "parse_checkpoint_ref",
     "predict_run",
-    "resolve_epoch",
+    "resolve_checkpoint",
     "score_checkpoint",
     "score_run",
     "write_atomically",

@@ -10,8 +10,10 @@ position in the data, and continues as if it had never stopped.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -191,13 +193,20 @@ def _resume(
         )
 
     from mxtrain import checkpoint
+
+    _check_writable(run)
     from mxtrain.engine.loop import Position
 
     loaded = found = None
     later: list[Any] = []
     position: Position | None = None
     if checkpoint.list_checkpoints(run) or epoch is not None:
-        found, skipped = checkpoint.find_checkpoint(run, epoch)
+        # loading is part of the choice: a checkpoint MXNet cannot read, or whose position is
+        # impossible, is skipped like a damaged one
+        loaded, skipped = checkpoint.find_and_load(
+            run, epoch, accept=lambda loaded: Position.from_json(loaded.state.get("position"))
+        )
+        found = loaded.checkpoint
         for bad, reason in skipped:
             log.warning(
                 "checkpoint %s is not usable (%s); falling back to an older one", bad.tag, reason
@@ -215,7 +224,6 @@ def _resume(
                 hint="Resume from the newest checkpoint (omit --epoch), or pass --force to "
                 "discard the newer ones.",
             )
-        loaded = checkpoint.load_checkpoint(found)
         position = Position.from_json(loaded.state["position"])
         finished = _limit_reached(config, position)
         if finished is not None:
@@ -410,6 +418,30 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
+def _check_writable(run: RunFolder) -> None:
+    """Refuse to resume, before anything changes, a run folder that cannot be written.
+
+    The probe really creates (and removes) a file in the folder and in ``checkpoints/``:
+    permission bits say nothing for root or on a read-only mount.
+    """
+    from mxtrain.checkpoint import checkpoints_dir
+
+    for folder in (run.path, checkpoints_dir(run)):
+        if not folder.is_dir():
+            continue
+        try:
+            fd, name = tempfile.mkstemp(prefix=".write-probe-", dir=folder)
+        except OSError as exc:
+            raise RunFolderError(
+                f"cannot resume {run.path}: the folder {folder} cannot be written "
+                f"({exc.strerror or exc}).",
+                hint=f"Make it writable (e.g. chmod -R u+w {run.path}, or remount it "
+                "read-write), or copy the run folder somewhere writable and resume the copy.",
+            ) from exc
+        os.close(fd)
+        os.unlink(name)
+
+
 def _existing_run(path: Path) -> RunFolder:
     run = RunFolder(path)
     if not path.is_dir():
@@ -498,9 +530,6 @@ def _supervise_worker(
     The loop's bookkeeping goes to a private temporary folder (deleted at the end); this
     worker's log is its standard output, which ``mxtrain launch`` keeps per rank.
     """
-    import shutil
-    import tempfile
-
     scratch = Path(tempfile.mkdtemp(prefix=f"mxtrain-rank{setup.rank}-"))
     log.info("worker rank %d: rank 0 writes the run folder %s", setup.rank, run_path)
     try:

@@ -25,9 +25,10 @@ likely tokens after the whole line. Blank lines get a record with null values.""
 )
 @click.option(
     "--checkpoint",
-    metavar="RUN[:EPOCH]",
+    metavar="RUN[:EPOCH|:best|:latest|:TAG]",
     required=True,
-    help="Run folder written by `mxtrain fit`, optionally with the epoch (default: newest).",
+    help="Run folder written by `mxtrain fit`, optionally with the checkpoint: an epoch "
+    "end, best, latest or a tag such as e0002-b000020 (default: the newest valid one).",
 )
 @click.option(
     "--input",
@@ -53,7 +54,9 @@ likely tokens after the whole line. Blank lines get a record with null values.""
     help="jsonl: one JSON object per line; csv: a header and one row per line; npy: a NumPy "
     "structured array.",
 )
-@click.option("--epoch", type=int, default=None, help="Checkpoint epoch (instead of RUN:EPOCH).")
+@click.option(
+    "--epoch", type=int, default=None, help="The end of this epoch (instead of RUN:EPOCH)."
+)
 @click.option(
     "--batch-size", type=click.IntRange(min=1), default=None, help="Inputs (rows) per batch."
 )
@@ -111,7 +114,9 @@ def predict_command(
         click.echo(
             f"wrote {summary.lines:,} records ({summary.empty:,} blank lines) to "
             f"{summary.output}: {summary.tokens:,} tokens, perplexity "
-            f"{summary.perplexity:.2f} (epoch {summary.epoch})"
+            f"{summary.perplexity:.2f} (checkpoint {summary.checkpoint})"
         )
     else:
-        click.echo(f"wrote {summary.lines:,} records to {summary.output} (epoch {summary.epoch})")
+        click.echo(
+            f"wrote {summary.lines:,} records to {summary.output} (checkpoint {summary.checkpoint})"
+        )

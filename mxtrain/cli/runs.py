@@ -42,7 +42,8 @@ def runs_command(folder: str, as_json: bool) -> None:
         best = "-"
         if run.best is not None:
             best = f"{run.best.split} {run.best.metric} {format_value(run.best.value)}"
-            best += f" (epoch {run.best.epoch})"
+            best += f" (epoch {run.best.epoch}"
+            best += f", {run.best.checkpoint})" if run.best.checkpoint else ")"
         status = run.status
         if run.stop_reason and run.status == "finished":
             status += f" ({run.stop_reason})"

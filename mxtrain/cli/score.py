@@ -14,13 +14,19 @@ from mxtrain.cli.options import set_option
     "score",
     epilog="""\b
 Examples:
-  mxtrain score runs/ptb_lstm                  # newest checkpoint on data.eval
+  mxtrain score runs/ptb_lstm                  # newest valid checkpoint on data.eval
+  mxtrain score runs/ptb_lstm:best             # the best one (checkpoint.best_metric)
+  mxtrain score runs/ptb_lstm:e0002-b000020    # a mid-epoch checkpoint by its tag
   mxtrain score runs/ptb_lstm:3 --data test.txt --batch-size 64
   mxtrain score runs/ptb_lstm --set context.devices=gpu --set context.ids=[0,1] --json""",
 )
-@click.argument("checkpoint", metavar="RUN[:EPOCH]")
+@click.argument("checkpoint", metavar="RUN[:EPOCH|:best|:latest|:TAG]")
 @click.option(
-    "--epoch", type=int, default=None, help="Checkpoint epoch (default: the newest one saved)."
+    "--epoch",
+    type=int,
+    default=None,
+    help="The checkpoint at the end of this epoch (default: the newest valid checkpoint, "
+    "mid-epoch ones included).",
 )
 @click.option(
     "--data",
@@ -42,11 +48,13 @@ def score_command(
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Score the checkpoint RUN[:EPOCH] with the run's fit.metrics.
+    """Score a checkpoint of RUN with the run's fit.metrics.
 
-    Needs only the run folder `mxtrain fit` wrote (config.yaml, vocab.json, params). On
-    data.eval the result equals the eval value fit logged for that epoch. Prints a table
-    and one JSON line {"run", "epoch", "data", "metrics"}.
+    RUN alone (or RUN:latest) is the newest checkpoint whose files verify, mid-epoch ones
+    included; RUN:EPOCH the end of that epoch, RUN:best the best one recorded, RUN:TAG one
+    checkpoint (tags: `mxtrain show RUN`). Needs only the run folder `mxtrain fit` wrote. On
+    data.eval the result equals the eval value fit logged for that checkpoint. Prints a
+    table and one JSON line {"run", "epoch", "batch", "checkpoint", "data", "metrics"}.
     """
     from rich.console import Console
     from rich.table import Table
@@ -66,7 +74,9 @@ def score_command(
     finally:
         reporter.close()
     if not as_json:
-        click.echo(f"{report.run} epoch {report.epoch} on {report.data}")
+        click.echo(
+            f"{report.run} epoch {report.epoch} on {report.data} (checkpoint {report.checkpoint})"
+        )
         table = Table()
         table.add_column("metric")
         table.add_column("value", justify="right")

@@ -44,8 +44,9 @@ Examples:
 @handle_errors
 def show_command(run: str, full_config: bool, as_json: bool) -> None:
     """Show RUN (a run folder, or a run name under ./runs): status, a config summary,
-    its checkpoints (epoch, batch, size, the best one marked), the train and eval metrics
-    of every epoch and a sparkline of the main eval metric."""
+    its checkpoints (epoch, batch, size; marked: latest, the newest valid one that score and
+    predict load by default; best, what RUN:best loads; and why any is unusable), the
+    train and eval metrics of every epoch and a sparkline of the main eval metric."""
     from mxtrain.history import load_run, resolve_run
 
     details = load_run(resolve_run(run))
@@ -160,10 +161,17 @@ def _print_checkpoints(details: Any) -> None:
                 str(ckpt.epoch),
                 str(ckpt.batch),
                 format_size(ckpt.size_bytes),
-                "best" if ckpt.best else "",
+                _marks(ckpt),
             )
         )
     _table(rows)
+
+
+def _marks(ckpt: Any) -> str:
+    marks = [name for name, on in (("latest", ckpt.latest), ("best", ckpt.best)) if on]
+    if ckpt.problem:
+        marks.append(f"not usable: {ckpt.problem}")
+    return ", ".join(marks)
 
 
 def _print_epochs(details: Any) -> None:
@@ -206,7 +214,8 @@ def _print_epochs(details: Any) -> None:
     line += format_value(present[-1])
     best = details.summary.best
     if best is not None:
-        line += f"  (best {format_value(best.value)} at epoch {best.epoch})"
+        line += f"  (best {format_value(best.value)} at epoch {best.epoch}"
+        line += f", checkpoint {best.checkpoint})" if best.checkpoint else ")"
     click.echo("")
     click.echo(line)
 

@@ -136,16 +136,45 @@ class Position:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Position:
+    def from_json(cls, data: Any) -> Position:
+        """The position saved by :meth:`to_json`; ValueError naming the field when a value
+        is missing, of the wrong type or negative (a checkpoint must not resume from there)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"the position is {type(data).__name__}, not a mapping")
+
+        def count(key: str, default: int | None = None) -> int:
+            value = data.get(key, default)
+            if type(value) is not int or value < 0:
+                raise ValueError(f"{key} is {value!r}, not a non-negative integer")
+            return value
+
+        seconds = data.get("seconds", 0.0)
+        if type(seconds) not in (int, float) or not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"seconds is {seconds!r}, not a non-negative number")
+        totals = data.get("totals")
+        if not isinstance(totals, list) or not all(type(t) is int and t >= 0 for t in totals):
+            raise ValueError(f"totals is {totals!r}, not a list of non-negative integers")
+        epoch_seconds = data.get("epoch_seconds")
+        if epoch_seconds is not None and (
+            type(epoch_seconds) not in (int, float)
+            or not math.isfinite(epoch_seconds)
+            or epoch_seconds < 0
+        ):
+            raise ValueError(f"epoch_seconds is {epoch_seconds!r}, not a non-negative number")
+        metrics, early = data.get("metrics"), data.get("early_stopping")
+        if not isinstance(metrics, dict):
+            raise ValueError(f"metrics is {metrics!r}, not a mapping")
+        if early is not None and not isinstance(early, dict):
+            raise ValueError(f"early_stopping is {early!r}, not a mapping")
         return cls(
-            int(data["epoch"]),
-            int(data["batch"]),
-            data["metrics"],
-            list(data["totals"]),
-            int(data.get("updates", 0)),
-            float(data.get("seconds", 0.0)),
-            data.get("early_stopping"),
-            None if data.get("epoch_seconds") is None else float(data["epoch_seconds"]),
+            count("epoch"),
+            count("batch"),
+            metrics,
+            list(totals),
+            count("updates", 0),
+            float(seconds),
+            early,
+            None if epoch_seconds is None else float(epoch_seconds),
         )
 
 

@@ -358,8 +358,11 @@ def test_incomplete_run_folders(trained: Path, tmp_path: Path) -> None:
     shutil.copy(trained / "run.json", no_params / "run.json")
     with pytest.raises(RunFolderError, match=r"no checkpoint.*model-NNNN\.params"):
         score_run(no_params)
+    # a run folder without checkpoint folders (older runs) reads the top-level params file,
+    # which has no checksum: a damaged one is still an error that names it
     broken = tmp_path / "broken"
     shutil.copytree(trained, broken)
+    shutil.rmtree(broken / "checkpoints")
     params = broken / "model-0002.params"
     params.write_bytes(params.read_bytes()[:100])
     code, _, err = invoke("score", broken)
@@ -380,8 +383,12 @@ def test_parse_checkpoint_ref(tmp_path: Path) -> None:
     odd = tmp_path / "a:b"
     odd.mkdir()
     assert parse_checkpoint_ref(str(odd)) == (odd, None)  # an existing path is taken whole
-    with pytest.raises(ConfigError):
-        parse_checkpoint_ref("runs/x:best")
+    assert parse_checkpoint_ref("runs/x:best") == (Path("runs/x"), "best")
+    assert parse_checkpoint_ref("runs/x:latest") == (Path("runs/x"), "latest")
+    assert parse_checkpoint_ref("runs/x:e0002-b000020") == (Path("runs/x"), "e0002-b000020")
+    for wrong in ("runs/x:bestest", "runs/x:e2-b20", "runs/x:-1"):
+        with pytest.raises(ConfigError, match="not an epoch number, 'best', 'latest'"):
+            parse_checkpoint_ref(wrong)
     with pytest.raises(ConfigError):
         parse_checkpoint_ref("")
 

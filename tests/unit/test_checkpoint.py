@@ -18,6 +18,7 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 import pytest
+from checkpoint_helpers import reseal, reseal_position
 
 from mxtrain import checkpoint
 from mxtrain.checkpoint import (
@@ -315,15 +316,6 @@ def test_leftovers_of_live_processes_are_left_alone(run: RunFolder) -> None:
 # ----------------------------------------------------------------------------- corruption
 
 
-def reseal(ckpt: Checkpoint, name: str, data: bytes) -> None:
-    """Replace a file and update the manifest consistently (a well-formed but wrong file)."""
-    (ckpt.path / name).write_bytes(data)
-    manifest = json.loads((ckpt.path / "manifest.json").read_text())
-    del manifest["manifest_sha256"]
-    manifest["files"][name] = checkpoint._digest(ckpt.path / name)
-    (ckpt.path / "manifest.json").write_bytes(checkpoint._seal(manifest))
-
-
 def truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-10])
 
@@ -366,14 +358,14 @@ def test_corruption_is_named(run: RunFolder, case: str) -> None:
 
 def test_well_sealed_but_malformed_files_are_named(run: RunFolder) -> None:
     ckpt = save(run, train(new_module(), 1), 1)
-    reseal(ckpt, "state.json", b"not json at all")
+    reseal(ckpt.path, "state.json", b"not json at all")
     with pytest.raises(CheckpointError, match=r"state.json is not valid JSON"):
         verify_checkpoint(ckpt)
-    reseal(ckpt, "state.json", b"[1, 2]")
+    reseal(ckpt.path, "state.json", b"[1, 2]")
     with pytest.raises(CheckpointError, match=r"state.json does not hold a training state"):
         verify_checkpoint(ckpt)
-    reseal(ckpt, "state.json", b'{"state": {}}')
-    reseal(ckpt, "params.nd", b"\x00" * 40)
+    reseal(ckpt.path, "state.json", b'{"state": {}}')
+    reseal(ckpt.path, "params.nd", b"\x00" * 40)
     with pytest.raises(CheckpointError, match=r"params.nd cannot be read by MXNet"):
         load_checkpoint(ckpt)
 
@@ -452,3 +444,86 @@ def test_prune_keeps_the_newest_and_the_protected(run: RunFolder) -> None:
         prune_checkpoints(run, prefix=PREFIX, keep_last=0)
     shutil.rmtree(checkpoint.checkpoints_dir(run))
     assert list_checkpoints(run) == []
+
+
+# ----------------------------------------------------------------------------- choosing
+
+
+def positioned(epoch: int, batch: int) -> dict[str, Any]:
+    return {"position": {"epoch": epoch, "batch": batch}}
+
+
+def test_find_by_tag_best_and_latest(run: RunFolder) -> None:
+    mod = new_module()
+    for epoch, batch in ((1, 0), (1, 5), (2, 0), (2, 5)):
+        save(run, train(mod, 1), epoch, batch, state=positioned(epoch, batch))
+    root = checkpoint.checkpoints_dir(run)
+    assert find_checkpoint(run, tag="latest")[0].tag == "e0002-b000005"
+    assert find_checkpoint(run, tag="e0001-b000005") == (list_checkpoints(run)[1], [])
+    with pytest.raises(CheckpointError, match="records no best checkpoint") as err:
+        find_checkpoint(run, tag="best")
+    assert "checkpoint.best_metric" in (err.value.hint or "")
+    (root / "best").write_text("e0001-b000000\n")
+    assert find_checkpoint(run, tag="best")[0].tag == "e0001-b000000"
+    with pytest.raises(CheckpointError, match="no checkpoint e0009-b000000") as err:
+        find_checkpoint(run, tag="e0009-b000000")
+    assert "e0001-b000000, e0001-b000005, e0002-b000000, e0002-b000005" in (err.value.hint or "")
+
+    # a damaged newest one is skipped by default, but one asked for by name is an error
+    flip_byte(root / "e0002-b000005" / "params.nd")
+    found, skipped = find_checkpoint(run)
+    assert found.tag == "e0002-b000000" and [c.tag for c, _ in skipped] == ["e0002-b000005"]
+    with pytest.raises(CheckpointError, match=r"e0002-b000005/params.nd is corrupted") as err:
+        find_checkpoint(run, tag="e0002-b000005")
+    assert err.value.exit_code == ExitCode.DATA and "RUN:latest" in (err.value.hint or "")
+    flip_byte(root / "e0001-b000000" / "params.nd")
+    with pytest.raises(CheckpointError, match=r"e0001-b000000/params.nd is corrupted"):
+        find_checkpoint(run, tag="best")
+
+
+POSITIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "negative epoch": (lambda p: p.update(epoch=-1), r"epoch -1, not a non-negative integer"),
+    "huge batch": (lambda p: p.update(batch=10**12), r"batch 1000000000000, which is not"),
+    "epoch text": (lambda p: p.update(epoch="abc"), r"epoch 'abc', not a non-negative"),
+    "float batch": (lambda p: p.update(batch=5.0), r"batch 5.0, not a non-negative"),
+    "other epoch": (lambda p: p.update(epoch=1), r"epoch 1, batch 5, which is not the"),
+    "no mapping": (lambda p: p.clear(), r"epoch None, not a non-negative"),
+}
+
+
+@pytest.mark.parametrize("case", list(POSITIONS))
+def test_a_sealed_state_with_an_impossible_position_is_unusable(run: RunFolder, case: str) -> None:
+    change, message = POSITIONS[case]
+    mod = new_module()
+    save(run, train(mod, 1), 2, 0, state=positioned(2, 0))
+    bad = save(run, train(mod, 1), 2, 5, state=positioned(2, 5))
+    reseal_position(bad.path, change)
+    with pytest.raises(CheckpointError, match=message) as err:
+        verify_checkpoint(bad)
+    assert str(bad.path / "state.json") in str(err.value)
+    found, skipped = find_checkpoint(run)
+    assert found.tag == "e0002-b000000" and [c.tag for c, _ in skipped] == [bad.tag]
+
+
+def test_find_and_load_skips_what_mxnet_cannot_read(run: RunFolder) -> None:
+    mod = new_module()
+    save(run, train(mod, 1), 1, 0, state=positioned(1, 0))
+    newest = save(run, train(mod, 1), 1, 5, state=positioned(1, 5))
+    reseal(newest.path, "optimizer.nd", b"\x00" * 64)  # verifies, but is no NDArray file
+    verify_checkpoint(newest)
+    loaded, skipped = checkpoint.find_and_load(run)
+    assert loaded.checkpoint.tag == "e0001-b000000"
+    assert [(c.tag, r.split(" ")[0]) for c, r in skipped] == [("e0001-b000005", "optimizer.nd")]
+    assert "cannot be read by MXNet" in skipped[0][1]
+    # without the optimizer state (inference), that file is not needed
+    loaded, skipped = checkpoint.find_and_load(run, optimizer=False)
+    assert loaded.checkpoint.tag == "e0001-b000005" and skipped == []
+    assert loaded.optimizer_arrays == {} and loaded.optimizer_meta is None
+
+    def refuse(_: Any) -> None:
+        raise ValueError("totals is None")
+
+    with pytest.raises(CheckpointError, match="has no valid checkpoint") as err:
+        checkpoint.find_and_load(run, accept=refuse)
+    assert "impossible training state (totals is None)" in str(err.value)
+    assert "falls back" not in str(err.value) + (err.value.hint or "")
