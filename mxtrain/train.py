@@ -400,8 +400,8 @@ def _prepare(
     import mxnet as mx
 
     from mxtrain import distributed
-    from mxtrain.engine.bucketing import BucketingModule
-    from mxtrain.experiment import build_data_iter, build_sym_gen
+    from mxtrain.engine.bucketing import BucketingModule, FixedParamPatternError
+    from mxtrain.experiment import build_data_iter, build_sym_gen, model_build_error
     from mxtrain.optim import build_initializer, optimizer_arguments
 
     if config.logging.tensorboard:  # before anything is written: a missing extra says so
@@ -468,8 +468,11 @@ def _prepare(
             for_training=True,
             grad_req="add" if fit_cfg.grad_accumulation > 1 else "write",
         )
-    except ValueError as exc:  # e.g. a fixed_params pattern that matches nothing
-        raise ConfigError(f"{config.source}: fit.fixed_params: {exc}") from exc
+    except FixedParamPatternError as exc:
+        key = "fit.fixed_params_exclude" if exc.excluded else "fit.fixed_params"
+        raise ConfigError(f"{config.source}: {key}: {exc}") from exc
+    except (ValueError, RuntimeError) as exc:  # the model does not fit the data (MXNetError)
+        raise model_build_error(config, train_iter, "data.train", exc) from exc
     module.init_params(build_initializer(config.initializer))
     if restore is not None:
         from mxtrain import checkpoint
