@@ -38,6 +38,7 @@ from mxtrain.config import Config, load_config
 from mxtrain.data.base import TASK_LM, TASK_TAG, DataContext
 from mxtrain.errors import ConfigError, DataError, RunFolderError
 from mxtrain.output_file import check_output, resolve_output, write_atomically, write_output
+from mxtrain.plugin_files import uses_kept_plugins
 from mxtrain.rundir import CONFIG_FILE, RunFolder
 
 log = logging.getLogger("mxtrain")
@@ -392,6 +393,7 @@ def _load_params(opened: OpenedRun, overrides: Sequence[str]) -> None:
     module.set_params(args, auxs)
 
 
+@uses_kept_plugins
 def open_run(
     ref: str | os.PathLike[str],
     *,
@@ -505,6 +507,7 @@ class ScoreReport:
         }
 
 
+@uses_kept_plugins
 def score_checkpoint(
     ref: str | os.PathLike[str],
     *,
@@ -911,6 +914,7 @@ def _writer(predictions: Predictions, fmt: str) -> Callable[[IO[bytes]], None]:
     return npy
 
 
+@uses_kept_plugins
 def predict_run(
     ref: str | os.PathLike[str],
     input: str | os.PathLike[str],

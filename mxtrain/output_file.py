@@ -167,6 +167,11 @@ def _write_error(path: Path, exc: OSError) -> DataError:
             f"The output {path} cannot be written: creating files in {where} fails ({reason}).",
             hint="Choose an --output in a folder you can write to.",
         )
+    if exc.errno == errno.EPIPE:
+        return DataError(
+            f"The reader of {path} stopped reading before every record was written (broken pipe).",
+            hint="Let the reading command read all of the output, or write it to a file.",
+        )
     if is_stream(path):
         outcome = "what reached it is incomplete; the device or pipe itself is left as it was"
     else:

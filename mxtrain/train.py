@@ -23,6 +23,7 @@ from mxtrain.config.resume_policy import diff_configs
 from mxtrain.data.base import DataContext
 from mxtrain.distributed import build_contexts, configure_threads, is_distributed
 from mxtrain.errors import ConfigError, MxtrainError, PreemptedError, RunFolderError
+from mxtrain.plugin_files import keep_plugin_files, uses_kept_plugins
 from mxtrain.reporting import Reporter
 from mxtrain.rundir import (
     MetricsLog,
@@ -100,6 +101,7 @@ def fit_experiment(
         environment=environment,
     )
     atomic_write_text(run.config_file, dump_config(config))
+    keep_plugin_files(config, run.path)  # resume, score and predict import these copies
     vocab = getattr(setup.train_iter, "vocab", None)
     if vocab is not None:
         vocab.save(run.vocab_file)
@@ -114,6 +116,7 @@ def fit_experiment(
     return _supervise(config, setup, run, reporter, resume_state=None)
 
 
+@uses_kept_plugins
 def resume_experiment(
     run_path: str | Path,
     *,
