@@ -126,6 +126,23 @@ def test_dev_stdout_gets_the_records_in_a_pipe_and_a_redirect(trained: Path, tmp
     assert redirected.stat().st_ino == inode
 
 
+def test_a_fifo_is_written_directly_without_force(trained: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "records.fifo"
+    os.mkfifo(fifo)
+    # A non-blocking reader opened first: predict's open for writing does not wait, and the
+    # test cannot hang if predict fails before opening the FIFO.
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        code, output = predict(trained, fifo)
+        assert code == 0, output
+        records = os.read(reader, 1 << 16).decode().splitlines()
+    finally:
+        os.close(reader)
+    assert len(records) == 5 and records[0].startswith('{"line": 1,')
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["records.fifo"]
+
+
 def test_symlinked_output_replaces_its_target(trained: Path, tmp_path: Path) -> None:
     target = tmp_path / "target.jsonl"
     link = tmp_path / "latest.jsonl"
