@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mxtrain.data.base import DataContext, DataInfo
 from mxtrain.errors import ConfigError, DataError
-from mxtrain.registry import ITERATORS, METRICS, MODELS, Entry
+from mxtrain.registry import ITERATORS, METRICS, MODELS, Entry, is_plugin_reference
 
 
 def _call_factory(entry: Entry, options: Any, first: Any, where: str) -> Any:
@@ -53,6 +54,73 @@ def build_sym_gen(section: Any, data_info: DataInfo, base_dir: Path) -> Callable
             "(symbol, data_names, label_names).",
         )
     return sym_gen
+
+
+def _model_label(model_section: Any, base_dir: Path) -> str:
+    """``model 'lenet'`` or ``model 'x.py:f' (plugin file /abs/x.py)``."""
+    name = model_section.name
+    module_part = name.rpartition(":")[0]
+    if module_part.endswith(".py"):
+        path = Path(module_part).expanduser()
+        return f"model {name!r} (plugin file {path if path.is_absolute() else base_dir / path})"
+    if is_plugin_reference(name):
+        return f"model {name!r} (plugin module {module_part})"
+    return f"model {name!r}"
+
+
+def _bind_reason(exc: BaseException) -> str:
+    """What an MXNet bind error says failed: "operator pool2: kernel size (2) exceeds input".
+
+    simple_bind's message lists every argument shape and then MXNet's check, prefixed with
+    a timestamp, the C++ source line and the failed expression; only the operator and the
+    check's own words are kept.
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in lines:
+        operator = re.search(r"Error in operator (\S+):", line)
+        _, failed, check = line.partition("Check failed: ")
+        if failed:
+            words = check.partition(": ")[2] or check
+            return f"operator {operator.group(1)}: {words}" if operator else words
+    return lines[0].removeprefix("MXNetError: ") if lines else type(exc).__name__
+
+
+def _descs(descs: Any) -> str:
+    return ", ".join(f"{d.name} {tuple(d.shape)}" for d in descs or []) or "none"
+
+
+def model_build_error(
+    config: Any, data_iter: Any, data_where: str, exc: BaseException
+) -> ConfigError:
+    """A ConfigError for a model that cannot be built or bound for ``data_iter``'s batches.
+
+    Names the model section (and plugin file), the data section with its iterator, and the
+    data and label names and shapes the iterator provides, so that a plugin whose input names
+    differ from the iterator's, or a model whose layers do not fit the data shape, is named
+    as such (and not as some unrelated config key).
+    """
+    model = _model_label(config.model, config.base_dir)
+    reason = _bind_reason(exc)
+    given = (
+        f"{data_where} ({_descs(data_iter.provide_data)}; labels "
+        f"{_descs(getattr(data_iter, 'provide_label', None))})"
+    )
+    if "data names" in reason or "data shapes" in reason or "labels" in reason:
+        hint = (
+            "The model's sym_gen must return the iterator's data and label names as its "
+            "data_names and label_names and use them as its input Variables; rename them in "
+            "the model or set data_name / label_name in the data section."
+        )
+    else:
+        hint = (
+            "The model's layers do not fit this data shape: change the model section's options "
+            "or give data of a shape the model accepts."
+        )
+    return ConfigError(
+        f"{config.source}: model: the {model} cannot be built for the batches of {given}: "
+        f"{reason}.",
+        hint=hint,
+    )
 
 
 def build_metric(name: str, data_info: DataInfo, base_dir: Path) -> Any:

@@ -37,6 +37,8 @@ import numpy as np
 from mxtrain.config import Config, load_config
 from mxtrain.data.base import TASK_LM, TASK_TAG, DataContext
 from mxtrain.errors import ConfigError, DataError, RunFolderError
+from mxtrain.output_file import check_output, resolve_output, write_atomically, write_output
+from mxtrain.plugin_files import uses_kept_plugins
 from mxtrain.rundir import CONFIG_FILE, RunFolder
 
 log = logging.getLogger("mxtrain")
@@ -482,6 +484,7 @@ def _load_params(opened: OpenedRun, overrides: Sequence[str]) -> None:
     module.set_params(args, auxs)
 
 
+@uses_kept_plugins
 def open_run(
     ref: str | os.PathLike[str],
     *,
@@ -528,7 +531,7 @@ def open_run(
             chosen.describe(),
         )
     from mxtrain.engine.bucketing import BucketingModule
-    from mxtrain.experiment import build_data_iter, build_sym_gen
+    from mxtrain.experiment import build_data_iter, build_sym_gen, model_build_error
 
     section, where = _data_section(config, role, data_file, batch_size)
     context = DataContext(
@@ -557,8 +560,8 @@ def open_run(
         )
         # The language model's loss layer takes labels, so they are bound too.
         module.bind(data_iter.provide_data, data_iter.provide_label, for_training=False)
-    except ValueError as exc:
-        raise ConfigError(f"{config.source}: cannot build the model for inference: {exc}") from exc
+    except (ValueError, RuntimeError) as exc:  # the model does not fit the data (MXNetError)
+        raise model_build_error(config, data_iter, where, exc) from exc
     opened = OpenedRun(
         run, chosen.epoch, chosen.params_file, config, data_iter, module, str(source), chosen
     )
@@ -604,6 +607,7 @@ class ScoreReport:
         }
 
 
+@uses_kept_plugins
 def score_checkpoint(
     ref: str | os.PathLike[str],
     *,
@@ -981,41 +985,6 @@ _PREDICTORS["classify"] = _predict_classes
 _PREDICTORS["regress"] = _predict_values
 
 
-def _check_output(output: Path, force: bool) -> None:
-    if output.is_dir():
-        raise ConfigError(
-            f"The output {output} is a folder.", hint="Give a file name, e.g. predictions.jsonl."
-        )
-    if output.exists() and not force:
-        raise ConfigError(
-            f"The output file {output} already exists; mxtrain predict does not overwrite files.",
-            hint="Pass --force to replace it, or choose another --output.",
-        )
-    if not output.parent.is_dir():
-        raise ConfigError(
-            f"The folder of the output file {output} does not exist.",
-            hint=f"Create it first (mkdir -p {output.parent}) or choose another --output.",
-        )
-
-
-def write_atomically(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Call ``write(handle)`` on a temporary file beside ``path``, then rename it to ``path``.
-
-    A crash or error leaves no file under ``path`` (and removes the temporary one), and an
-    existing ``path`` is replaced only once the new file is complete.
-    """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _writer(predictions: Predictions, fmt: str) -> Callable[[IO[bytes]], None]:
     def text(fill: Callable[[IO[str]], None]) -> Callable[[IO[bytes]], None]:
         def write(handle: IO[bytes]) -> None:
@@ -1049,6 +1018,7 @@ def _writer(predictions: Predictions, fmt: str) -> Callable[[IO[bytes]], None]:
     return npy
 
 
+@uses_kept_plugins
 def predict_run(
     ref: str | os.PathLike[str],
     input: str | os.PathLike[str],
@@ -1093,7 +1063,9 @@ def predict_run(
     and ``perplexity`` float64 (NaN for null), and with ``top_k``: ``next_id`` int64 [k] (-1
     for null), ``next_prob`` float32 [k], ``next_token`` str [k]; ``np.load`` reads it without
     ``allow_pickle``). The file is written under a temporary name and renamed when complete;
-    an existing ``output`` is an error unless ``force``.
+    an existing ``output`` is an error unless ``force``. A symbolic link is followed (its
+    target is replaced); a character device or pipe (``/dev/stdout``) is written directly and
+    never replaced (see :mod:`mxtrain.output_file`).
     """
     started = time.perf_counter()
     if fmt not in FORMATS:
@@ -1102,8 +1074,8 @@ def predict_run(
         )
     if top_k < 0:
         raise ConfigError(f"--top-k must be 0 or more, got {top_k}.")
-    out_path = Path(output).expanduser().absolute()
-    _check_output(out_path, force)
+    out_path = resolve_output(Path(output).expanduser().absolute())
+    check_output(out_path, force)
     in_path = _input_file(input, "input file")
     opened = open_run(
         ref,
@@ -1124,8 +1096,8 @@ def predict_run(
             "score` works for any model.",
         )
     predictions = predictor(opened, top_k)
-    _check_output(out_path, force)  # again: the file may have appeared meanwhile
-    write_atomically(out_path, _writer(predictions, fmt))
+    check_output(out_path, force)  # again: the file may have appeared meanwhile
+    write_output(out_path, _writer(predictions, fmt))
     summary = _summarize(predictions, opened, in_path, out_path, fmt, started)
     log.info(
         "wrote %d records (%d empty lines) to %s in %.1fs",

@@ -8,18 +8,45 @@ listing or validating them never imports MXNet.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mxtrain.errors import ConfigError
+
+# Plugin files whose imports go to another file: the copies a run folder keeps of the files
+# it was trained with (absolute original path -> kept copy; see mxtrain.plugin_files).
+_redirected_files: dict[str, Path] = {}
+
+
+@contextlib.contextmanager
+def redirected_plugin_files(redirects: Mapping[str, Path]) -> Iterator[None]:
+    """Within the block, a ``file.py:attr`` plugin whose absolute path is a key of
+    ``redirects`` is imported from the file it maps to (nested blocks add to outer ones)."""
+    saved = dict(_redirected_files)
+    _redirected_files.update(redirects)
+    try:
+        yield
+    finally:
+        _redirected_files.clear()
+        _redirected_files.update(saved)
+
+
+def plugin_file_path(module_part: str, base_dir: Path | None) -> Path:
+    """The file a ``file.py`` plugin reference names: absolute, or under ``base_dir``."""
+    path = Path(module_part).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    return Path(os.path.abspath(path))
 
 
 def _import_target(target: str, base_dir: Path | None, what: str) -> Any:
@@ -31,9 +58,8 @@ def _import_target(target: str, base_dir: Path | None, what: str) -> Any:
             hint="Write it as 'package.module:attr' or 'path/to/file.py:attr'.",
         )
     if module_part.endswith(".py"):
-        path = Path(module_part).expanduser()
-        if not path.is_absolute() and base_dir is not None:
-            path = base_dir / path
+        path = plugin_file_path(module_part, base_dir)
+        path = _redirected_files.get(str(path), path)
         if not path.is_file():
             raise ConfigError(
                 f"{what} {target!r}: the file {path} does not exist.",

@@ -26,6 +26,7 @@ from mxtrain.config.resume_policy import diff_configs
 from mxtrain.data.base import DataContext
 from mxtrain.distributed import build_contexts, configure_threads, is_distributed
 from mxtrain.errors import ConfigError, MxtrainError, PreemptedError, RunFolderError
+from mxtrain.plugin_files import keep_plugin_files, uses_kept_plugins
 from mxtrain.reporting import Reporter
 from mxtrain.rundir import (
     MetricsLog,
@@ -133,6 +134,7 @@ def _write_first_files(
         environment=environment,
     )
     atomic_write_text(run.config_file, dump_config(config))
+    keep_plugin_files(config, run.path)  # resume, score and predict import these copies
     vocab = getattr(setup.train_iter, "vocab", None)
     if vocab is not None:
         vocab.save(run.vocab_file)
@@ -145,6 +147,7 @@ def _write_first_files(
     return environment
 
 
+@uses_kept_plugins
 def resume_experiment(
     run_path: str | Path,
     *,
@@ -573,8 +576,8 @@ def _prepare(
     import mxnet as mx
 
     from mxtrain import distributed
-    from mxtrain.engine.bucketing import BucketingModule
-    from mxtrain.experiment import build_data_iter, build_sym_gen
+    from mxtrain.engine.bucketing import BucketingModule, FixedParamPatternError
+    from mxtrain.experiment import build_data_iter, build_sym_gen, model_build_error
     from mxtrain.optim import build_initializer, optimizer_arguments
 
     if config.logging.tensorboard:  # before anything is written: a missing extra says so
@@ -641,8 +644,11 @@ def _prepare(
             for_training=True,
             grad_req="add" if fit_cfg.grad_accumulation > 1 else "write",
         )
-    except ValueError as exc:  # e.g. a fixed_params pattern that matches nothing
-        raise ConfigError(f"{config.source}: fit.fixed_params: {exc}") from exc
+    except FixedParamPatternError as exc:
+        key = "fit.fixed_params_exclude" if exc.excluded else "fit.fixed_params"
+        raise ConfigError(f"{config.source}: {key}: {exc}") from exc
+    except (ValueError, RuntimeError) as exc:  # the model does not fit the data (MXNetError)
+        raise model_build_error(config, train_iter, "data.train", exc) from exc
     module.init_params(build_initializer(config.initializer))
     if restore is not None:
         from mxtrain import checkpoint

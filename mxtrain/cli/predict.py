@@ -43,7 +43,8 @@ likely tokens after the whole line. Blank lines get a record with null values.""
     "output_file",
     metavar="FILE",
     required=True,
-    help="Where to write the records (never overwritten without --force).",
+    help="Where to write the records (never overwritten without --force; /dev/stdout "
+    "or a pipe is written directly).",
 )
 @click.option(
     "--format",
@@ -88,11 +89,13 @@ def predict_command(
     (sequences longer than every training bucket run in a bucket of their own). Language
     models give log-likelihood and perplexity per line, classifiers a label and class
     probabilities, taggers a label per token. The output is written under a temporary name
-    and renamed when complete.
+    and renamed when complete; a symbolic link's target is replaced that way; a device or
+    pipe (--output /dev/stdout) is written directly, without --force, and never replaced.
     """
     from rich.console import Console
 
     from mxtrain.inference import predict_run
+    from mxtrain.output_file import is_stream
     from mxtrain.reporting import Reporter
 
     reporter = Reporter("plain", console=Console(stderr=True))
@@ -110,13 +113,18 @@ def predict_command(
         )
     finally:
         reporter.close()
+    # With --output /dev/stdout (or another stream) the records own stdout: summary to stderr.
+    to_stderr = is_stream(summary.output)
     if summary.tokens:  # sequence models: token counts and the overall perplexity
         click.echo(
             f"wrote {summary.lines:,} records ({summary.empty:,} blank lines) to "
             f"{summary.output}: {summary.tokens:,} tokens, perplexity "
-            f"{summary.perplexity:.2f} (checkpoint {summary.checkpoint})"
+            f"{summary.perplexity:.2f} (checkpoint {summary.checkpoint})",
+            err=to_stderr,
         )
     else:
         click.echo(
-            f"wrote {summary.lines:,} records to {summary.output} (checkpoint {summary.checkpoint})"
+            f"wrote {summary.lines:,} records to {summary.output} "
+            f"(checkpoint {summary.checkpoint})",
+            err=to_stderr,
         )

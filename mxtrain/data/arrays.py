@@ -39,6 +39,8 @@ import dataclasses
 import json
 import logging
 import math
+import zipfile
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +64,9 @@ log = logging.getLogger(__name__)
 
 META_KIND = "mxtrain-rows"  # the "kind" of a vocab.json written by these iterators
 MAX_EXACT_ID = 2**24  # token ids travel as float32, exact up to here
+# What np.load and an .npz member read raise for a truncated or damaged file (a cut .npz is
+# not a zip at all: BadZipFile; a damaged member fails its CRC or does not inflate).
+_NUMPY_READ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error)
 _SHOWN_CLASSES = 10  # describe() lists per-class counts up to this many classes
 
 Where = Callable[[int], str]  # row number -> "file row 3" / "file:5" for messages
@@ -344,7 +349,7 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
     _require_file(path, what)
     try:
         loaded = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
+    except _NUMPY_READ_ERRORS as exc:
         raise _load_error(path, what, exc) from None
     if not isinstance(loaded, np.ndarray):
         loaded.close()
@@ -361,7 +366,7 @@ def _load_npz(
     _require_file(path, "data file")
     try:
         archive = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
+    except _NUMPY_READ_ERRORS as exc:
         raise _load_error(path, "data file", exc) from None
     if isinstance(archive, np.ndarray):
         raise DataError(
@@ -382,7 +387,7 @@ def _load_npz(
         try:
             data = archive[options.data_key]
             labels = archive[options.label_key] if want_labels else None
-        except (ValueError, OSError, EOFError) as exc:
+        except _NUMPY_READ_ERRORS as exc:
             raise _load_error(path, "data file", exc) from None
     where = f"{path} [{options.label_key!r}]"
     data = _numeric(data, path, f"data file [{options.data_key!r}]")

@@ -22,6 +22,7 @@ eval, score and predict reuse so that their files may use fewer features than th
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,21 @@ from mxtrain.data.arrays import (
 from mxtrain.data.base import DataContext
 from mxtrain.data.sparse_image_options import LibsvmOptions
 from mxtrain.errors import DataError
+
+# The largest feature index a file may hold: MXNet (built without large-tensor support) sizes
+# every dimension with a 32-bit integer, and Python would otherwise parse 10**30 happily.
+MAX_FEATURE_INDEX = 2**31 - 1
+# When num_features is inferred, a largest index this many times the next largest (and at least
+# STRAY_GAP columns past it) is taken for a typo: one stray "3000000:1" in a file of 100
+# features would otherwise make every dense batch (and the first weight matrix) 30,000x wider.
+STRAY_FACTOR = 10
+STRAY_GAP = 10_000
+# ...and so is an inferred width above SPARSE_WIDTH of which the file uses under 1 % of columns.
+SPARSE_WIDTH = 100_000
+SPARSE_USED_FRACTION = 0.01
+# A dense batch exists several times at once (NumPy batch, its NDArray, the bound input, the
+# prefetched next batch); refuse widths where those copies cannot fit in the available memory.
+DENSE_BATCH_COPIES = 4
 
 
 @dataclass
@@ -169,6 +185,13 @@ def _feature(token: str, path: Path, line_no: int, first: int, seen: set[int]) -
             if first
             else None,
         )
+    if index > MAX_FEATURE_INDEX:
+        raise DataError(
+            f"{path}:{line_no}: in {token!r}, the index {index} is beyond the largest supported "
+            f"feature index ({MAX_FEATURE_INDEX:,}).",
+            hint=f"Fix the index on line {line_no} (a typo?); mxtrain batches LibSVM rows densely, "
+            "so a feature count that large cannot be trained.",
+        )
     column = index - first
     if column in seen:
         raise DataError(f"{path}:{line_no}: the index {index} occurs twice on the line.")
@@ -231,6 +254,7 @@ def build_libsvm_iter(options: LibsvmOptions, context: DataContext) -> LibsvmIte
                 "be inferred.",
                 hint="Set num_features.",
             )
+        _refuse_stray_index(sparse, source, options.zero_based)
     if largest > num_features:
         bad = int(np.argmax(sparse.indices >= num_features))
         row = int(np.searchsorted(sparse.indptr, bad, side="right") - 1)
@@ -243,6 +267,7 @@ def build_libsvm_iter(options: LibsvmOptions, context: DataContext) -> LibsvmIte
             if prior is None
             else "The model was trained with fewer features; rows must use the training features.",
         )
+    _refuse_unfittable_batch(options.batch_size, num_features, source)
 
     lines = sparse.lines
     where = lambda i: f"{source}:{lines[i]}"  # noqa: E731
@@ -275,6 +300,78 @@ def build_libsvm_iter(options: LibsvmOptions, context: DataContext) -> LibsvmIte
         data_name=options.data_name,
         label_name=options.label_name,
     )
+
+
+def _line_of_column(sparse: SparseRows, column: int) -> int:
+    """The file line of the first row that lists the 0-based ``column``."""
+    position = int(np.argmax(sparse.indices == column))
+    return sparse.lines[int(np.searchsorted(sparse.indptr, position, side="right") - 1)]
+
+
+def _refuse_stray_index(sparse: SparseRows, source: str, zero_based: bool) -> None:
+    """DataError when the inferred num_features comes from an implausible (stray) index."""
+    columns = np.unique(sparse.indices)  # sorted, 0-based
+    width = int(columns[-1]) + 1
+    next_width = int(columns[-2]) + 1 if columns.size > 1 else 0
+    stray = width > STRAY_FACTOR * next_width and width - next_width > STRAY_GAP
+    sparse_use = width > SPARSE_WIDTH and columns.size < SPARSE_USED_FRACTION * width
+    if not (stray or sparse_use):
+        return
+    offset = 0 if zero_based else 1
+    index = width - 1 + offset
+    line = _line_of_column(sparse, width - 1)
+    if stray:
+        why = (
+            f"the largest feature index {index:,} is more than {STRAY_FACTOR}x the next largest "
+            f"({next_width - 1 + offset:,})"
+        )
+    else:
+        why = (
+            f"the file uses only {columns.size:,} distinct features of the {width:,} that its "
+            f"largest index ({index:,}) implies"
+        )
+    raise DataError(
+        f"{source}:{line}: {why}, so num_features inferred from it ({width:,}) looks like a "
+        f"stray index: every dense batch and the first weight matrix would be {width:,} "
+        "columns wide.",
+        hint=f"Fix the index on line {line} if it is a typo; if the data really has that many "
+        f"features, set the dimension explicitly with num_features: {width} in this data "
+        "section (e.g. --set data.train.num_features=N).",
+    )
+
+
+def _available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), else free physical pages; None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _refuse_unfittable_batch(batch_size: int, num_features: int, source: str) -> None:
+    """DataError when dense batches of this width cannot fit in the available memory."""
+    batch_bytes = batch_size * num_features * np.dtype(np.float32).itemsize
+    available = _available_memory_bytes()
+    if available is None or batch_bytes * DENSE_BATCH_COPIES <= available:
+        return
+    raise DataError(
+        f"The LibSVM data {source} is read as dense batches of {batch_size} x {num_features:,} "
+        f"float32 features: {_gib(batch_bytes)} per batch, held about {DENSE_BATCH_COPIES} "
+        f"times at once ({_gib(batch_bytes * DENSE_BATCH_COPIES)}), but only "
+        f"{_gib(available)} of memory is available.",
+        hint="Lower batch_size or num_features (check for stray feature indices).",
+    )
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:,.2f} GiB"
 
 
 class LibsvmIter(RowIter):

@@ -332,6 +332,18 @@ def _decode_state(spec: Any, arrays: Mapping[str, Any]) -> Any:
 # ----------------------------------------------------------------------------- module
 
 
+class FixedParamPatternError(ValueError):
+    """A ``fixed_param_patterns``/``fixed_param_exclude`` glob that matches no parameter.
+
+    Its own type so that callers can tell a bad pattern (a config key) from a model that does
+    not fit its data (every other ValueError of construction and binding).
+    """
+
+    def __init__(self, message: str, *, excluded: bool) -> None:
+        super().__init__(message)
+        self.excluded = excluded
+
+
 class BucketingModule:
     """Train one network unrolled at several sizes ("buckets") with shared parameters.
 
@@ -411,9 +423,10 @@ class BucketingModule:
         for kind, globs in (("fixed_param_patterns", patterns), ("fixed_param_exclude", exclude)):
             for pat in globs:
                 if not fnmatch.filter(names, pat):
-                    raise ValueError(
+                    raise FixedParamPatternError(
                         f"{kind}: pattern {pat!r} matches no parameter; parameters are: "
-                        + ", ".join(names)
+                        + ", ".join(names),
+                        excluded=kind == "fixed_param_exclude",
                     )
         return [
             n

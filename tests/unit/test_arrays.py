@@ -349,6 +349,22 @@ def test_bad_ndarray_files(tmp_path: Path) -> None:
     )
 
 
+def test_damaged_npz_archives_are_data_errors(tmp_path: Path) -> None:
+    x, y = save_blobs(tmp_path, rows=6)
+    np.savez(tmp_path / "d.npz", data=x, label=y)
+    whole = (tmp_path / "d.npz").read_bytes()
+    for cut in (4, len(whole) // 2, len(whole) - 10):  # no zip directory: BadZipFile
+        (tmp_path / "cut.npz").write_bytes(whole[:cut])
+        _raises(r"cut.npz cannot be read as a NumPy file .*truncated", tmp_path, source="cut.npz")
+    np.savez_compressed(tmp_path / "z.npz", data=np.arange(600.0).reshape(6, 100), label=y)
+    damaged = bytearray((tmp_path / "z.npz").read_bytes())
+    damaged[100:110] = bytes(10)  # inside the compressed 'data' member: CRC or inflate error
+    (tmp_path / "bad.npz").write_bytes(bytes(damaged))
+    _raises(r"bad.npz cannot be read as a NumPy file", tmp_path, source="bad.npz")
+    np.savez(tmp_path / "obj.npz", data=np.array([{"a": 1}] * 6, dtype=object), label=y)
+    _raises(r"obj.npz .*unpickle", tmp_path, source="obj.npz")
+
+
 # --- csv --------------------------------------------------------------------------------------
 
 

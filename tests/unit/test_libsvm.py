@@ -184,3 +184,46 @@ def test_read_libsvm_keeps_rows_sparse(tmp_path: Path) -> None:
     rows = read_libsvm(tmp_path / "d.svm", zero_based=False, need_label=True)
     assert rows.rows == 5 and rows.indices.size == 6 and rows.lines == [2, 3, 4, 6, 7]
     np.testing.assert_array_equal(rows.dense(np.array([4, 0]), 4), DENSE[[4, 0]])
+
+
+def _stray_file(rows: int = 200, stray_line: int | None = 120, stray: int = 3_000_000) -> str:
+    lines = [f"{i % 2} {1 + i % 40}:1 {41 + i % 60}:0.5" for i in range(rows)]
+    if stray_line is not None:
+        lines[stray_line - 1] += f" {stray}:1"
+    return "\n".join(lines) + "\n"
+
+
+def test_huge_index_is_a_data_error_naming_the_line(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"d.svm:2: in '1000000000000:1', the index 10+ is beyond"):
+        libsvm(tmp_path, text="1 1:1\n0 1000000000000:1\n")
+    with pytest.raises(DataError, match=r"d.svm:1: .* is beyond the largest supported"):
+        libsvm(tmp_path, text=f"1 {10**30}:1\n0 2:1\n", num_features=4)
+
+
+def test_inferred_width_from_a_stray_index_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(DataError) as caught:
+        libsvm(tmp_path, text=_stray_file())
+    message = str(caught.value)
+    assert "d.svm:120:" in message and "3,000,000" in message and "next largest (100)" in message
+    assert "Fix the index on line 120" in message and "num_features: 3000000" in message
+    # Setting the dimension explicitly is the documented way to accept it.
+    it = libsvm(tmp_path, text=_stray_file(rows=20, stray_line=5), num_features=3_000_000)
+    assert it.num_features == 3_000_000
+    # Two stray indices defeat the gap test but not the used-columns test.
+    text = _stray_file(stray_line=7, stray=2_500_000).replace("\n", " 3000000:1\n", 1)
+    with pytest.raises(DataError, match=r"d.svm:1: the file uses only 102 distinct features"):
+        libsvm(tmp_path, text=text)
+    # Ordinary sparse files (a wide but well-used index range) still infer their width.
+    assert libsvm(tmp_path, text=_stray_file(stray_line=None)).num_features == 100
+
+
+def test_dense_batches_that_cannot_fit_are_refused(tmp_path: Path, monkeypatch) -> None:
+    import mxtrain.data.libsvm as module
+
+    monkeypatch.setattr(module, "_available_memory_bytes", lambda: 2**30)
+    with pytest.raises(DataError) as caught:
+        libsvm(tmp_path, num_features=2_000_000, batch_size=64)
+    message = str(caught.value)
+    assert "64 x 2,000,000 float32 features: 0.48 GiB per batch" in message
+    assert "1.00 GiB of memory is available" in message and "Lower batch_size" in message
+    assert libsvm(tmp_path, num_features=2_000, batch_size=64).num_features == 2_000
