@@ -122,7 +122,8 @@ def check_output(output: Path, force: bool) -> None:
 def write_output(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """Write ``path`` with ``write(handle)``: streams directly, regular files atomically.
 
-    OS errors (no space, not writable, broken pipe) become a DataError naming ``path``.
+    OS errors (no space, not writable) become a DataError naming ``path``; a broken pipe
+    propagates, so the command exits quietly as other commands do when their reader stops.
     """
     try:
         if is_stream(path):
@@ -133,6 +134,8 @@ def write_output(path: Path, write: Callable[[IO[bytes]], None]) -> None:
                 write(handle)
         else:
             write_atomically(path, write)
+    except BrokenPipeError:
+        raise  # the reader closed the pipe (`... --output /dev/stdout | head`): not an error
     except OSError as exc:
         raise _write_error(path, exc) from None
 

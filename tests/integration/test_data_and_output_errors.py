@@ -126,6 +126,29 @@ def test_dev_stdout_gets_the_records_in_a_pipe_and_a_redirect(trained: Path, tmp
     assert redirected.stat().st_ino == inode
 
 
+def test_a_reader_that_stops_early_ends_predict_quietly(trained: Path) -> None:
+    """`predict --output /dev/stdout | head` : the closed pipe is the reader's choice (exit 141,
+    as every mxtrain command ends on a closed pipe), not an error message."""
+    argv = [sys.executable, "-m", "mxtrain", "predict", "--checkpoint", "runs/rows"]
+    argv += ["--input", "in.npy", "--output", "/dev/stdout"]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first record
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=trained,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141, proc.stderr
+    assert "error" not in proc.stderr.lower() and "Traceback" not in proc.stderr
+
+
 def test_a_fifo_is_written_directly_without_force(trained: Path, tmp_path: Path) -> None:
     fifo = tmp_path / "records.fifo"
     os.mkfifo(fifo)
