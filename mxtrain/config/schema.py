@@ -20,6 +20,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
+from mxtrain.rundir import run_name_problem
+
 
 class InvalidValue(ValueError):
     """A value a section cannot accept; ``key`` is its dotted path inside the section."""
@@ -95,16 +97,15 @@ class ExperimentSection:
     )
 
     def __post_init__(self) -> None:
-        if not self.name.strip():
-            raise InvalidValue("name", "must not be empty.")
-        if "/" in self.name or "\\" in self.name or self.name in (".", ".."):
-            raise InvalidValue(
-                "name", f"is used as a folder name and cannot contain slashes, got {self.name!r}."
-            )
+        problem = run_name_problem(self.name)
+        if problem is not None:
+            raise InvalidValue("name", problem)
         if not 0 <= self.seed < 2**31:
             raise InvalidValue("seed", f"must be between 0 and 2**31 - 1, got {self.seed}.")
         if not self.runs_dir.strip():
             raise InvalidValue("runs_dir", "must not be empty.")
+        if "\0" in self.runs_dir or any(0xD800 <= ord(c) <= 0xDFFF for c in self.runs_dir):
+            raise InvalidValue("runs_dir", f"is not a path the OS accepts, got {self.runs_dir!r}.")
 
 
 # --------------------------------------------------------------------------------------------
