@@ -620,9 +620,14 @@ class _Builder:
         raise ConfigError(f"{self.where(path)}: {_sentence(message)}", hint=hint)
 
     def unknown_key(
-        self, path: KeyPath, key: str, valid: Sequence[str], extra: str | None = None
+        self,
+        path: KeyPath,
+        key: str,
+        valid: Sequence[str],
+        extra: str | None = None,
+        synonyms: Mapping[str, str] | None = None,
     ) -> NoReturn:
-        close = _suggest(key, valid)
+        close = (synonyms or {}).get(key) or _suggest(key, valid)
         parts = []
         if close:
             parts.append(f"Did you mean {close!r}?")
@@ -756,10 +761,13 @@ class _Builder:
         path: KeyPath,
         valid: Sequence[str],
         extra_hint: Callable[[str], str | None] | None = None,
+        synonyms: Mapping[str, str] | None = None,
     ) -> None:
+        valid_set = set(valid)  # one lookup per key, whatever the number of keys
         for key in raw:
-            if key not in valid:
-                self.unknown_key(path, key, valid, extra_hint(key) if extra_hint else None)
+            if key not in valid_set:
+                extra = extra_hint(key) if extra_hint else None
+                self.unknown_key(path, key, valid, extra, synonyms)
 
     def convert(self, specs: Sequence[_FieldSpec], raw: Mapping[str, Any], path: KeyPath) -> dict:
         """Typed values of the keys present in ``raw``; complains about missing required ones."""
@@ -869,7 +877,8 @@ class _Builder:
         rest = {k: v for k, v in section.items() if k != selector}
         if options_cls is not None and dataclasses.is_dataclass(options_cls):
             specs = _field_specs(options_cls, where)
-            self.check_keys(rest, path, [selector, *(s.name for s in specs)])
+            synonyms = getattr(options_cls, "key_synonyms", None)
+            self.check_keys(rest, path, [selector, *(s.name for s in specs)], synonyms=synonyms)
             options = self.instantiate(options_cls, self.convert(specs, rest, path), path)
         else:
             try:

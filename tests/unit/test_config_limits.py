@@ -110,3 +110,42 @@ def test_malformed_plugin_reference_is_a_config_error(config: Path, name: str) -
     config.write_text(BASE.replace("name: mlp", f"name: '{name}'"), encoding="utf-8")
     code, output = check(config)
     assert code == 2 and f"{config}:" in output and "model.name" in output
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("model.hidden=[10000000000]", "model.hidden"),
+        ("model.hidden=[1048576, 1048576, 1048576]", "model.hidden"),
+    ],
+)
+def test_model_sizes_fit_would_die_on_are_refused_by_check(
+    config: Path, override: str, key: str
+) -> None:
+    code, output = check(config, override)
+    assert code == 2 and f"--set {override}" in output and key in output
+    assert "at most" in output or "parameters" in output
+    value = override.split("=", 1)[1]
+    config.write_text(BASE.replace("hidden: [64, 32]", f"hidden: {value}"), encoding="utf-8")
+    code, output = check(config)
+    assert code == 2 and f"{config}:" in output and key in output
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "{name: rnn_classifier, num_hidden: 100000000000}",
+        "{name: rnn_classifier, num_hidden: 100000, num_layers: 100}",
+        "{name: lenet, channels: [100000, 100000], kernel: 5}",
+    ],
+)
+def test_recurrent_and_conv_sizes_are_bounded(config: Path, model: str) -> None:
+    code, output = check(config, f"model={model}")
+    assert code == 2 and "--set model=" in output
+    assert "at most" in output or "parameters" in output
+
+
+def test_ndarray_label_column_suggests_label_key(config: Path) -> None:
+    code, output = check(config, "data.train.label_column=3")
+    assert code == 2 and "unknown key 'data.train.label_column'" in output
+    assert "Did you mean 'label_key'?" in output
