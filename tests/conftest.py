@@ -90,3 +90,15 @@ def tiny_config(tmp_path: Path, tiny_corpus: tuple[Path, Path]) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(textwrap.dedent(TINY_CONFIG.format(runs_dir=tmp_path / "runs")))
     return path
+
+
+@pytest.fixture(scope="session")
+def demo_blobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The classifier demo data of scripts/make_demo_data.py, generated once per session."""
+    import subprocess
+    import sys
+
+    folder = tmp_path_factory.mktemp("demo_blobs")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "make_demo_data.py"
+    subprocess.run([sys.executable, str(script), "--out", str(folder)], check=True, timeout=120)
+    return folder

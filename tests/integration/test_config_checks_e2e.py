@@ -5,8 +5,6 @@ Uses configs/ndarray_mlp.yaml on the demo blobs (scripts/make_demo_data.py), one
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,15 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "ndarray_mlp.yaml"
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("demo")
-    subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "make_demo_data.py"), "--out", str(folder)],
-        check=True,
-        capture_output=True,
-    )
-    return folder
+@pytest.fixture
+def demo(demo_blobs: Path) -> Path:
+    return demo_blobs
 
 
 def invoke(*args: object) -> tuple[int, str]:
