@@ -31,6 +31,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 import mxtrain
 from mxtrain.config.schema import (
+    COMPRESSION_HINT,
     INITIALIZERS,
     LR_REQUIRED_KEYS,
     LR_SCHEDULER_KEYS,
@@ -55,6 +56,7 @@ from mxtrain.config.schema import (
     ModelSection,
     OptimizerSection,
     ParamSpec,
+    gradient_compression_problem,
 )
 from mxtrain.errors import ConfigError
 from mxtrain.registry import ITERATORS, METRICS, MODELS, Registry
@@ -1051,7 +1053,23 @@ class _Builder:
         return fit
 
     def cross_check(self, config: Config) -> None:
-        """Rules that involve more than one section."""
+        """Rules that involve more than one section (or key); fit relies on them too."""
+        problem = gradient_compression_problem(config.kvstore.type)
+        if config.kvstore.gradient_compression is not None and problem is not None:
+            self.fail(("kvstore", "gradient_compression"), problem, hint=COMPRESSION_HINT)
+        train, evaluate = config.data.train, config.data.eval
+        if evaluate is not None and evaluate.name == train.name:
+            # e.g. bucket_sentence level/lowercase: eval text must be tokenized like train's
+            for key in getattr(type(train.options), "must_match_train", ()):
+                mine, theirs = getattr(evaluate.options, key), getattr(train.options, key)
+                if mine != theirs:
+                    self.fail(
+                        ("data", "eval", key),
+                        f"data.eval.{key} is {_show_plain(mine)} but data.train.{key} is "
+                        f"{_show_plain(theirs)}; the eval data must be read like the training "
+                        "data (it shares its vocabulary)",
+                        hint=f"Set data.eval.{key}: {_show_plain(theirs)}, as in data.train.",
+                    )
         if config.kvstore.type == "nccl" and config.context.devices != "gpu":
             self.fail(
                 ("kvstore", "type"),

@@ -307,6 +307,21 @@ class GradientCompressionSection:
         _positive("threshold", self.threshold)
 
 
+COMPRESSION_HINT = (
+    "Use kvstore.type device (several devices) or a dist_* kvstore, or remove gradient_compression."
+)
+
+
+def gradient_compression_problem(kv_type: str) -> str | None:
+    """Why kvstore ``kv_type`` cannot compress gradients, or None (checked by check and fit)."""
+    if kv_type in ("local", "nccl", "horovod"):
+        return (
+            f"kvstore.gradient_compression is not supported by kvstore.type {kv_type}: MXNet "
+            "compresses gradients only for the device and dist_* kvstores."
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class KVStoreSection:
     """How gradients from several devices or machines are combined."""

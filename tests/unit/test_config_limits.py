@@ -149,3 +149,38 @@ def test_ndarray_label_column_suggests_label_key(config: Path) -> None:
     code, output = check(config, "data.train.label_column=3")
     assert code == 2 and "unknown key 'data.train.label_column'" in output
     assert "Did you mean 'label_key'?" in output
+
+
+@pytest.mark.parametrize("key,value", [("level", "word"), ("lowercase", "true")])
+def test_eval_must_read_text_like_train(tmp_path: Path, key: str, value: str) -> None:
+    config = tmp_path / "char.yaml"
+    config.write_text(
+        (ROOT / "configs" / "ptb_char_lstm.yaml").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    code, output = check(config, f"data.eval.{key}={value}")
+    assert code == 2, output
+    assert f"--set data.eval.{key}={value}" in output and f"data.train.{key}" in output
+    text = config.read_text(encoding="utf-8")
+    eval_at = text.index("  eval:")
+    head, tail = text[:eval_at], text[eval_at:]
+    if key == "level":
+        tail = tail.replace("level: char", "level: word", 1)
+    else:
+        tail = tail.replace("  eval:\n", "  eval:\n    lowercase: true\n", 1)
+    config.write_text(head + tail, encoding="utf-8")
+    code, output = check(config)
+    assert code == 2 and f"{config}:" in output and f"data.eval.{key}" in output
+
+
+def test_gradient_compression_with_local_kvstore_is_refused_by_check(config: Path) -> None:
+    code, output = check(config, "kvstore.gradient_compression={type: 2bit}")
+    assert code == 2 and "--set kvstore.gradient_compression=" in output
+    assert "not supported by kvstore.type local" in output
+    config.write_text(
+        BASE + "kvstore:\n  type: local\n  gradient_compression: {type: 2bit}\n", encoding="utf-8"
+    )
+    code, output = check(config)
+    line = BASE.count("\n") + 3
+    assert code == 2 and f"{config}:{line}:" in output and "kvstore.gradient_compression" in output
+    code, _ = check(config, "kvstore.type=device")
+    assert code == 0
