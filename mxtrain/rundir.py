@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain import __version__
-from mxtrain.errors import RunFolderError
+from mxtrain.errors import ConfigError, RunFolderError
 
 CONFIG_FILE = "config.yaml"
 RUN_FILE = "run.json"
@@ -126,6 +126,13 @@ def run_name_problem(name: str) -> str | None:
     if size > MAX_RUN_NAME_BYTES:
         return f"is {size} bytes long; run folder names may have at most {MAX_RUN_NAME_BYTES}."
     return None
+
+
+def check_name_option(name: str | None) -> None:
+    """Refuse an impossible ``--name`` (ConfigError, exit 2) before anything is read or written."""
+    problem = run_name_problem(name) if name is not None else None
+    if problem is not None:
+        raise ConfigError(f"--name {name!r}: the run name {problem}", hint="Pick a plain name.")
 
 
 def create_run_folder(runs_dir: Path, name: str, *, force: bool) -> RunFolder:

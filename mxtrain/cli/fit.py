@@ -55,14 +55,11 @@ def fit_command(
     <prefix>-NNNN.params per saved epoch, metrics.jsonl and train.log.
     """
     from mxtrain.config import load_config
-    from mxtrain.errors import ConfigError
     from mxtrain.reporting import Reporter
-    from mxtrain.rundir import run_name_problem
+    from mxtrain.rundir import check_name_option
     from mxtrain.train import fit_experiment
 
-    problem = run_name_problem(name) if name is not None else None
-    if problem is not None:  # before anything is read or written
-        raise ConfigError(f"--name {name!r}: the run name {problem}", hint="Pick a plain name.")
+    check_name_option(name)
     reporter = Reporter(progress_mode(progress, quiet), json_events=json_events)  # type: ignore[arg-type]
     with reporter.session("fit"):
         config = load_config(config_file, overrides)

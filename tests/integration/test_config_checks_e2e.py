@@ -73,3 +73,8 @@ def test_fit_with_an_impossible_name_leaves_nothing_behind(
     assert code == 2 and f"{config}:" in output and "experiment.name" in output
     code, output = invoke("check", CONFIG, "--set", f'experiment.name="{quoted}"')
     assert code == 2 and "--set experiment.name=" in output
+
+
+def test_launch_refuses_an_impossible_name_before_starting_anything(tmp_path: Path) -> None:
+    code, output = invoke("launch", "-n", "1", CONFIG, "--name", "a/b")
+    assert code == 2 and "--name 'a/b'" in output and "slashes" in output
