@@ -65,7 +65,7 @@ def build_metric(name: str, data_info: DataInfo, base_dir: Path) -> Any:
     entry = METRICS.get(name, base_dir=base_dir, where="fit.metrics")
     factory = entry.load()
     if isinstance(factory, mx.metric.EvalMetric):  # a stock metric instance: use a fresh copy
-        return StockMetric(copy.deepcopy(factory))
+        return StockMetric(copy.deepcopy(factory), name)
     try:
         accepts_pad = "pad_id" in inspect.signature(factory).parameters
     except (TypeError, ValueError):
@@ -75,5 +75,5 @@ def build_metric(name: str, data_info: DataInfo, base_dir: Path) -> Any:
     else:
         metric = factory()
     if isinstance(metric, mx.metric.EvalMetric):  # e.g. mxnet.metric:Accuracy
-        return StockMetric(metric)
+        return StockMetric(metric, name)
     return metric

@@ -393,19 +393,22 @@ class StockMetric:
     (``get``/``reset``), the local one the log interval's (``get_interval``/``reset_interval``).
     They read predictions back on every batch (slower than the device metrics) and count
     padding rows like any other, so the built-ins are preferred where one fits.
+
+    A single-valued metric is reported under ``name``, the ``fit.metrics`` entry that asked
+    for it (``mxnet.metric:Accuracy``), so ``checkpoint.best_metric`` and
+    ``fit.early_stopping.metric`` find it and it never shadows a built-in of the same name;
+    a composite one under the names it gives.
     """
 
     _STATE = ("sum_metric", "num_inst", "global_sum_metric", "global_num_inst")
 
-    def __init__(self, metric: Any) -> None:
+    def __init__(self, metric: Any, name: str) -> None:
         self.metric = metric
-        names, _values = metric.get()
-        self.name = str(names if isinstance(names, str) else names[0])
+        self.name = name
 
-    @staticmethod
-    def _as_dict(names: Any, values: Any) -> dict[str, float]:
+    def _as_dict(self, names: Any, values: Any) -> dict[str, float]:
         if isinstance(names, str):
-            return {names: float(values)}
+            return {self.name: float(values)}
         return {str(n): float(v) for n, v in zip(names, values, strict=True)}
 
     def update(self, labels: Sequence[Any], preds: Sequence[Any]) -> None:

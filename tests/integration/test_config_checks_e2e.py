@@ -43,16 +43,17 @@ def tiny(demo: Path, runs: Path) -> list[str]:
 def test_stock_mxnet_metric_is_adapted_in_fit_and_score(demo: Path, tmp_path: Path) -> None:
     args = tiny(demo, tmp_path / "runs")
     args += ["--set", "fit.metrics=[cross_entropy, 'mxnet.metric:Accuracy']"]
-    args += ["--set", "checkpoint.best_metric=null"]
+    args += ["--set", "checkpoint.best_metric='mxnet.metric:Accuracy'"]
     assert invoke("check", CONFIG, *args)[0] == 0
     code, output = invoke("fit", CONFIG, *args, "--name", "stock", "--progress", "plain")
     assert code == 0, output
     run = tmp_path / "runs" / "stock"
     epochs = [r for r in read_metrics(run / "metrics.jsonl") if r["event"] == "epoch"]
-    assert 0.5 < epochs[-1]["eval"]["accuracy"] <= 1.0
+    assert 0.5 < epochs[-1]["eval"]["mxnet.metric:Accuracy"] <= 1.0
+    assert epochs[-1].get("best") is True  # best_metric found the adapted metric
     code, output = invoke("score", run)
     assert code == 0, output
-    assert "accuracy" in output
+    assert "mxnet.metric:Accuracy" in output
 
 
 @pytest.mark.parametrize("name", ["x" * 300, "a\x00b", "a\udcffb", "a/b", "..", "tab\there"])
