@@ -393,6 +393,7 @@ class _TreeBuilder:
             if tag == _NULL:
                 return None
             if tag == _STR:
+                self._check_text(node, text, what)
                 return text
             if tag == _BOOL:
                 if text.lower() not in ("true", "false"):
@@ -414,6 +415,18 @@ class _TreeBuilder:
             f"unsupported YAML tag {tag!r} at {what}.",
             hint="Only plain strings, numbers, true/false, null, lists and mappings are allowed.",
         )
+
+    def _check_text(self, node: Node, text: str, what: str) -> None:
+        """Refuse NUL and lone surrogates (from YAML escapes): no file name, name or option
+        can hold them, and they used to fail deep inside fit instead of here."""
+        bad = next((c for c in text if c == "\0" or 0xD800 <= ord(c) <= 0xDFFF), None)
+        if bad is not None:
+            self.fail(
+                node,
+                f"{what}: {text[:40]!r} holds {bad!r}, which is not valid text "
+                "(a NUL or a lone surrogate).",
+                hint="Remove that escape from the value.",
+            )
 
     def _mapping(self, node: MappingNode, path: KeyPath) -> dict[str, Any]:
         if node.tag != _MAP:
@@ -463,6 +476,7 @@ class _TreeBuilder:
                 f"keys must be strings, got {shown} in {_dotted(path) or 'the top level'}.",
                 hint="Put the key in quotes if you meant the text.",
             )
+        self._check_text(key_node, str(key_node.value), f"a key in {_dotted(path) or 'the top'}")
         return str(key_node.value)
 
 

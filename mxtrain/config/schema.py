@@ -1128,6 +1128,9 @@ class CheckpointSection:
             raise InvalidValue(
                 "prefix", f"must be a plain file name prefix without slashes, got {self.prefix!r}."
             )
+        problem = run_name_problem(self.prefix)  # the same OS rules as run folder names
+        if problem is not None:
+            raise InvalidValue("prefix", problem)
         _at_least("period", self.period, 1)
         if self.keep_last is not None:
             _at_least("keep_last", self.keep_last, 1)

@@ -184,3 +184,20 @@ def test_gradient_compression_with_local_kvstore_is_refused_by_check(config: Pat
     assert code == 2 and f"{config}:{line}:" in output and "kvstore.gradient_compression" in output
     code, _ = check(config, "kvstore.type=device")
     assert code == 0
+
+
+@pytest.mark.parametrize("escape", ["\\0", "\\ud800", "\\udcff"])
+def test_nul_and_lone_surrogates_in_any_string_are_refused(config: Path, escape: str) -> None:
+    code, output = check(config, f'data.train.source="x{escape}.npy"')
+    assert code == 2 and "--set data.train.source=" in output and "not valid text" in output
+    config.write_text(
+        BASE.replace("source: data/features.npy", f'source: "x{escape}.npy"'), encoding="utf-8"
+    )
+    code, output = check(config)
+    line = BASE[: BASE.index("source: data/features.npy")].count("\n") + 1
+    assert code == 2 and f"{config}:{line}: data.train.source" in output
+
+
+def test_checkpoint_prefix_follows_the_run_name_rules(config: Path) -> None:
+    code, output = check(config, 'checkpoint.prefix="a\\x01"')
+    assert code == 2 and "checkpoint.prefix cannot contain control characters" in output
