@@ -23,7 +23,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mxtrain.config import Config, load_config
+from mxtrain.config import Config, dump_config, explain_config, load_config
 from mxtrain.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,6 +238,7 @@ def tree_mutations(draw: st.DrawFn, base: Path) -> tuple[Any, list[str], list[st
 
 
 SLOWEST: dict[str, tuple[float, str]] = {}
+OUTCOMES: dict[str, int] = {}
 WHERE = (
     r"(:\d+| is not UTF-8 text: line \d+| is UTF-16 text| is empty| is larger than"
     r"|: the config has no data section)"
@@ -250,11 +251,16 @@ def _outcome(config_file: Path, overrides: list[str], label: str) -> None:
     try:
         result = load_config(config_file, overrides, base_dir=BASE_DIR[config_file.name])
         assert isinstance(result, Config)
+        # what `check` and `check --explain` print must not fail either
+        assert dump_config(result).encode("utf-8")
+        assert explain_config(result)
+        OUTCOMES["config"] = OUTCOMES.get("config", 0) + 1
     except ConfigError as exc:
         message = exc.message
         # the file and a line, or a message about the whole file; or the --set argument
         named = re.match(re.escape(str(config_file)) + WHERE, message)
         assert named or message.startswith("--set "), message
+        OUTCOMES["ConfigError"] = OUTCOMES.get("ConfigError", 0) + 1
         assert "Traceback" not in message
         # the CLI prints it: it must be encodable, whatever bytes the input held
         assert (message + (exc.hint or "")).encode("utf-8")
@@ -296,8 +302,10 @@ def mutated_files(draw: st.DrawFn) -> tuple[Path, Any, list[str], list[str]]:
 
 def _report(capsys: pytest.CaptureFixture[str], what: str) -> None:
     elapsed, example = SLOWEST.pop("time", (0.0, ""))
+    counts = ", ".join(f"{n} {kind}" for kind, n in sorted(OUTCOMES.items()))
+    OUTCOMES.clear()
     with capsys.disabled():
-        print(f"\n{what}: slowest example {elapsed:.3f}s ({example})")
+        print(f"\n{what}: {counts}; slowest example {elapsed:.3f}s ({example})")
 
 
 def test_mutated_files_load_or_fail_cleanly(fuzz_dir: Path, capsys) -> None:
