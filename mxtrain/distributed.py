@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from mxtrain.config.schema import COMPRESSION_HINT, gradient_compression_problem
 from mxtrain.errors import ConfigError, ExitCode
 
 log = logging.getLogger("mxtrain")
@@ -148,14 +149,9 @@ def check_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> None:
                 hint="Servers and the scheduler run `python -c 'import mxnet'`; "
                 "`mxtrain launch` starts them for you.",
             )
-    compression = kvstore_cfg.gradient_compression
-    if compression is not None and kv_type in ("local", "nccl", "horovod"):
-        raise ConfigError(
-            f"kvstore.gradient_compression is not supported by kvstore.type {kv_type}: MXNet "
-            "compresses gradients only for the device and dist_* kvstores.",
-            hint="Use kvstore.type device (several devices) or a dist_* kvstore, or remove "
-            "gradient_compression.",
-        )
+    problem = gradient_compression_problem(kv_type)
+    if kvstore_cfg.gradient_compression is not None and problem is not None:
+        raise ConfigError(problem, hint=COMPRESSION_HINT)
 
 
 def create_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import re
@@ -125,12 +126,22 @@ def model_build_error(
 
 def build_metric(name: str, data_info: DataInfo, base_dir: Path) -> Any:
     """One metric instance; ``pad_id`` is passed when the metric accepts it."""
+    import mxnet as mx
+
+    from mxtrain.metrics import StockMetric
+
     entry = METRICS.get(name, base_dir=base_dir, where="fit.metrics")
     factory = entry.load()
+    if isinstance(factory, mx.metric.EvalMetric):  # a stock metric instance: use a fresh copy
+        return StockMetric(copy.deepcopy(factory), name)
     try:
         accepts_pad = "pad_id" in inspect.signature(factory).parameters
     except (TypeError, ValueError):
         accepts_pad = False
     if accepts_pad and data_info.pad_id is not None:
-        return factory(pad_id=data_info.pad_id)
-    return factory()
+        metric = factory(pad_id=data_info.pad_id)
+    else:
+        metric = factory()
+    if isinstance(metric, mx.metric.EvalMetric):  # e.g. mxnet.metric:Accuracy
+        return StockMetric(metric, name)
+    return metric

@@ -384,3 +384,56 @@ class DeviceF1:
         """Start a new log interval; the epoch counts go on."""
         self._interval = {}
         self._restored.pop("interval", None)
+
+
+class StockMetric:
+    """Adapter that lets a stock ``mx.metric.EvalMetric`` serve as an mxtrain metric.
+
+    Stock metrics keep a "local" and a "global" sum: the global one is the epoch's
+    (``get``/``reset``), the local one the log interval's (``get_interval``/``reset_interval``).
+    They read predictions back on every batch (slower than the device metrics) and count
+    padding rows like any other, so the built-ins are preferred where one fits.
+
+    A single-valued metric is reported under ``name``, the ``fit.metrics`` entry that asked
+    for it (``mxnet.metric:Accuracy``), so ``checkpoint.best_metric`` and
+    ``fit.early_stopping.metric`` find it and it never shadows a built-in of the same name;
+    a composite one under the names it gives.
+    """
+
+    _STATE = ("sum_metric", "num_inst", "global_sum_metric", "global_num_inst")
+
+    def __init__(self, metric: Any, name: str) -> None:
+        self.metric = metric
+        self.name = name
+
+    def _as_dict(self, names: Any, values: Any) -> dict[str, float]:
+        if isinstance(names, str):
+            return {self.name: float(values)}
+        return {str(n): float(v) for n, v in zip(names, values, strict=True)}
+
+    def update(self, labels: Sequence[Any], preds: Sequence[Any]) -> None:
+        """Add one batch (lists of NDArrays, one per device), as stock metrics take it."""
+        self.metric.update(list(labels), list(preds))
+
+    def get(self) -> dict[str, float]:
+        return self._as_dict(*self.metric.get_global())
+
+    def get_interval(self) -> dict[str, float]:
+        return self._as_dict(*self.metric.get())
+
+    def reset(self) -> None:
+        self.metric.reset()
+
+    def reset_interval(self) -> None:
+        self.metric.reset_local()
+
+    def get_state(self) -> dict[str, float]:
+        """The running sums and counts (for a checkpoint)."""
+        return {key: float(getattr(self.metric, key, 0)) for key in self._STATE}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``get_state`` returned."""
+        for key in self._STATE:
+            if key in state:
+                value = state[key]
+                setattr(self.metric, key, int(value) if key.endswith("num_inst") else value)

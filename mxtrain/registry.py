@@ -52,10 +52,15 @@ def plugin_file_path(module_part: str, base_dir: Path | None) -> Path:
 def _import_target(target: str, base_dir: Path | None, what: str) -> Any:
     """Import ``module:attr`` or ``file.py:attr``; raise ConfigError naming what failed."""
     module_part, sep, attr = target.rpartition(":")
-    if not sep or not module_part or not attr:
+    is_file = module_part.endswith(".py")
+    # A module must be dotted identifiers: import_module(".") and friends raise TypeError or
+    # ValueError rather than ImportError, so malformed references are refused here.
+    valid_module = is_file or all(part.isidentifier() for part in module_part.split("."))
+    if not sep or not module_part or not attr.isidentifier() or not valid_module:
         raise ConfigError(
             f"{what} {target!r} is not a valid plugin reference.",
-            hint="Write it as 'package.module:attr' or 'path/to/file.py:attr'.",
+            hint="Write it as 'package.module:attr' or 'path/to/file.py:attr' (attr a Python "
+            "name).",
         )
     if module_part.endswith(".py"):
         path = plugin_file_path(module_part, base_dir)
@@ -87,6 +92,11 @@ def _import_target(target: str, base_dir: Path | None, what: str) -> Any:
             raise ConfigError(
                 f"{what} {target!r}: cannot import module {module_part!r} ({exc}).",
                 hint="Check the spelling and that the package is installed in this environment.",
+            ) from exc
+        except Exception as exc:  # the module's own code failed while importing
+            raise ConfigError(
+                f"{what} {target!r}: importing module {module_part!r} failed with "
+                f"{type(exc).__name__}: {exc}."
             ) from exc
     try:
         return getattr(module, attr)

@@ -31,7 +31,7 @@ from typing import Any
 
 from mxtrain import __version__
 from mxtrain.crashpoints import crash_point
-from mxtrain.errors import RunFolderError
+from mxtrain.errors import ConfigError, RunFolderError
 
 CONFIG_FILE = "config.yaml"
 RUN_FILE = "run.json"
@@ -133,10 +133,46 @@ class RunFolder:
         atomic_write_text(self.run_file, json.dumps(status, indent=2, sort_keys=True) + "\n")
 
 
+#: Longest run name in UTF-8 bytes: file systems allow 255 per name, and a run replaced with
+#: --force is kept as ``.<name>.replaced-YYYYmmdd-HHMMSS`` (25 more bytes) until the new one ends.
+MAX_RUN_NAME_BYTES = 200
+
+
+def run_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a run folder name (the config's and ``--name``'s one check), or None.
+
+    Names are one plain path component the OS accepts: not empty, not ``.``/``..``, no
+    slashes, no control characters, valid UTF-8 (lone surrogates from undecodable
+    command-line bytes are refused) and at most :data:`MAX_RUN_NAME_BYTES` bytes.
+    """
+    if not name.strip():
+        return "must not be empty."
+    if name in (".", "..") or "/" in name or "\\" in name:
+        return f"is used as a folder name and cannot be '.', '..' or contain slashes, got {name!r}."
+    bad = [c for c in name if ord(c) < 0x20 or ord(c) == 0x7F]
+    if bad:
+        return f"cannot contain control characters such as {bad[0]!r}, got {name!r}."
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        return f"must be valid UTF-8 text (it holds undecodable bytes), got {name!r}."
+    if size > MAX_RUN_NAME_BYTES:
+        return f"is {size} bytes long; run folder names may have at most {MAX_RUN_NAME_BYTES}."
+    return None
+
+
+def check_name_option(name: str | None) -> None:
+    """Refuse an impossible ``--name`` (ConfigError, exit 2) before anything is read or written."""
+    problem = run_name_problem(name) if name is not None else None
+    if problem is not None:
+        raise ConfigError(f"--name {name!r}: the run name {problem}", hint="Pick a plain name.")
+
+
 def _check_new_run(runs_dir: Path, name: str, *, force: bool) -> Path:
-    if not name or name in {".", ".."} or "/" in name or "\\" in name:
+    problem = run_name_problem(name)
+    if problem is not None:
         raise RunFolderError(
-            f"experiment name {name!r} cannot be used as a run folder name.",
+            f"the run name {name!r} cannot be used as a run folder name: it {problem}",
             hint="Set experiment.name (or --name) to a plain name such as 'ptb_lstm'.",
         )
     path = runs_dir / name

@@ -111,3 +111,15 @@ def metric_trace(run: Path) -> list[tuple[Any, ...]]:
         elif r["event"] == "epoch":
             rows.append(("epoch", r["epoch"], r["batch"], r["train"], r["eval"], r["lr"]))
     return rows
+
+
+@pytest.fixture(scope="session")
+def demo_blobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The classifier demo data of scripts/make_demo_data.py, generated once per session."""
+    import subprocess
+    import sys
+
+    folder = tmp_path_factory.mktemp("demo_blobs")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "make_demo_data.py"
+    subprocess.run([sys.executable, str(script), "--out", str(folder)], check=True, timeout=120)
+    return folder

@@ -56,8 +56,10 @@ def fit_command(
     """
     from mxtrain.config import load_config
     from mxtrain.reporting import Reporter
+    from mxtrain.rundir import check_name_option
     from mxtrain.train import fit_experiment
 
+    check_name_option(name)
     reporter = Reporter(progress_mode(progress, quiet), json_events=json_events)  # type: ignore[arg-type]
     with reporter.session("fit"):
         config = load_config(config_file, overrides)

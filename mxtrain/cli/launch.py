@@ -89,7 +89,9 @@ def launch_command(
     the exit code is the failed worker's. Only rank 0 writes the run folder.
     """
     from mxtrain.launch import LaunchRequest, launch
+    from mxtrain.rundir import check_name_option
 
+    check_name_option(name)
     request = LaunchRequest(
         target=target,
         num_workers=num_workers,

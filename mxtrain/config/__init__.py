@@ -5,6 +5,10 @@ It is the only part of mxtrain that reads or writes YAML.
 """
 
 from mxtrain.config.loader import (
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
+    MAX_CONFIG_VALUES,
+    MAX_MAPPING_KEYS,
     ExplainRow,
     Registries,
     config_to_dict,
@@ -38,6 +42,10 @@ from mxtrain.config.schema import (
 
 __all__ = [
     "INITIALIZERS",
+    "MAX_CONFIG_BYTES",
+    "MAX_CONFIG_DEPTH",
+    "MAX_CONFIG_VALUES",
+    "MAX_MAPPING_KEYS",
     "OPTIMIZERS",
     "REQUIRED",
     "CheckpointSection",

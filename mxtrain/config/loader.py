@@ -31,6 +31,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 import mxtrain
 from mxtrain.config.schema import (
+    COMPRESSION_HINT,
     INITIALIZERS,
     LR_REQUIRED_KEYS,
     LR_SCHEDULER_KEYS,
@@ -55,11 +56,16 @@ from mxtrain.config.schema import (
     ModelSection,
     OptimizerSection,
     ParamSpec,
+    gradient_compression_problem,
 )
 from mxtrain.errors import ConfigError
 from mxtrain.registry import ITERATORS, METRICS, MODELS, Registry
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_CONFIG_DEPTH",
+    "MAX_CONFIG_VALUES",
+    "MAX_MAPPING_KEYS",
     "ExplainRow",
     "Registries",
     "config_to_dict",
@@ -108,8 +114,76 @@ def _install_resolvers(cls: Any) -> None:
     cls.add_implicit_resolver(_NULL, _RESOLVERS[1][1], [""])
 
 
+#: Largest config file read, in bytes. Shipped configs are a few kilobytes; the limit keeps
+#: reading and parsing any file well under a second.
+MAX_CONFIG_BYTES = 256 * 1024
+#: Most values (keys, list items, scalars) one document may hold, every alias expansion
+#: counted, so an alias bomb ("billion laughs") is refused before it is expanded. Configs hold
+#: a few hundred; composing 5,000 takes well under a second even on a slow, busy CPU.
+MAX_CONFIG_VALUES = 5_000
+#: Deepest nesting of lists and mappings; configs need four or five levels.
+MAX_CONFIG_DEPTH = 32
+#: Most keys in one mapping (the schema's largest section has a few dozen).
+MAX_MAPPING_KEYS = 1_000
+
+
+class _LimitExceeded(Exception):
+    """A size limit hit while composing; becomes a ConfigError with its position."""
+
+    def __init__(self, message: str, hint: str, mark: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.mark = mark
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 core-schema scalars; we only ever compose with it."""
+    """SafeLoader with YAML 1.2 core-schema scalars; we only ever compose with it.
+
+    Composing counts every value (an alias counts as the whole subtree it stands for) and
+    the nesting depth, and stops at :data:`MAX_CONFIG_VALUES` / :data:`MAX_CONFIG_DEPTH`
+    before the composer recurses or expands further.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.values_seen = 0
+        self.depth = 0
+        self.anchor_sizes: dict[str, int] = {}
+
+    def _count(self, values: int, mark: Any) -> None:
+        self.values_seen += values
+        if self.values_seen > MAX_CONFIG_VALUES:
+            raise _LimitExceeded(
+                f"the document holds more than {MAX_CONFIG_VALUES:,} values "
+                "(aliases counted as what they expand to)",
+                "Configs need a few hundred values at most; remove the bulk, or the aliases "
+                "that repeat large anchors (the limit is mxtrain.config.MAX_CONFIG_VALUES).",
+                mark,
+            )
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            self._count(self.anchor_sizes.get(str(event.anchor), 1), event.start_mark)
+            return typing.cast(Node, super().compose_node(parent, index))
+        self._count(1, event.start_mark)
+        self.depth += 1
+        if self.depth > MAX_CONFIG_DEPTH:
+            raise _LimitExceeded(
+                f"lists or mappings are nested more than {MAX_CONFIG_DEPTH} levels deep",
+                "Configs need a few levels; flatten the value (the limit is "
+                "mxtrain.config.MAX_CONFIG_DEPTH).",
+                event.start_mark,
+            )
+        before = self.values_seen
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+        if event.anchor is not None:
+            self.anchor_sizes[str(event.anchor)] = self.values_seen - before + 1
+        return typing.cast(Node, node)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -266,8 +340,6 @@ class _Locations:
 # Reading YAML text into plain values + locations
 # --------------------------------------------------------------------------------------------
 
-_MAX_NODES = 1_000_000
-
 
 class _TreeBuilder:
     """Plain Python values from composed nodes, recording each key's line."""
@@ -276,7 +348,7 @@ class _TreeBuilder:
         self.label = label
         self.locs = locs
         self.line_prefix = line_prefix
-        self.budget = _MAX_NODES
+        self.budget = MAX_CONFIG_VALUES
         self.active: set[int] = set()
 
     def fail(self, node: Node, message: str, hint: str | None = None) -> NoReturn:
@@ -285,7 +357,17 @@ class _TreeBuilder:
     def build(self, node: Node, path: KeyPath) -> Any:
         self.budget -= 1
         if self.budget < 0:
-            self.fail(node, "the document expands to too many values (alias bomb?).")
+            self.fail(
+                node,
+                f"the document expands to more than {MAX_CONFIG_VALUES:,} values (alias bomb?).",
+            )
+        if len(path) > MAX_CONFIG_DEPTH:
+            self.fail(
+                node,
+                f"{_dotted(path[:3])}...: values are nested more than {MAX_CONFIG_DEPTH} levels "
+                "deep (aliases included).",
+                hint="Flatten the value (the limit is mxtrain.config.MAX_CONFIG_DEPTH).",
+            )
         if id(node) in self.active:
             self.fail(node, f"{_dotted(path) or 'the document'} refers to itself via an alias.")
         self.active.add(id(node))
@@ -311,6 +393,7 @@ class _TreeBuilder:
             if tag == _NULL:
                 return None
             if tag == _STR:
+                self._check_text(node, text, what)
                 return text
             if tag == _BOOL:
                 if text.lower() not in ("true", "false"):
@@ -333,9 +416,28 @@ class _TreeBuilder:
             hint="Only plain strings, numbers, true/false, null, lists and mappings are allowed.",
         )
 
+    def _check_text(self, node: Node, text: str, what: str) -> None:
+        """Refuse NUL and lone surrogates (from YAML escapes): no file name, name or option
+        can hold them, and they used to fail deep inside fit instead of here."""
+        bad = next((c for c in text if c == "\0" or 0xD800 <= ord(c) <= 0xDFFF), None)
+        if bad is not None:
+            self.fail(
+                node,
+                f"{what}: {text[:40]!r} holds {bad!r}, which is not valid text "
+                "(a NUL or a lone surrogate).",
+                hint="Remove that escape from the value.",
+            )
+
     def _mapping(self, node: MappingNode, path: KeyPath) -> dict[str, Any]:
         if node.tag != _MAP:
             self.fail(node, f"unsupported YAML tag {node.tag!r} at {_dotted(path)}.")
+        if len(node.value) > MAX_MAPPING_KEYS:
+            self.fail(
+                node,
+                f"{_dotted(path) or 'the top level'} has {len(node.value):,} keys, more than "
+                f"the {MAX_MAPPING_KEYS:,} one mapping may hold.",
+                hint="Remove the extra keys (the limit is mxtrain.config.MAX_MAPPING_KEYS).",
+            )
         seen: dict[str, int] = {}
         for key_node, _ in node.value:
             if key_node.tag == _MERGE:
@@ -358,8 +460,9 @@ class _TreeBuilder:
         for key_node, value_node in node.value:
             key = self._key(key_node, path)
             sub = (*path, key)
-            result.pop(key, None)  # merged keys come first; the mapping's own keys win
-            self.locs.drop_under(sub)
+            if key in result:  # merged keys come first; the mapping's own keys win
+                del result[key]
+                self.locs.drop_under(sub)  # only then: scanning every location per key is O(n²)
             self.locs.set(sub, self.line_prefix(key_node.start_mark.line + 1))
             result[key] = self.build(value_node, sub)
         return result
@@ -373,13 +476,33 @@ class _TreeBuilder:
                 f"keys must be strings, got {shown} in {_dotted(path) or 'the top level'}.",
                 hint="Put the key in quotes if you meant the text.",
             )
+        self._check_text(key_node, str(key_node.value), f"a key in {_dotted(path) or 'the top'}")
         return str(key_node.value)
 
 
+def _position(text: str, index: int, label: str, is_file: bool) -> str:
+    """``file:line:column`` (or ``--set ...: column N``) of character ``index`` of ``text``."""
+    line = text.count("\n", 0, index) + 1
+    column = index - (text.rfind("\n", 0, index) + 1) + 1
+    return f"{label}:{line}:{column}" if is_file else f"{label}: column {column}"
+
+
 def _compose(text: str, label: str, *, is_file: bool = True) -> Node | None:
-    loader = _Loader(text)
+    loader: _Loader | None = None
     try:
+        loader = _Loader(text)  # this already checks every character (ReaderError)
         return loader.get_single_node()
+    except yaml.reader.ReaderError as exc:
+        code = exc.character if isinstance(exc.character, int) else ord(str(exc.character))
+        utf16 = " It looks like UTF-16 text; save it as UTF-8." if code == 0 else ""
+        raise ConfigError(
+            f"{_position(text, exc.position, label, is_file)}: the character U+{code:04X} is "
+            "not allowed in a config (control characters, NUL and lone surrogates are refused).",
+            hint='Remove it or write it as an escape inside double quotes ("\\x01").' + utf16,
+        ) from None
+    except _LimitExceeded as exc:
+        where = _position(text, exc.mark.index, label, is_file)
+        raise ConfigError(f"{where}: {exc.message}.", hint=exc.hint) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         if mark is None:
@@ -401,7 +524,8 @@ def _compose(text: str, label: str, *, is_file: bool = True) -> Node | None:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{label}: invalid YAML: {exc}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 # --------------------------------------------------------------------------------------------
@@ -409,8 +533,13 @@ def _compose(text: str, label: str, *, is_file: bool = True) -> Node | None:
 # --------------------------------------------------------------------------------------------
 
 
+def _printable(text: str) -> str:
+    """``text`` with control characters and lone surrogates escaped, safe to print anywhere."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _apply_override(tree: dict[str, Any], text: str, locs: _Locations) -> None:
-    label = f"--set {text}"
+    label = f"--set {_printable(text)}"
     key, sep, value_text = text.partition("=")
     key = key.strip()
     parts = key.split(".")
@@ -508,9 +637,14 @@ class _Builder:
         raise ConfigError(f"{self.where(path)}: {_sentence(message)}", hint=hint)
 
     def unknown_key(
-        self, path: KeyPath, key: str, valid: Sequence[str], extra: str | None = None
+        self,
+        path: KeyPath,
+        key: str,
+        valid: Sequence[str],
+        extra: str | None = None,
+        synonyms: Mapping[str, str] | None = None,
     ) -> NoReturn:
-        close = _suggest(key, valid)
+        close = (synonyms or {}).get(key) or _suggest(key, valid)
         parts = []
         if close:
             parts.append(f"Did you mean {close!r}?")
@@ -644,10 +778,13 @@ class _Builder:
         path: KeyPath,
         valid: Sequence[str],
         extra_hint: Callable[[str], str | None] | None = None,
+        synonyms: Mapping[str, str] | None = None,
     ) -> None:
+        valid_set = set(valid)  # one lookup per key, whatever the number of keys
         for key in raw:
-            if key not in valid:
-                self.unknown_key(path, key, valid, extra_hint(key) if extra_hint else None)
+            if key not in valid_set:
+                extra = extra_hint(key) if extra_hint else None
+                self.unknown_key(path, key, valid, extra, synonyms)
 
     def convert(self, specs: Sequence[_FieldSpec], raw: Mapping[str, Any], path: KeyPath) -> dict:
         """Typed values of the keys present in ``raw``; complains about missing required ones."""
@@ -757,7 +894,8 @@ class _Builder:
         rest = {k: v for k, v in section.items() if k != selector}
         if options_cls is not None and dataclasses.is_dataclass(options_cls):
             specs = _field_specs(options_cls, where)
-            self.check_keys(rest, path, [selector, *(s.name for s in specs)])
+            synonyms = getattr(options_cls, "key_synonyms", None)
+            self.check_keys(rest, path, [selector, *(s.name for s in specs)], synonyms=synonyms)
             options = self.instantiate(options_cls, self.convert(specs, rest, path), path)
         else:
             try:
@@ -930,7 +1068,23 @@ class _Builder:
         return fit
 
     def cross_check(self, config: Config) -> None:
-        """Rules that involve more than one section."""
+        """Rules that involve more than one section (or key); fit relies on them too."""
+        problem = gradient_compression_problem(config.kvstore.type)
+        if config.kvstore.gradient_compression is not None and problem is not None:
+            self.fail(("kvstore", "gradient_compression"), problem, hint=COMPRESSION_HINT)
+        train, evaluate = config.data.train, config.data.eval
+        if evaluate is not None and evaluate.name == train.name:
+            # e.g. bucket_sentence level/lowercase: eval text must be tokenized like train's
+            for key in getattr(type(train.options), "must_match_train", ()):
+                mine, theirs = getattr(evaluate.options, key), getattr(train.options, key)
+                if mine != theirs:
+                    self.fail(
+                        ("data", "eval", key),
+                        f"data.eval.{key} is {_show_plain(mine)} but data.train.{key} is "
+                        f"{_show_plain(theirs)}; the eval data must be read like the training "
+                        "data (it shares its vocabulary)",
+                        hint=f"Set data.eval.{key}: {_show_plain(theirs)}, as in data.train.",
+                    )
         if config.kvstore.type == "nccl" and config.context.devices != "gpu":
             self.fail(
                 ("kvstore", "type"),
@@ -1029,6 +1183,25 @@ def parse_config(
     return builder.config(tree, source)
 
 
+def _decode_config(data: bytes, source: str) -> str:
+    """The UTF-8 text of a config file, or a ConfigError naming the line of the bad byte."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ConfigError(
+            f"{source} is UTF-16 text (it starts with a UTF-16 byte order mark); configs are "
+            "UTF-8.",
+            hint="Save the file as UTF-8, for example with `iconv -f UTF-16 -t UTF-8`.",
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"{source} is not UTF-8 text: line {line}, byte {exc.start} "
+            f"(0x{data[exc.start]:02x}: {exc.reason}).",
+            hint="Save the file as UTF-8.",
+        ) from None
+
+
 def load_config(
     path: str | Path,
     overrides: Sequence[str] = (),
@@ -1044,7 +1217,8 @@ def load_config(
     path = Path(path)
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(
             f"config file {source} does not exist.",
@@ -1052,10 +1226,16 @@ def load_config(
         ) from None
     except IsADirectoryError:
         raise ConfigError(f"{source} is a folder, not a config file.") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{source} is not UTF-8 text (byte {exc.start}: {exc.reason}).") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {source}: {exc.strerror or exc}.") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        reason = getattr(exc, "strerror", None) or exc
+        raise ConfigError(f"cannot read config file {source!r}: {reason}.") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{source} is larger than {MAX_CONFIG_BYTES // 1024} KiB, too large for a config file.",
+            hint="Point at the experiment's YAML file; data belongs in files the config names "
+            "(the limit is mxtrain.config.MAX_CONFIG_BYTES).",
+        )
+    text = _decode_config(data, source)
     folder = base_dir if base_dir is not None else path.absolute().parent
     return parse_config(
         text, source=source, base_dir=folder, overrides=overrides, registries=registries

@@ -20,6 +20,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
+from mxtrain.rundir import run_name_problem
+
 
 class InvalidValue(ValueError):
     """A value a section cannot accept; ``key`` is its dotted path inside the section."""
@@ -95,16 +97,15 @@ class ExperimentSection:
     )
 
     def __post_init__(self) -> None:
-        if not self.name.strip():
-            raise InvalidValue("name", "must not be empty.")
-        if "/" in self.name or "\\" in self.name or self.name in (".", ".."):
-            raise InvalidValue(
-                "name", f"is used as a folder name and cannot contain slashes, got {self.name!r}."
-            )
+        problem = run_name_problem(self.name)
+        if problem is not None:
+            raise InvalidValue("name", problem)
         if not 0 <= self.seed < 2**31:
             raise InvalidValue("seed", f"must be between 0 and 2**31 - 1, got {self.seed}.")
         if not self.runs_dir.strip():
             raise InvalidValue("runs_dir", "must not be empty.")
+        if "\0" in self.runs_dir or any(0xD800 <= ord(c) <= 0xDFFF for c in self.runs_dir):
+            raise InvalidValue("runs_dir", f"is not a path the OS accepts, got {self.runs_dir!r}.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -304,6 +305,21 @@ class GradientCompressionSection:
                 "use type: 2bit.",
             )
         _positive("threshold", self.threshold)
+
+
+COMPRESSION_HINT = (
+    "Use kvstore.type device (several devices) or a dist_* kvstore, or remove gradient_compression."
+)
+
+
+def gradient_compression_problem(kv_type: str) -> str | None:
+    """Why kvstore ``kv_type`` cannot compress gradients, or None (checked by check and fit)."""
+    if kv_type in ("local", "nccl", "horovod"):
+        return (
+            f"kvstore.gradient_compression is not supported by kvstore.type {kv_type}: MXNet "
+            "compresses gradients only for the device and dist_* kvstores."
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -1112,6 +1128,9 @@ class CheckpointSection:
             raise InvalidValue(
                 "prefix", f"must be a plain file name prefix without slashes, got {self.prefix!r}."
             )
+        problem = run_name_problem(self.prefix)  # the same OS rules as run folder names
+        if problem is not None:
+            raise InvalidValue("prefix", problem)
         _at_least("period", self.period, 1)
         if self.keep_last is not None:
             _at_least("keep_last", self.keep_last, 1)

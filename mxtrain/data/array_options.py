@@ -12,7 +12,7 @@ config loader turns that into a ``ConfigError`` pointing at the YAML file and li
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from mxtrain.data.base import DataInfo
 
@@ -134,6 +134,14 @@ class NDArrayOptions(_RowOptions):
     ids right-padded with 0, which is never a real token).
     """
 
+    #: what a csv-style (or mistyped) key most likely means here, for "Did you mean" hints
+    key_synonyms: ClassVar[dict[str, str]] = {
+        "label_column": "label_key",
+        "feature_columns": "data_key",
+        "label": "labels",
+        "features": "source",
+    }
+
     labels: str | None = field(
         default=None,
         metadata={
@@ -176,6 +184,13 @@ class NDArrayOptions(_RowOptions):
 @dataclass(frozen=True)
 class CsvOptions(_RowOptions):
     """Rows of a CSV file with a header line: one column is the label, the others features."""
+
+    #: what an ndarray-style key most likely means here, for "Did you mean" hints
+    key_synonyms: ClassVar[dict[str, str]] = {
+        "label_key": "label_column",
+        "labels": "label_column",
+        "data_key": "feature_columns",
+    }
 
     label_column: str = field(
         default="label",

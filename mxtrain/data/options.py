@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Literal
+from typing import ClassVar, Literal
 
 TREEBANK_PREFIX = "treebank:"
 LEVELS = ("word", "char")
@@ -20,6 +20,9 @@ class BucketSentenceOptions:
     Construction checks the values and raises ``ValueError`` on impossible ones; the config
     loader turns that into a ``ConfigError`` pointing at the YAML file and line.
     """
+
+    #: keys data.eval must share with data.train (the check runs in the config loader)
+    must_match_train: ClassVar[tuple[str, ...]] = ("level", "lowercase")
 
     source: str = field(
         default="treebank:train",

@@ -18,6 +18,7 @@ so that listing or validating models does not load it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -29,7 +30,10 @@ from mxtrain.models.rnn_common import (
     SymGen,
     check_choice,
     check_dropout,
+    check_parameter_count,
     check_positive,
+    check_recurrent_sizes,
+    check_size,
 )
 
 ACTIVATIONS = ("relu", "tanh", "sigmoid")
@@ -121,6 +125,9 @@ class MlpOptions:
         for size in self.hidden:
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise ValueError(f"hidden must hold positive layer sizes, got {list(self.hidden)}")
+            check_size("hidden", size)
+        sizes = list(self.hidden)
+        check_parameter_count("hidden", sum(a * b for a, b in itertools.pairwise(sizes)))
         check_choice("activation", self.activation, ACTIVATIONS)
         check_dropout(self.dropout)
 
@@ -188,7 +195,9 @@ class LenetOptions:
         for size in channels:
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise ValueError(f"channels must hold positive sizes, got {list(channels)}")
+            check_size("channels", size)
         check_positive(self, "kernel")
+        check_parameter_count("channels", channels[0] * channels[1] * self.kernel**2)
         if self.kernel % 2 == 0:
             raise ValueError(f"kernel must be odd (the image keeps its size), not {self.kernel}")
         check_positive(self, "hidden")
@@ -297,7 +306,7 @@ class RnnClassifierOptions:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value."""
-        check_positive(self, "num_embed", "num_hidden", "num_layers")
+        check_recurrent_sizes(self)
         check_choice("mode", self.mode, MODES)
         check_choice("cell", self.cell, CELLS)
         check_choice("pooling", self.pooling, POOLINGS)

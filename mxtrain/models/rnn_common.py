@@ -37,12 +37,46 @@ LOSS_DOC = (
 SymGen = Callable[[Any], tuple[Any, tuple[str, ...], tuple[str, ...]]]
 
 
+#: Widest layer a config may ask for (units, filters, embedding size, layers). Far above any
+#: useful width, and small enough that one layer's shape never overflows the 32-bit sizes
+#: MXNet 1.9.1 (built without large-tensor support) uses: 10**10 units passed ``check`` and
+#: then died in ``fit`` with an MXNetError.
+MAX_LAYER_SIZE = 2**20
+#: Most parameters the options may imply (estimated without the data's vocabulary or input
+#: width): 2**31 - 1 is the largest tensor MXNet 1.9.1 indexes, and that many float32 values
+#: are already 8 GiB before gradients and optimizer state.
+MAX_PARAMETERS = 2**31 - 1
+
+
 def check_positive(options: object, *names: str) -> None:
-    """Raise ``ValueError`` unless each named option is a positive integer."""
+    """Raise ``ValueError`` unless each named option is an integer in 1..MAX_LAYER_SIZE."""
     for name in names:
-        value = getattr(options, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        check_size(name, getattr(options, name))
+
+
+def check_size(name: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is an integer in 1..MAX_LAYER_SIZE."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    if value > MAX_LAYER_SIZE:
+        raise ValueError(f"{name} must be at most {MAX_LAYER_SIZE:,} (2**20), not {value:,}")
+
+
+def check_parameter_count(name: str, estimate: int) -> None:
+    """Raise ``ValueError`` (naming option ``name``) when ``estimate`` exceeds MAX_PARAMETERS."""
+    if estimate > MAX_PARAMETERS:
+        raise ValueError(
+            f"{name}: these sizes give about {estimate:,} parameters, more than the "
+            f"{MAX_PARAMETERS:,} (2**31 - 1) one MXNet model can hold"
+        )
+
+
+def check_recurrent_sizes(options: Any) -> None:
+    """num_embed/num_hidden/num_layers in range and their parameter count bounded."""
+    check_positive(options, "num_embed", "num_hidden", "num_layers")
+    hidden, embed, layers = options.num_hidden, options.num_embed, options.num_layers
+    # an LSTM layer has 4 gates of hidden x (input + hidden) weights
+    check_parameter_count("num_hidden", 4 * hidden * (hidden + max(hidden, embed)) * layers)
 
 
 def check_dropout(value: object) -> None:
@@ -188,7 +222,7 @@ class LmOptions:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value."""
-        check_positive(self, "num_embed", "num_hidden", "num_layers")
+        check_recurrent_sizes(self)
         check_dropout(self.dropout)
         check_choice("cell", self.cell, CELLS)
         check_choice("loss", self.loss, LOSSES)

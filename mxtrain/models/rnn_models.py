@@ -19,7 +19,7 @@ from mxtrain.models.rnn_common import (
     check_bucket_key,
     check_choice,
     check_dropout,
-    check_positive,
+    check_recurrent_sizes,
     check_sizes,
     rnn_layers,
 )
@@ -79,7 +79,7 @@ class RnnTaggerOptions:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value."""
-        check_positive(self, "num_embed", "num_hidden", "num_layers")
+        check_recurrent_sizes(self)
         if not isinstance(self.bidirectional, bool):
             raise ValueError(f"bidirectional must be true or false, not {self.bidirectional!r}")
         check_choice("cell", self.cell, MODES)
