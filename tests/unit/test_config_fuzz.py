@@ -216,7 +216,11 @@ def tree_mutations(draw: st.DrawFn, base: Path) -> tuple[Any, list[str], list[st
         if op == "delete":
             if isinstance(container, dict):
                 container.pop(path[-1], None)
-            elif isinstance(container, list) and path[-1] < len(container):
+            elif (
+                isinstance(container, list)
+                and isinstance(path[-1], int)
+                and path[-1] < len(container)
+            ):
                 del container[path[-1]]
             continue
         if op == "raw":
