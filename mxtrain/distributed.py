@@ -11,7 +11,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mxtrain.config.schema import COMPRESSION_HINT, gradient_compression_problem
+from mxtrain.config.schema import (
+    COMPRESSION_HINT,
+    SHARDING_HINT,
+    gradient_compression_problem,
+    sharding_problem,
+)
 from mxtrain.errors import ConfigError, ExitCode
 
 log = logging.getLogger("mxtrain")
@@ -175,30 +180,26 @@ def create_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> Any:
     return kv
 
 
-def shard_data_section(section: Any, rank: int, num_workers: int, where: str) -> Any:
+def shard_data_section(
+    section: Any, rank: int, num_workers: int, where: str, kv_type: str = "dist_sync"
+) -> Any:
     """``data.train`` with ``num_parts``/``part_index`` set for this worker."""
+    problem = sharding_problem(kv_type, section.name, section.options)
+    if problem is not None:
+        raise ConfigError(f"{where}: {problem}", hint=SHARDING_HINT)
     options = section.options
-    if dataclasses.is_dataclass(options) and not isinstance(options, type):
-        names = {f.name for f in dataclasses.fields(options)}
-        if {"num_parts", "part_index"} <= names:
-            if options.num_parts not in (1, num_workers):  # type: ignore[attr-defined]
-                log.warning(
-                    "%s.num_parts %d replaced by the number of workers (%d)",
-                    where,
-                    options.num_parts,  # type: ignore[attr-defined]
-                    num_workers,
-                )
-            sharded = dataclasses.replace(options, num_parts=num_workers, part_index=rank)
-            return dataclasses.replace(section, options=sharded)
-    elif isinstance(options, Mapping) and "num_parts" in options:
+    if isinstance(options, Mapping):
         sharded_map = dict(options, num_parts=num_workers, part_index=rank)
         return dataclasses.replace(section, options=sharded_map)
-    raise ConfigError(
-        f"{where}: the iterator {section.name!r} cannot be sharded between distributed "
-        "workers (it has no num_parts/part_index options).",
-        hint="Use an iterator that supports num_parts/part_index (ndarray, csv, libsvm, "
-        "bucket_sentence, image_record, ...), or add those options to your plugin.",
-    )
+    if options.num_parts not in (1, num_workers):
+        log.warning(
+            "%s.num_parts %d replaced by the number of workers (%d)",
+            where,
+            options.num_parts,
+            num_workers,
+        )
+    sharded = dataclasses.replace(options, num_parts=num_workers, part_index=rank)
+    return dataclasses.replace(section, options=sharded)
 
 
 # --------------------------------------------------------------------------------------------

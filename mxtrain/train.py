@@ -604,7 +604,7 @@ def _prepare(
 
         announce_rank(dist_kv.rank, dist_kv.num_workers)  # mxtrain launch names logs by rank
         train_section = distributed.shard_data_section(
-            train_section, dist_kv.rank, dist_kv.num_workers, "data.train"
+            train_section, dist_kv.rank, dist_kv.num_workers, "data.train", kv_cfg.type
         )
 
     train_iter = build_data_iter(

@@ -39,6 +39,7 @@ from mxtrain.config.schema import (
     OPTIMIZERS,
     REQUIRED,
     SECTIONS,
+    SHARDING_HINT,
     CheckpointSection,
     ComponentSection,
     Config,
@@ -57,6 +58,7 @@ from mxtrain.config.schema import (
     OptimizerSection,
     ParamSpec,
     gradient_compression_problem,
+    sharding_problem,
 )
 from mxtrain.errors import ConfigError
 from mxtrain.registry import ITERATORS, METRICS, MODELS, Registry
@@ -1073,6 +1075,11 @@ class _Builder:
         if config.kvstore.gradient_compression is not None and problem is not None:
             self.fail(("kvstore", "gradient_compression"), problem, hint=COMPRESSION_HINT)
         train, evaluate = config.data.train, config.data.eval
+        problem = sharding_problem(config.kvstore.type, train.name, train.options)
+        if problem is not None:
+            self.fail(
+                ("data", "train", "iterator"), f"data.train.iterator: {problem}", hint=SHARDING_HINT
+            )
         if evaluate is not None and evaluate.name == train.name:
             # e.g. bucket_sentence level/lowercase: eval text must be tokenized like train's
             for key in getattr(type(train.options), "must_match_train", ()):

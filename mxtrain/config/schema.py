@@ -322,6 +322,33 @@ def gradient_compression_problem(kv_type: str) -> str | None:
     return None
 
 
+SHARDING_HINT = (
+    "Use an iterator that supports num_parts/part_index (ndarray, csv, libsvm, "
+    "bucket_sentence, image_record, ...), or give your plugin iterator those options."
+)
+
+
+def sharding_problem(kv_type: str, iterator: str, options: Any) -> str | None:
+    """Why data.train cannot be split between the workers of a ``dist_*`` kvstore, or None.
+
+    Each worker reads one part (``num_parts``/``part_index``, set by fit from its rank); a
+    plugin iterator (options as a mapping) must list ``num_parts`` in its section. Checked by
+    check and by fit.
+    """
+    if not kv_type.startswith("dist"):
+        return None
+    if dataclasses.is_dataclass(options) and not isinstance(options, type):
+        shardable = {"num_parts", "part_index"} <= {f.name for f in dataclasses.fields(options)}
+    else:
+        shardable = isinstance(options, Mapping) and "num_parts" in options
+    if shardable:
+        return None
+    return (
+        f"the iterator {iterator!r} cannot be sharded between distributed workers (it has no "
+        f"num_parts/part_index options), which kvstore.type {kv_type} needs."
+    )
+
+
 @dataclass(frozen=True)
 class KVStoreSection:
     """How gradients from several devices or machines are combined."""

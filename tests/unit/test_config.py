@@ -60,6 +60,9 @@ class TinyIterOptions:
     buckets: list[int] | Literal["auto"] = field(default="auto", metadata={"doc": "lengths"})
     shuffle: bool = field(default=True, metadata={"doc": "shuffle"})
     max_vocab: int | None = field(default=None, metadata={"doc": "largest vocabulary"})
+    # like every built-in iterator that dist_* kvstores can shard (FULL uses dist_sync)
+    num_parts: int = field(default=1, metadata={"doc": "parts the data is split into"})
+    part_index: int = field(default=0, metadata={"doc": "which part this worker reads"})
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

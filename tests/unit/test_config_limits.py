@@ -201,3 +201,24 @@ def test_nul_and_lone_surrogates_in_any_string_are_refused(config: Path, escape:
 def test_checkpoint_prefix_follows_the_run_name_rules(config: Path) -> None:
     code, output = check(config, 'checkpoint.prefix="a\\x01"')
     assert code == 2 and "checkpoint.prefix cannot contain control characters" in output
+
+
+def test_dist_kvstore_with_an_iterator_that_cannot_be_sharded_is_refused_by_check(
+    tmp_path: Path,
+) -> None:
+    """fit refuses data.train that cannot be split between workers; check says so first."""
+    tagger = tmp_path / "tagger.yaml"
+    tagger.write_text(
+        (ROOT / "configs" / "conll_tagger.yaml").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    code, output = check(tagger, "kvstore.type=dist_sync")
+    assert code == 2, output
+    assert "'tagged_sequences' cannot be sharded" in output and "num_parts" in output
+    assert f"{tagger}:" in output and "data.train.iterator" in output
+    code, output = check(tagger, "kvstore.type=device")
+    assert code == 0, output
+
+
+def test_dist_kvstore_with_a_shardable_iterator_passes_check(config: Path) -> None:
+    code, output = check(config, "kvstore.type=dist_sync")
+    assert code == 0, output
