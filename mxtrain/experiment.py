@@ -124,6 +124,20 @@ def model_build_error(
     )
 
 
+def plugin_model_error(config: Any, exc: BaseException) -> ConfigError | None:
+    """A ConfigError naming the plugin when a plugin model's own code failed while the model
+    was built (any exception: a KeyError in its sym_gen is the plugin's to fix), else None
+    (a built-in model's failure is a bug of mxtrain's and stays an internal error)."""
+    if isinstance(exc, ConfigError) or not is_plugin_reference(config.model.name):
+        return None
+    model = _model_label(config.model, config.base_dir)
+    return ConfigError(
+        f"{config.source}: model: the {model} failed while the model was built: "
+        f"{type(exc).__name__}: {exc}.",
+        hint="This is an error in the plugin's code; `mxtrain --debug ...` shows its traceback.",
+    )
+
+
 def build_metric(name: str, data_info: DataInfo, base_dir: Path) -> Any:
     """One metric instance; ``pad_id`` is passed when the metric accepts it."""
     import mxnet as mx

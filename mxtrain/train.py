@@ -577,7 +577,12 @@ def _prepare(
 
     from mxtrain import distributed
     from mxtrain.engine.bucketing import BucketingModule, FixedParamPatternError
-    from mxtrain.experiment import build_data_iter, build_sym_gen, model_build_error
+    from mxtrain.experiment import (
+        build_data_iter,
+        build_sym_gen,
+        model_build_error,
+        plugin_model_error,
+    )
     from mxtrain.optim import build_initializer, optimizer_arguments
 
     if config.logging.tensorboard:  # before anything is written: a missing extra says so
@@ -649,6 +654,13 @@ def _prepare(
         raise ConfigError(f"{config.source}: {key}: {exc}") from exc
     except (ValueError, RuntimeError) as exc:  # the model does not fit the data (MXNetError)
         raise model_build_error(config, train_iter, "data.train", exc) from exc
+    except MxtrainError:
+        raise
+    except Exception as exc:
+        error = plugin_model_error(config, exc)
+        if error is None:
+            raise
+        raise error from exc
     module.init_params(build_initializer(config.initializer))
     if restore is not None:
         from mxtrain import checkpoint

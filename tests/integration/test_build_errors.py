@@ -22,6 +22,14 @@ def named_input(data_info, input_name="features"):
         return mx.sym.SoftmaxOutput(h, y, name="softmax"), (input_name,), ("softmax_label",)
 
     return sym_gen
+
+
+def buggy(data_info):
+    """A plugin whose sym_gen has a bug of its own (a KeyError)."""
+    def sym_gen(key):
+        return {}["missing"]
+
+    return sym_gen
 '''
 
 CONFIG = """\
@@ -105,3 +113,15 @@ def test_predict_with_mismatched_data_name_names_model_and_section(tmp_path: Pat
     assert "(features (8, 4);" in output and "['data']" in output
     assert "cannot build the model for inference" not in output and "Traceback" not in output
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_bug_in_a_plugin_model_names_the_plugin_not_mxtrain(tmp_path: Path) -> None:
+    """Any exception a plugin's own code raises while the model is built is the plugin's:
+    exit 2 naming the plugin file and the exception, not an internal error of mxtrain's."""
+    config = setup(tmp_path, "{name: plug.py:buggy}")
+    code, output = invoke("fit", config)
+    assert code == 2, output
+    assert "model: the model 'plug.py:buggy' (plugin file" in output
+    assert "KeyError: 'missing'" in output and "--debug" in output
+    assert "internal error" not in output and "Traceback" not in output
+    assert not (tmp_path / "runs" / "build").exists()
