@@ -6,12 +6,13 @@ import copy
 import dataclasses
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from mxtrain.data.base import DataContext, DataInfo
-from mxtrain.errors import ConfigError, DataError
+from mxtrain.errors import ConfigError, DataError, MxtrainError
 from mxtrain.registry import ITERATORS, METRICS, MODELS, Entry, is_plugin_reference
 
 
@@ -90,7 +91,7 @@ def _descs(descs: Any) -> str:
     return ", ".join(f"{d.name} {tuple(d.shape)}" for d in descs or []) or "none"
 
 
-def model_build_error(
+def _model_build_error(
     config: Any, data_iter: Any, data_where: str, exc: BaseException
 ) -> ConfigError:
     """A ConfigError for a model that cannot be built or bound for ``data_iter``'s batches.
@@ -124,7 +125,7 @@ def model_build_error(
     )
 
 
-def plugin_model_error(config: Any, exc: BaseException) -> ConfigError | None:
+def _plugin_model_error(config: Any, exc: BaseException) -> ConfigError | None:
     """A ConfigError naming the plugin when a plugin model's own code failed while the model
     was built (any exception: a KeyError in its sym_gen is the plugin's to fix), else None
     (a built-in model's failure is a bug of mxtrain's and stays an internal error)."""
@@ -136,6 +137,24 @@ def plugin_model_error(config: Any, exc: BaseException) -> ConfigError | None:
         f"{type(exc).__name__}: {exc}.",
         hint="This is an error in the plugin's code; `mxtrain --debug ...` shows its traceback.",
     )
+
+
+@contextmanager
+def explained_model_errors(config: Any, data_iter: Any, data_where: str) -> Iterator[None]:
+    """Around building and binding the module: a model that does not fit ``data_iter``'s
+    batches (ValueError, or MXNet's RuntimeError) and any failure of a plugin model's own
+    code become ConfigErrors that name the model; mxtrain's own errors pass unchanged."""
+    try:
+        yield
+    except MxtrainError:
+        raise
+    except (ValueError, RuntimeError) as exc:
+        raise _model_build_error(config, data_iter, data_where, exc) from exc
+    except Exception as exc:
+        error = _plugin_model_error(config, exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def build_metric(name: str, data_info: DataInfo, base_dir: Path) -> Any:

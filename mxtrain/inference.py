@@ -36,7 +36,7 @@ import numpy as np
 
 from mxtrain.config import Config, load_config
 from mxtrain.data.base import TASK_LM, TASK_TAG, DataContext
-from mxtrain.errors import ConfigError, DataError, MxtrainError, RunFolderError
+from mxtrain.errors import ConfigError, DataError, RunFolderError
 from mxtrain.output_file import check_output, resolve_output, write_atomically, write_output
 from mxtrain.plugin_files import uses_kept_plugins
 from mxtrain.rundir import CONFIG_FILE, RunFolder
@@ -531,12 +531,7 @@ def open_run(
             chosen.describe(),
         )
     from mxtrain.engine.bucketing import BucketingModule
-    from mxtrain.experiment import (
-        build_data_iter,
-        build_sym_gen,
-        model_build_error,
-        plugin_model_error,
-    )
+    from mxtrain.experiment import build_data_iter, build_sym_gen, explained_model_errors
 
     section, where = _data_section(config, role, data_file, batch_size)
     context = DataContext(
@@ -555,7 +550,7 @@ def open_run(
     sym_gen = build_sym_gen(config.model, data_iter.data_info, config.base_dir)
     contexts = build_contexts(config.context)
     work_load = config.context.work_load
-    try:
+    with explained_model_errors(config, data_iter, where):
         module = BucketingModule(
             sym_gen,
             data_iter.default_bucket_key,
@@ -565,15 +560,6 @@ def open_run(
         )
         # The language model's loss layer takes labels, so they are bound too.
         module.bind(data_iter.provide_data, data_iter.provide_label, for_training=False)
-    except (ValueError, RuntimeError) as exc:  # the model does not fit the data (MXNetError)
-        raise model_build_error(config, data_iter, where, exc) from exc
-    except MxtrainError:
-        raise
-    except Exception as exc:
-        error = plugin_model_error(config, exc)
-        if error is None:
-            raise
-        raise error from exc
     opened = OpenedRun(
         run, chosen.epoch, chosen.params_file, config, data_iter, module, str(source), chosen
     )

@@ -577,12 +577,7 @@ def _prepare(
 
     from mxtrain import distributed
     from mxtrain.engine.bucketing import BucketingModule, FixedParamPatternError
-    from mxtrain.experiment import (
-        build_data_iter,
-        build_sym_gen,
-        model_build_error,
-        plugin_model_error,
-    )
+    from mxtrain.experiment import build_data_iter, build_sym_gen, explained_model_errors
     from mxtrain.optim import build_initializer, optimizer_arguments
 
     if config.logging.tensorboard:  # before anything is written: a missing extra says so
@@ -632,35 +627,27 @@ def _prepare(
     sym_gen = build_sym_gen(config.model, train_iter.data_info, base_dir)
     contexts = build_contexts(config.context)
     fit_cfg = config.fit
-    try:
-        module = BucketingModule(
-            sym_gen,
-            train_iter.default_bucket_key,
-            contexts,
-            work_load_list=list(config.context.work_load) if config.context.work_load else None,
-            fixed_param_patterns=tuple(fit_cfg.fixed_params),
-            fixed_param_exclude=tuple(fit_cfg.fixed_params_exclude),
-            logger=log,
-        )
-        # Binding the largest bucket first fails fast if the model does not fit in memory.
-        module.bind(
-            train_iter.provide_data,
-            train_iter.provide_label,
-            for_training=True,
-            grad_req="add" if fit_cfg.grad_accumulation > 1 else "write",
-        )
-    except FixedParamPatternError as exc:
-        key = "fit.fixed_params_exclude" if exc.excluded else "fit.fixed_params"
-        raise ConfigError(f"{config.source}: {key}: {exc}") from exc
-    except (ValueError, RuntimeError) as exc:  # the model does not fit the data (MXNetError)
-        raise model_build_error(config, train_iter, "data.train", exc) from exc
-    except MxtrainError:
-        raise
-    except Exception as exc:
-        error = plugin_model_error(config, exc)
-        if error is None:
-            raise
-        raise error from exc
+    with explained_model_errors(config, train_iter, "data.train"):
+        try:
+            module = BucketingModule(
+                sym_gen,
+                train_iter.default_bucket_key,
+                contexts,
+                work_load_list=list(config.context.work_load) if config.context.work_load else None,
+                fixed_param_patterns=tuple(fit_cfg.fixed_params),
+                fixed_param_exclude=tuple(fit_cfg.fixed_params_exclude),
+                logger=log,
+            )
+            # Binding the largest bucket first fails fast if the model does not fit in memory.
+            module.bind(
+                train_iter.provide_data,
+                train_iter.provide_label,
+                for_training=True,
+                grad_req="add" if fit_cfg.grad_accumulation > 1 else "write",
+            )
+        except FixedParamPatternError as exc:  # a config key, not the model
+            key = "fit.fixed_params_exclude" if exc.excluded else "fit.fixed_params"
+            raise ConfigError(f"{config.source}: {key}: {exc}") from exc
     module.init_params(build_initializer(config.initializer))
     if restore is not None:
         from mxtrain import checkpoint
