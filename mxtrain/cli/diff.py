@@ -6,7 +6,7 @@ import json
 
 import click
 
-from mxtrain.cli.main import handle_errors
+from mxtrain.cli.options import handle_errors
 
 
 @click.command(

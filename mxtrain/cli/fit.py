@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from mxtrain.cli.main import handle_errors
 from mxtrain.cli.options import (
+    handle_errors,
     json_option,
     progress_mode,
     progress_option,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from mxtrain.cli.main import handle_errors
+from mxtrain.cli.options import handle_errors
 from mxtrain.templates import DEFAULT_TEMPLATE, TEMPLATES
 
 

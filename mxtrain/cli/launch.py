@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from mxtrain.cli.main import handle_errors
-from mxtrain.cli.options import set_option
+from mxtrain.cli.options import handle_errors, set_option
 
 
 @click.command(

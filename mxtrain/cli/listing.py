@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from mxtrain.cli.main import handle_errors
+from mxtrain.cli.options import handle_errors
 
 KINDS = ["models", "iterators", "metrics", "optimizers", "initializers", "all"]
 

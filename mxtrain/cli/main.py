@@ -1,4 +1,4 @@
-"""The ``mxtrain`` command group and the error handling every command shares.
+"""The ``mxtrain`` command group: the group, its epilog, and the registration of every command.
 
 MXNet is imported lazily inside commands, so ``mxtrain --help`` and ``mxtrain check``
 answer quickly.
@@ -6,19 +6,9 @@ answer quickly.
 
 from __future__ import annotations
 
-import os
-import sys
-import traceback
-from collections.abc import Callable
-from functools import wraps
-from typing import Any, TypeVar
-
 import click
 
 from mxtrain import __version__
-from mxtrain.errors import ExitCode, MxtrainError
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 EPILOG = """\b
 Examples:
@@ -51,44 +41,6 @@ Exit codes: 0 done, 1 internal error, 2 config/usage error, 3 data error,
 def cli(ctx: click.Context, debug: bool) -> None:
     """Train, evaluate and serve Apache MXNet models from YAML experiment files."""
     ctx.obj = {"debug": debug}
-
-
-def handle_errors(func: F) -> F:
-    """Turn mxtrain errors into one-paragraph messages and exit codes (no traceback)."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        debug = bool(click.get_current_context().find_root().obj.get("debug"))
-        try:
-            return func(*args, **kwargs)
-        except MxtrainError as exc:
-            if debug:
-                traceback.print_exc()
-            label = "stopped" if exc.exit_code == ExitCode.PREEMPTED else "error"
-            click.echo(f"{label}: {exc}", err=True)
-            sys.exit(int(exc.exit_code))
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
-        except BrokenPipeError:
-            # stdout was closed by the reader (`mxtrain list | head`): not an error of ours.
-            # Point stdout at /dev/null so Python's exit-time flush does not complain.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            sys.exit(141)
-        except (click.exceptions.Exit, click.ClickException, SystemExit):
-            raise
-        except Exception as exc:  # a bug: say so, keep the message short unless --debug
-            if debug:
-                traceback.print_exc()
-            click.echo(
-                f"internal error: {type(exc).__name__}: {exc}. This is a bug in mxtrain or "
-                "MXNet; run again with `mxtrain --debug ...` for the traceback and report it.",
-                err=True,
-            )
-            sys.exit(int(ExitCode.INTERNAL))
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _register_commands() -> None:

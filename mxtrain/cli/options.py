@@ -1,8 +1,23 @@
-"""Options shared by several commands."""
+"""What every command shares: common options and the error handling that turns mxtrain's errors
+into one-paragraph messages and exit codes.
+
+Commands import from here, never from ``cli/main.py`` (which imports every command).
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
 import click
+
+from mxtrain.errors import ExitCode, MxtrainError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 set_option = click.option(
     "--set",
@@ -38,3 +53,41 @@ json_option = click.option(
 def progress_mode(progress: str, quiet: bool) -> str:
     """The --progress value, with --quiet winning."""
     return "quiet" if quiet else progress
+
+
+def handle_errors(func: F) -> F:
+    """Turn mxtrain errors into one-paragraph messages and exit codes (no traceback)."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        debug = bool(click.get_current_context().find_root().obj.get("debug"))
+        try:
+            return func(*args, **kwargs)
+        except MxtrainError as exc:
+            if debug:
+                traceback.print_exc()
+            label = "stopped" if exc.exit_code == ExitCode.PREEMPTED else "error"
+            click.echo(f"{label}: {exc}", err=True)
+            sys.exit(int(exc.exit_code))
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except BrokenPipeError:
+            # stdout was closed by the reader (`mxtrain list | head`): not an error of ours.
+            # Point stdout at /dev/null so Python's exit-time flush does not complain.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(141)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as exc:  # a bug: say so, keep the message short unless --debug
+            if debug:
+                traceback.print_exc()
+            click.echo(
+                f"internal error: {type(exc).__name__}: {exc}. This is a bug in mxtrain or "
+                "MXNet; run again with `mxtrain --debug ...` for the traceback and report it.",
+                err=True,
+            )
+            sys.exit(int(ExitCode.INTERNAL))
+
+    return wrapper  # type: ignore[return-value]

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from mxtrain.cli.main import handle_errors
+from mxtrain.cli.options import handle_errors
 
 #: Config keys in the short summary (the whole config is behind --config).
 SUMMARY_KEYS = (
