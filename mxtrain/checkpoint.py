@@ -39,7 +39,7 @@ from typing import Any
 from mxtrain import __version__
 from mxtrain.crashpoints import crash_point
 from mxtrain.errors import ExitCode, MxtrainError, RunFolderError
-from mxtrain.rundir import RunFolder
+from mxtrain.rundir import RunFolder, atomic_write_text
 from mxtrain.rundir import abandoned as _abandoned
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "load_checkpoint",
     "parse_tag",
     "prune_checkpoints",
+    "record_best",
     "remove_checkpoint",
     "restore_module",
     "save_checkpoint",
@@ -560,6 +561,13 @@ def best_tag(run: RunFolder) -> str | None:
     except (OSError, UnicodeDecodeError):
         return None
     return tag or None
+
+
+def record_best(run: RunFolder, tag: str) -> None:
+    """Name ``tag`` in ``checkpoints/best`` (atomically; left alone when it already does)."""
+    root = checkpoints_dir(run)
+    if root.is_dir() and best_tag(run) != tag:
+        atomic_write_text(root / BEST_FILE, tag + "\n")
 
 
 def find_checkpoint(

@@ -187,7 +187,9 @@ def resolve_checkpoint(run: RunFolder, prefix: str, wanted: int | str | None) ->
     for bad, reason in skipped:
         log.warning("checkpoint %s is not usable (%s); skipped it", bad.tag, reason)
     ckpt = loaded.checkpoint
-    return ChosenCheckpoint(ckpt.epoch, ckpt.batch, ckpt.tag, ckpt.path / "params.nd", loaded)
+    return ChosenCheckpoint(
+        ckpt.epoch, ckpt.batch, ckpt.tag, ckpt.path / checkpoint.PARAMS_FILE, loaded
+    )
 
 
 def _logged_best(run: RunFolder) -> str | None:
@@ -516,7 +518,7 @@ def open_run(
 
     run = _open_folder(path)
     status = run.read_status()
-    config_dir = Path(status.get("config_dir") or run.path.absolute().parent)
+    config_dir = run.config_dir()
     config = load_config(run.config_file, overrides, base_dir=config_dir)
 
     from mxtrain.distributed import build_contexts, configure_threads

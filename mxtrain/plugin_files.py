@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from mxtrain.errors import DataError, RunFolderError
 from mxtrain.registry import plugin_file_path, redirected_plugin_files
-from mxtrain.rundir import atomic_write_bytes, atomic_write_text
+from mxtrain.rundir import RunFolder, atomic_write_bytes, atomic_write_text
 
 PLUGINS_DIR = "plugins"
 MANIFEST = "plugins.json"
@@ -128,23 +128,13 @@ def run_folder_of(ref: Any) -> Path | None:
     return None
 
 
-def recorded_config_dir(run_path: Path) -> Path:
-    """The original config folder recorded in ``run.json`` (the run's parent if none)."""
-    try:
-        status = json.loads((run_path / "run.json").read_text(encoding="utf-8"))
-        recorded = status.get("config_dir") if isinstance(status, dict) else None
-    except (OSError, ValueError):
-        recorded = None
-    return Path(recorded) if isinstance(recorded, str) else run_path.absolute().parent
-
-
 @contextmanager
 def kept_plugins(run_path: Path | None) -> Iterator[None]:
     """Import the run's kept plugin files, and explain missing data of a vanished config folder."""
     if run_path is None:
         yield
         return
-    config_dir = recorded_config_dir(run_path)
+    config_dir = RunFolder(run_path).config_dir()
     with redirected_plugin_files(kept_plugin_redirects(run_path, config_dir)):
         try:
             yield

@@ -126,6 +126,13 @@ class RunFolder:
             return {}
         return data if isinstance(data, dict) else {}
 
+    def config_dir(self) -> Path:
+        """The folder of the config the run was started from (``config_dir`` in run.json, the
+        run folder's parent when none is recorded): relative paths in config.yaml resolve
+        against it."""
+        recorded = self.read_status().get("config_dir")
+        return Path(recorded) if isinstance(recorded, str) else self.path.absolute().parent
+
     def write_status(self, **fields: Any) -> None:
         """Merge ``fields`` into run.json (atomically)."""
         status = self.read_status()

@@ -178,7 +178,7 @@ def _resume(
 ) -> FitSummary:
     run = _existing_run(run_path)
     status = run.read_status()
-    config_dir = Path(status.get("config_dir") or run.path.parent)
+    config_dir = run.config_dir()
     saved = load_config(run.config_file, base_dir=config_dir)
     config = load_config(run.config_file, overrides, base_dir=config_dir)
     changes = diff_configs(config_to_dict(saved), config_to_dict(config))
@@ -203,7 +203,8 @@ def _resume(
     loaded = found = None
     later: list[Any] = []
     position: Position | None = None
-    if checkpoint.list_checkpoints(run) or epoch is not None:
+    listed = checkpoint.list_checkpoints(run)
+    if listed or epoch is not None:
         # loading is part of the choice: a checkpoint MXNet cannot read, or whose position is
         # impossible, is skipped like a damaged one
         loaded, skipped = checkpoint.find_and_load(
@@ -214,11 +215,7 @@ def _resume(
             log.warning(
                 "checkpoint %s is not usable (%s); falling back to an older one", bad.tag, reason
             )
-        later = [
-            c
-            for c in checkpoint.list_checkpoints(run)
-            if (c.epoch, c.batch) > (found.epoch, found.batch)
-        ]
+        later = [c for c in listed if (c.epoch, c.batch) > (found.epoch, found.batch)]
         later = [c for c in later if c not in [s for s, _ in skipped]]
         if later and not force:
             raise RunFolderError(
@@ -405,20 +402,12 @@ def _settle_checkpoints(run: RunFolder, config: Config, best: dict[str, Any] | N
     from mxtrain import checkpoint
 
     tag = best.get("tag") if best else None
-    best_file = checkpoint.checkpoints_dir(run) / "best"
-    if tag and best_file.parent.is_dir() and _read_text(best_file) != tag + "\n":
-        atomic_write_text(best_file, tag + "\n")
+    if tag:
+        checkpoint.record_best(run, tag)
     ckpt_cfg = config.checkpoint
     checkpoint.prune_checkpoints(
         run, prefix=ckpt_cfg.prefix, keep_last=ckpt_cfg.keep_last, protect=[tag] if tag else []
     )
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
-        return None
 
 
 def _check_writable(run: RunFolder) -> None:
