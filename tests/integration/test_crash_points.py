@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import multiprocessing.connection
 import shutil
 import signal
+import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,17 +97,54 @@ class Workspace:
 
     def child(self, args: list[str], crash_at: str, label: str) -> tuple[int | None, str]:
         """Run ``mxtrain ARGS`` in a child process; (exit code, negative for a signal; output)."""
-        output = self.root / f"{label}.out"
-        proc = self.context.Process(
-            target=run_command, args=(args, crash_at, str(self.root), str(output))
-        )
-        proc.start()
-        proc.join(CHILD_TIMEOUT)
-        if proc.is_alive():
-            proc.kill()
+        return self.children([(args, crash_at, label)])[0]
+
+    def children(
+        self, jobs: list[tuple[list[str], str, str]], parallel: int = 1
+    ) -> list[tuple[int | None, str]]:
+        """Run each ``(args, crash_at, label)`` job in a child, ``parallel`` at a time.
+
+        Every child is started and reaped from this one thread: ``Process.start`` polls the
+        other live children, and a poll racing a ``join`` in another thread reads the fork
+        server's exit-code message twice and reports exit 255 for a child that was killed.
+        """
+        results: dict[int, tuple[int | None, str]] = {}
+        running: dict[int, tuple[Any, float]] = {}
+        try:
+            for index, (args, crash_at, label) in enumerate(jobs):
+                while len(running) >= parallel:
+                    self._reap(jobs, running, results)
+                proc = self.context.Process(
+                    target=run_command, args=(args, crash_at, str(self.root), self.output(label))
+                )
+                proc.start()
+                running[index] = (proc, time.monotonic() + CHILD_TIMEOUT)
+            while running:
+                self._reap(jobs, running, results)
+        finally:  # a failure leaves no child behind
+            for proc, _ in running.values():
+                proc.kill()
+                proc.join()
+        return [results[index] for index in range(len(jobs))]
+
+    def output(self, label: str) -> str:
+        return str(self.root / f"{label}.out")
+
+    def _reap(self, jobs: list[Any], running: dict[int, Any], results: dict[int, Any]) -> None:
+        """Wait up to a second for a child to end; move the ended ones to ``results``."""
+        multiprocessing.connection.wait([proc.sentinel for proc, _ in running.values()], 1)
+        for index, (proc, deadline) in list(running.items()):
+            if proc.is_alive() and time.monotonic() < deadline:
+                continue
+            del running[index]
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+                args, crash_at, _ = jobs[index]
+                pytest.fail(f"mxtrain {' '.join(args)} with {crash_at!r} hung")
             proc.join()
-            pytest.fail(f"mxtrain {' '.join(args)} with {crash_at!r} hung")
-        return proc.exitcode, output.read_text(errors="replace")
+            label = jobs[index][2]
+            results[index] = (proc.exitcode, Path(self.output(label)).read_text(errors="replace"))
 
     def fit(self, name: str, crash_at: str) -> tuple[int | None, str]:
         args = ["fit", str(self.config), "--name", name, "--progress", "plain"]
@@ -230,14 +268,13 @@ def kill_cases(trials: dict[str, Any]) -> list[Case]:
     return cases
 
 
-def kill(ws: Workspace, case: Case, name: str) -> tuple[int | None, str]:
-    """Run the case's command as ``name`` until it kills itself at the case's point."""
+def kill_job(ws: Workspace, case: Case, name: str) -> tuple[list[str], str, str]:
+    """The child job that runs the case's command as ``name`` until it kills itself."""
     if case.command == "fit":
-        return ws.fit(name, case.crash_at)
+        return ["fit", str(ws.config), "--name", name, "--progress", "plain"], case.crash_at, name
     run = ws.runs / name
     shutil.copytree(ws.root / "stopped-mid", run)
-    args = ["resume", str(run), *RESUME_CHANGE, "--progress", "plain"]
-    return ws.child(args, case.crash_at, name)
+    return ["resume", str(run), *RESUME_CHANGE, "--progress", "plain"], case.crash_at, name
 
 
 def recover(ws: Workspace, case: Case, name: str, killed: tuple[int | None, str]) -> list[str]:
@@ -276,8 +313,8 @@ def test_every_crash_point_recovers(workspace: Workspace, trials: dict[str, Any]
     names = [f"k{number:03d}" for number in range(len(cases))]
     # the killed processes run two at a time (they are separate processes); the recoveries
     # run here, one after the other
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        killed = list(pool.map(lambda case, name: kill(workspace, case, name), cases, names))
+    jobs = [kill_job(workspace, case, name) for case, name in zip(cases, names, strict=True)]
+    killed = workspace.children(jobs, parallel=2)
     failures = []
     for case, name, result in zip(cases, names, killed, strict=True):
         problems = recover(workspace, case, name, result)
