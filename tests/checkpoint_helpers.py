@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mxtrain import checkpoint
+from mxtrain.run import checkpoint
 
 
 def reseal(folder: Path, name: str, data: bytes) -> None:

@@ -102,7 +102,7 @@ def params(run: Path, epoch: int) -> dict[str, Any]:
 
 def metric_trace(run: Path) -> list[tuple[Any, ...]]:
     """The metric values of every interval and epoch record (timings left out)."""
-    from mxtrain.rundir import read_metrics
+    from mxtrain.run.folder import read_metrics
 
     rows: list[tuple[Any, ...]] = []
     for r in read_metrics(run / "metrics.jsonl"):

@@ -56,7 +56,7 @@ def fit_command(
     """
     from mxtrain.config import load_config
     from mxtrain.reporting import Reporter
-    from mxtrain.rundir import check_name_option
+    from mxtrain.run.folder import check_name_option
     from mxtrain.train import fit_experiment
 
     check_name_option(name)

@@ -88,7 +88,7 @@ def launch_command(
     the exit code is the failed worker's. Only rank 0 writes the run folder.
     """
     from mxtrain.launch import LaunchRequest, launch
-    from mxtrain.rundir import check_name_option
+    from mxtrain.run.folder import check_name_option
 
     check_name_option(name)
     request = LaunchRequest(

@@ -51,8 +51,8 @@ def plot_command(
     """Draw the train (solid) and eval (dashed) curves of a metric for each RUN, overlaid,
     to a PNG file. RUN is a run folder or a run name under ./runs; runs still training
     are drawn up to their last logged interval."""
-    from mxtrain.history import load_run, resolve_run
     from mxtrain.plotting import plot_runs
+    from mxtrain.run.history import load_run, resolve_run
 
     loaded = []
     for run in runs:

@@ -25,7 +25,7 @@ def runs_command(folder: str, as_json: bool) -> None:
     """List the runs in DIR (default: ./runs, experiment.runs_dir's default): name, status,
     epochs done, best metric, duration and start time, newest first. A folder that cannot
     be read is listed as `unreadable` with the reason."""
-    from mxtrain.history import find_runs, format_duration, format_time, format_value
+    from mxtrain.run.history import find_runs, format_duration, format_time, format_value
 
     runs = find_runs(Path(folder))
     if as_json:

@@ -47,7 +47,7 @@ def show_command(run: str, full_config: bool, as_json: bool) -> None:
     its checkpoints (epoch, batch, size; marked: latest, the newest valid one that score and
     predict load by default; best, what RUN:best loads; and why any is unusable), the
     train and eval metrics of every epoch and a sparkline of the main eval metric."""
-    from mxtrain.history import load_run, resolve_run
+    from mxtrain.run.history import load_run, resolve_run
 
     details = load_run(resolve_run(run))
     if as_json:
@@ -91,7 +91,7 @@ def _numeric(cell: str) -> bool:
 
 
 def _print_header(details: Any) -> None:
-    from mxtrain.history import format_duration, format_time
+    from mxtrain.run.history import format_duration, format_time
 
     summary = details.summary
     click.echo(f"run      {summary.path}")
@@ -113,14 +113,14 @@ def _print_header(details: Any) -> None:
 
 
 def _print_config(details: Any, full: bool) -> None:
-    from mxtrain.history import config_value
+    from mxtrain.run.history import config_value
 
     click.echo("")
     if details.config is None:
         click.echo(f"config: unreadable ({details.config_problem})")
         return
     if full:
-        from mxtrain.rundir import CONFIG_FILE
+        from mxtrain.run.folder import CONFIG_FILE
 
         click.echo("config:")
         text = (details.summary.path / CONFIG_FILE).read_text(encoding="utf-8")
@@ -146,7 +146,7 @@ def _short(value: Any) -> str:
 
 
 def _print_checkpoints(details: Any) -> None:
-    from mxtrain.history import format_size
+    from mxtrain.run.history import format_size
 
     click.echo("")
     if not details.checkpoints:
@@ -175,7 +175,7 @@ def _marks(ckpt: Any) -> str:
 
 
 def _print_epochs(details: Any) -> None:
-    from mxtrain.history import format_value, sparkline
+    from mxtrain.run.history import format_value, sparkline
 
     click.echo("")
     _print_latest_interval(details)
@@ -222,7 +222,7 @@ def _print_epochs(details: Any) -> None:
 
 def _print_latest_interval(details: Any) -> None:
     """For a run still training (or stopped mid-epoch): where its log got to last."""
-    from mxtrain.history import format_value
+    from mxtrain.run.history import format_value
 
     last_epoch = details.epochs[-1].epoch if details.epochs else 0
     latest = None

@@ -53,7 +53,7 @@ import numpy as np
 
 from mxtrain.data.base import TASK_LM, DataContext, DataInfo
 from mxtrain.data.batching import PrebuiltBatchIter, bucket_batches, chunk_sequences
-from mxtrain.data.options import TREEBANK_PREFIX, BucketSentenceOptions
+from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX, BucketSentenceOptions
 from mxtrain.data.vocab import UNK, Vocab
 from mxtrain.errors import DataError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mxtrain.data.options import check_buckets, check_positive, not_int
+from mxtrain.data.bucket_sentence_options import check_buckets, check_positive, not_int
 
 FORMATS = ("auto", "conll", "conllu")
 DELIMITERS = ("whitespace", "tab")

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from conftest import TINY_CONFIG, write_corpus
 
 from mxtrain.cli.main import cli
-from mxtrain.rundir import read_metrics
+from mxtrain.run.folder import read_metrics
 
 LAYOUT = ["e0001-b000000", "e0002-b000000", "e0002-b000003"]  # 17 batches an epoch, 37 updates
 

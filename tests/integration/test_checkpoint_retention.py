@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from mxtrain.cli.main import cli
-from mxtrain.rundir import read_metrics
+from mxtrain.run.folder import read_metrics
 
 
 def fit(config: Path, *overrides: str) -> Path:

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from mxtrain.cli.main import cli
-from mxtrain.rundir import read_metrics
+from mxtrain.run.folder import read_metrics
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from conftest import TINY_CONFIG, write_corpus
 
 from mxtrain.cli.main import cli
-from mxtrain.history import SPARK_BLOCKS
-from mxtrain.rundir import read_metrics
+from mxtrain.run.folder import read_metrics
+from mxtrain.run.history import SPARK_BLOCKS
 
 
 @pytest.fixture(scope="module")

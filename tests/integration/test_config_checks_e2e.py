@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from mxtrain.cli.main import cli
-from mxtrain.rundir import read_metrics
+from mxtrain.run.folder import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "ndarray_mlp.yaml"

@@ -27,10 +27,10 @@ from click.testing import CliRunner
 from conftest import metric_trace, params, write_corpus
 from crash_child import run_command
 
-from mxtrain import checkpoint
 from mxtrain.cli.main import cli
 from mxtrain.crashpoints import POINTS
-from mxtrain.rundir import RunFolder, read_metrics
+from mxtrain.run import checkpoint
+from mxtrain.run.folder import RunFolder, read_metrics
 
 # Dropout, momentum and an lr schedule (everything that makes resume hard), four batches an
 # epoch, keep_last 1 with a best checkpoint (retention deletes in epochs 2 and 3).

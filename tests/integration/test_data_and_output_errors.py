@@ -201,7 +201,7 @@ def test_a_write_that_fails_midway_keeps_the_old_file(trained: Path, tmp_path: P
     script = textwrap.dedent(
         f"""
         import errno, sys
-        import mxtrain.output_file as output_file
+        import mxtrain.inference.output as output_file
         real = output_file.write_atomically
         def full(path, write):
             def failing(handle):

@@ -10,7 +10,7 @@ import numpy as np
 from click.testing import CliRunner
 
 from mxtrain.cli.main import cli
-from mxtrain.rundir import read_metrics
+from mxtrain.run.folder import read_metrics
 
 
 def invoke(*args: str) -> tuple[int, str]:

@@ -160,8 +160,8 @@ def end_all(launcher: subprocess.Popen, started: list[int]) -> None:
 
 
 def test_sigterm_to_launch_checkpoints_exits_75_and_resume_finishes(blobs: Path) -> None:
-    from mxtrain.checkpoint import list_checkpoints
-    from mxtrain.rundir import RunFolder
+    from mxtrain.run.checkpoint import list_checkpoints
+    from mxtrain.run.folder import RunFolder
 
     config = write_config(blobs, "long.yaml", ndarray_train(blobs, 4), epochs=100000)
     launcher = start_launch("-n", 2, "-s", 1, config, "--grace", 5)
@@ -279,7 +279,7 @@ def test_unequal_shards_train_the_same_number_of_batches(blobs: Path) -> None:
     done = mxtrain("launch", "-n", 2, "-s", 1, config, "--grace", 3)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "every worker trains 3" in done.stdout
-    from mxtrain.rundir import read_metrics
+    from mxtrain.run.folder import read_metrics
 
     epochs = [
         r for r in read_metrics(blobs / "runs" / "dist" / "metrics.jsonl") if r["event"] == "epoch"
@@ -387,7 +387,7 @@ def test_killing_the_ssh_launcher_stops_the_remote_commands(blobs: Path, fake_ss
 
 
 def test_dist_async_trains_and_resumes_from_the_saved_weights(blobs: Path) -> None:
-    from mxtrain.rundir import read_metrics
+    from mxtrain.run.folder import read_metrics
 
     config = write_config(blobs, "async.yaml", ndarray_train(blobs, 8), epochs=4)
     done = mxtrain("launch", "-n", 2, "-s", 1, config, "--set", "kvstore.type=dist_async",

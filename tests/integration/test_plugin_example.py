@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from mxtrain.cli.main import cli
-from mxtrain.rundir import read_metrics
+from mxtrain.run.folder import read_metrics
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 CONFIG = CONFIGS / "plugin_example.yaml"

@@ -20,7 +20,7 @@ PLUGIN = '''
 import mxnet as mx
 
 from mxtrain.data.bucket_sentence import build_bucket_sentence_iter
-from mxtrain.data.options import BucketSentenceOptions
+from mxtrain.data.bucket_sentence_options import BucketSentenceOptions
 
 CALLS = []
 

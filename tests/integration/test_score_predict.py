@@ -24,14 +24,14 @@ from mxtrain.cli.predict import predict_command
 from mxtrain.cli.score import score_command
 from mxtrain.config import load_config
 from mxtrain.errors import ConfigError, DataError, RunFolderError
-from mxtrain.inference import (
+from mxtrain.inference.open import (
     parse_checkpoint_ref,
     predict_run,
     score_checkpoint,
     score_run,
     write_atomically,
 )
-from mxtrain.rundir import read_metrics
+from mxtrain.run.folder import read_metrics
 from mxtrain.train import fit_experiment
 
 

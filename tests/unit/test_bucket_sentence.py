@@ -11,7 +11,7 @@ import pytest
 
 from mxtrain.data.base import DataContext
 from mxtrain.data.bucket_sentence import auto_buckets, build_bucket_sentence_iter, tokenize
-from mxtrain.data.options import BucketSentenceOptions
+from mxtrain.data.bucket_sentence_options import BucketSentenceOptions
 from mxtrain.data.vocab import EOS, UNK, Vocab
 from mxtrain.errors import DataError, ExitCode
 

@@ -18,7 +18,7 @@ from mxtrain.data.bucket_sentence import (
     padding_buckets,
     train_buckets,
 )
-from mxtrain.data.options import BucketSentenceOptions
+from mxtrain.data.bucket_sentence_options import BucketSentenceOptions
 from mxtrain.data.vocab import EOS, PAD, UNK, Vocab
 from mxtrain.engine.bucketing import BucketingModule
 from mxtrain.errors import DataError

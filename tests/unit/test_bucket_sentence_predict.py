@@ -11,7 +11,7 @@ import pytest
 from mxtrain.data.base import TASK_LM, DataContext
 from mxtrain.data.batching import long_bucket
 from mxtrain.data.bucket_sentence import build_bucket_sentence_iter, train_buckets
-from mxtrain.data.options import BucketSentenceOptions
+from mxtrain.data.bucket_sentence_options import BucketSentenceOptions
 from mxtrain.data.vocab import Vocab
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far"]

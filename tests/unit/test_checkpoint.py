@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 from checkpoint_helpers import reseal, reseal_position
 
-from mxtrain import checkpoint
-from mxtrain.checkpoint import (
+from mxtrain.engine.bucketing import BucketingModule
+from mxtrain.errors import ExitCode, RunFolderError
+from mxtrain.run import checkpoint
+from mxtrain.run.checkpoint import (
     Checkpoint,
     CheckpointError,
     find_checkpoint,
@@ -32,9 +34,7 @@ from mxtrain.checkpoint import (
     save_checkpoint,
     verify_checkpoint,
 )
-from mxtrain.engine.bucketing import BucketingModule
-from mxtrain.errors import ExitCode, RunFolderError
-from mxtrain.rundir import RunFolder
+from mxtrain.run.folder import RunFolder
 
 PREFIX = "model"
 BATCH = 4
@@ -164,7 +164,7 @@ def test_module_without_optimizer_and_state_that_is_not_json(
     loaded = load_checkpoint(save(run, mod, 1))
     assert loaded.optimizer_meta is None and loaded.optimizer_arrays == {}
     restore_module(mod, loaded)
-    with caplog.at_level(logging.WARNING, logger="mxtrain.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="mxtrain.run.checkpoint"):
         restore_module(new_module(), loaded)
     assert "no optimizer state" in caplog.text
 

@@ -1191,7 +1191,7 @@ def test_config_package_does_not_import_mxnet_or_click(tmp_path: Path) -> None:
 
 def test_loading_builtin_components_does_not_import_mxnet(tmp_path: Path) -> None:
     pytest.importorskip("mxtrain.models.lstm_lm")
-    pytest.importorskip("mxtrain.data.options")
+    pytest.importorskip("mxtrain.data.bucket_sentence_options")
     path = write(
         tmp_path,
         "model: {name: lstm_lm}\ndata: {train: {iterator: bucket_sentence, source: t.txt}}\n"
@@ -1312,7 +1312,7 @@ def test_scheduler_keys_match_mxnet(mx: Any) -> None:
 
 def test_real_components(tmp_path: Path) -> None:
     lstm_lm = pytest.importorskip("mxtrain.models.lstm_lm")
-    options = pytest.importorskip("mxtrain.data.options")
+    options = pytest.importorskip("mxtrain.data.bucket_sentence_options")
     text = textwrap.dedent(
         """\
         model:

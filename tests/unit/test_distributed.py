@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from mxtrain import distributed
+from mxtrain import devices, distributed
 from mxtrain.config.loader import load_config
 from mxtrain.config.schema import ContextSection, KVStoreSection
 from mxtrain.errors import ConfigError, MxtrainError
@@ -47,7 +47,7 @@ DMLC = {
 
 def test_gpu_on_the_cpu_build_names_the_gpu_wheel() -> None:
     with pytest.raises(ConfigError) as err:
-        distributed.build_contexts(ContextSection(devices="gpu", ids=(0,)))
+        devices.build_contexts(ContextSection(devices="gpu", ids=(0,)))
     assert "CPU-only build" in str(err.value) and "pip install mxnet-cu112==1.9.1" in str(err.value)
 
 
@@ -57,16 +57,16 @@ def test_gpu_id_beyond_the_visible_ones(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(mx.context, "num_gpus", lambda: 2)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
     with pytest.raises(ConfigError) as err:
-        distributed.build_contexts(ContextSection(devices="gpu", ids=(0, 2)))
+        devices.build_contexts(ContextSection(devices="gpu", ids=(0, 2)))
     assert "GPU 2" in str(err.value) and "only 2 GPU(s)" in str(err.value)
     assert "CUDA_VISIBLE_DEVICES=4,5" in str(err.value)
-    gpus = distributed.build_contexts(ContextSection(devices="gpu", ids=(1, 0)))
+    gpus = devices.build_contexts(ContextSection(devices="gpu", ids=(1, 0)))
     assert [c.device_id for c in gpus] == [1, 0] and gpus[0].device_type == "gpu"
 
 
 def test_cpu_contexts_from_count_and_ids() -> None:
-    assert len(distributed.build_contexts(ContextSection(count=3))) == 3
-    ids = distributed.build_contexts(ContextSection(ids=(2, 5)))
+    assert len(devices.build_contexts(ContextSection(count=3))) == 3
+    ids = devices.build_contexts(ContextSection(ids=(2, 5)))
     assert [c.device_id for c in ids] == [2, 5]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from mxtrain.config.saved import read_config_tree
 from mxtrain.errors import ConfigError, RunFolderError
-from mxtrain.history import (
+from mxtrain.run.history import (
     SPARK_BLOCKS,
     best_value,
     epoch_rows,

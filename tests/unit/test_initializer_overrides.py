@@ -8,9 +8,9 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from mxtrain.build import build_initializer
 from mxtrain.config import dump_config, load_config
 from mxtrain.errors import ConfigError
-from mxtrain.optim import build_initializer
 
 OVERRIDES = [
     "initializer.overrides=[{pattern: '*_bias', name: zero}, "

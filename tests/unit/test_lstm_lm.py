@@ -21,7 +21,7 @@ SMALL = {"num_embed": 6, "num_hidden": 5, "num_layers": 2}
 def test_importing_models_and_data_options_does_not_import_mxnet() -> None:
     code = (
         "import sys\n"
-        "import mxtrain.models.lstm_lm, mxtrain.data.options, mxtrain.data.vocab\n"
+        "import mxtrain.models.lstm_lm, mxtrain.data.bucket_sentence_options, mxtrain.data.vocab\n"
         "from mxtrain.registry import MODELS\n"
         "MODELS.get('lstm_lm').options_class()\n"
         "assert 'mxnet' not in sys.modules, 'mxnet was imported'\n"

@@ -10,8 +10,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from mxtrain.build import build_metric
 from mxtrain.data.base import DataInfo
-from mxtrain.experiment import build_metric
 from mxtrain.metrics import (
     DeviceCrossEntropy,
     DeviceF1,

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from mxtrain import envinfo
 from mxtrain.errors import DataError, PreemptedError
 from mxtrain.reporting import EVENT_SCHEMA_VERSION, EventWriter, Reporter, format_duration
+from mxtrain.run import environment
 
 INTERVAL_LINE = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d INFO epoch (?P<epoch>\d+) batch (?P<batch>\d+)/(?P<total>\d+)"
@@ -179,7 +179,7 @@ def test_format_duration() -> None:
 def test_relevant_env_keeps_thread_and_library_settings_only() -> None:
     environ = {"OMP_NUM_THREADS": "2", "MXNET_ENGINE_TYPE": "NaiveEngine", "HOME": "/root",
                "OPENBLAS_CORETYPE": "Haswell", "AWS_SECRET": "x"}  # fmt: skip
-    assert envinfo.relevant_env(environ) == {
+    assert environment.relevant_env(environ) == {
         "MXNET_ENGINE_TYPE": "NaiveEngine",
         "OMP_NUM_THREADS": "2",
         "OPENBLAS_CORETYPE": "Haswell",
@@ -207,30 +207,30 @@ def test_git_state_of_a_work_tree_clean_then_dirty(tmp_path: Path) -> None:
     head = _git(tmp_path, "rev-parse", "HEAD")
     (tmp_path / "sub").mkdir()
     (tmp_path / "untracked.txt").write_text("runs and outputs do not make a tree dirty")
-    state = envinfo.git_state(tmp_path / "sub")
+    state = environment.git_state(tmp_path / "sub")
     assert state == {"commit": head, "dirty": False, "root": str(tmp_path.resolve())}
     (tmp_path / "train.py").write_text("print(2)\n")
-    assert envinfo.git_state(tmp_path)["dirty"] is True  # type: ignore[index]
+    assert environment.git_state(tmp_path)["dirty"] is True  # type: ignore[index]
 
 
 def test_git_state_is_none_outside_a_repo_or_without_git(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    assert envinfo.git_state(tmp_path) is None
+    assert environment.git_state(tmp_path) is None
     monkeypatch.setenv("PATH", str(tmp_path))  # no git executable anywhere
-    assert envinfo.git_state(Path.cwd()) is None
+    assert environment.git_state(Path.cwd()) is None
 
 
 def test_collect_has_the_facts_and_logs_them(caplog: pytest.LogCaptureFixture) -> None:
-    facts = envinfo.collect(contexts=["cpu(0)"], seed=7, threads={"OMP_NUM_THREADS": "1"})
+    facts = environment.collect(contexts=["cpu(0)"], seed=7, threads={"OMP_NUM_THREADS": "1"})
     for key in ("mxtrain", "mxnet", "numpy", "python", "platform", "cpu_count", "env", "seed"):
         assert key in facts, key
     assert facts["seed"] == 7 and facts["contexts"] == ["cpu(0)"]
     json.dumps(facts)  # run.json must be able to hold it
     logger = logging.getLogger("test_envinfo")
     with caplog.at_level(logging.DEBUG, logger="test_envinfo"):
-        envinfo.log_facts(facts, logger=logger)
+        environment.log_facts(facts, logger=logger)
     assert "seed 7" in caplog.records[0].getMessage()
     assert any(r.levelno == logging.DEBUG and "threads.OMP_NUM_THREADS" in r.getMessage()
                for r in caplog.records)  # fmt: skip

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mxtrain.errors import ExitCode, RunFolderError
-from mxtrain.rundir import (
+from mxtrain.run.folder import (
     MetricsLog,
     atomic_write_text,
     create_run_folder,

@@ -1,6 +1,6 @@
 """``mxtrain predict`` records for row-wise models: classifiers and regressors.
 
-:mod:`mxtrain.inference` picks these by the data iterator's ``data_info.task`` (``classify``,
+:mod:`mxtrain.inference.open` picks these by the data iterator's ``data_info.task`` (``classify``,
 ``regress``; the ``ndarray`` and ``csv`` iterators report them). One record per input row, in
 input order; ``line`` is the row's 1-based number among the input's rows (for a CSV file: data
 rows, so the header and blank lines are not counted; for ``.npy``/``.npz``: the array's first

@@ -9,7 +9,7 @@ writes one record per input line, in input order.
 
 What a prediction record holds depends on the model's task, which the data iterator reports
 in ``data_info.task``. Language models (``"lm"``) are handled here; classifiers
-(``"classify"``) and regressors (``"regress"``) in :mod:`mxtrain.predict_rows`; each task has
+(``"classify"``) and regressors (``"regress"``) in :mod:`mxtrain.inference.rows`; each task has
 its entry in ``_PREDICTORS``.
 
 No click here; MXNet is imported inside the functions, after the thread settings of the
@@ -37,9 +37,9 @@ import numpy as np
 from mxtrain.config import Config, load_config
 from mxtrain.data.base import TASK_LM, TASK_TAG, DataContext
 from mxtrain.errors import ConfigError, DataError, RunFolderError
-from mxtrain.output_file import check_output, resolve_output, write_atomically, write_output
-from mxtrain.plugin_files import uses_kept_plugins
-from mxtrain.rundir import CONFIG_FILE, RunFolder
+from mxtrain.inference.output import check_output, resolve_output, write_atomically, write_output
+from mxtrain.run.folder import CONFIG_FILE, RunFolder
+from mxtrain.run.plugin_files import uses_kept_plugins
 
 log = logging.getLogger("mxtrain")
 
@@ -61,7 +61,7 @@ def parse_checkpoint_ref(ref: str | os.PathLike[str]) -> tuple[Path, int | str |
     ``"runs/x:latest"`` and ``"runs/x:e0002-b000020"`` keep the text after the colon. A path
     that exists as written is taken whole, even with a colon.
     """
-    from mxtrain.checkpoint import BEST, LATEST, parse_tag
+    from mxtrain.run.checkpoint import BEST, LATEST, parse_tag
 
     text = os.fspath(ref)
     if not text.strip():
@@ -145,13 +145,13 @@ def resolve_checkpoint(run: RunFolder, prefix: str, wanted: int | str | None) ->
     """The checkpoint of ``run`` to load: the newest valid one (None or "latest"), the end of
     epoch N (an int), the recorded best ("best") or a tag, read and verified.
 
-    The choice itself is :func:`mxtrain.checkpoint.find_and_load` (the one resume uses): a
+    The choice itself is :func:`mxtrain.run.checkpoint.find_and_load` (the one resume uses): a
     default choice skips unusable checkpoints with a warning; one named explicitly that is
     unusable is a CheckpointError (exit 3) naming the file. A run folder without checkpoints
     (or an epoch whose checkpoint folder was not kept) falls back to ``<prefix>-NNNN.params``,
     which has no checksum: a warning says so.
     """
-    from mxtrain import checkpoint
+    from mxtrain.run import checkpoint
 
     listed = {c.tag: c for c in checkpoint.list_checkpoints(run)}
     epochs = checkpoint_epochs(run, prefix)
@@ -195,7 +195,7 @@ def resolve_checkpoint(run: RunFolder, prefix: str, wanted: int | str | None) ->
 def _logged_best(run: RunFolder) -> str | None:
     """Without ``checkpoints/best`` (no checkpoint.best_metric): the checkpoint saved with the
     best logged value, the one ``mxtrain runs`` and ``show`` report as best."""
-    from mxtrain.history import summarize_run
+    from mxtrain.run.history import summarize_run
 
     best = summarize_run(run.path).best
     if best is None or best.checkpoint is None:
@@ -342,7 +342,7 @@ def _data_section(
 
 
 def _recorded_buckets(chosen: ChosenCheckpoint) -> tuple[int, ...] | None:
-    """Bucket keys saved in the chosen checkpoint's state.json (see mxtrain.checkpoint), if
+    """Bucket keys saved in the chosen checkpoint's state.json (see mxtrain.run.checkpoint), if
     it has them and they are plain lengths."""
     keys = chosen.loaded.bucket_keys if chosen.loaded is not None else None
     if isinstance(keys, list) and keys and all(type(k) is int and k > 0 for k in keys):
@@ -521,7 +521,7 @@ def open_run(
     config_dir = run.config_dir()
     config = load_config(run.config_file, overrides, base_dir=config_dir)
 
-    from mxtrain.distributed import build_contexts, configure_threads
+    from mxtrain.devices import build_contexts, configure_threads
 
     configure_threads(config.context)  # before MXNet is imported (reading the checkpoint)
     chosen = resolve_checkpoint(run, config.checkpoint.prefix, wanted)
@@ -532,8 +532,8 @@ def open_run(
             status.get("status"),
             chosen.describe(),
         )
+    from mxtrain.build import build_data_iter, build_sym_gen, explained_model_errors
     from mxtrain.engine.bucketing import BucketingModule
-    from mxtrain.experiment import build_data_iter, build_sym_gen, explained_model_errors
 
     section, where = _data_section(config, role, data_file, batch_size)
     context = DataContext(
@@ -621,8 +621,8 @@ def score_checkpoint(
     opened = open_run(
         ref, epoch=epoch, overrides=overrides, batch_size=batch_size, data=data, role="eval"
     )
+    from mxtrain.build import build_metric
     from mxtrain.engine.loop import MetricSet, score
-    from mxtrain.experiment import build_metric
 
     config = opened.config
     data_info = opened.data_iter.data_info
@@ -958,8 +958,8 @@ _PREDICTORS: dict[str, Callable[[OpenedRun, int], Predictions]] = {TASK_LM: _pre
 
 
 def _predict_tag(opened: OpenedRun, top_k: int) -> Predictions:
-    """Sequence taggers (task "tag"): one record per sentence, see mxtrain.predict_tags."""
-    from mxtrain.predict_tags import predict_tags
+    """Sequence taggers (task "tag"): one record per sentence, see mxtrain.inference.tags."""
+    from mxtrain.inference.tags import predict_tags
 
     return predict_tags(opened, top_k)
 
@@ -968,15 +968,15 @@ _PREDICTORS[TASK_TAG] = _predict_tag
 
 
 def _predict_classes(opened: OpenedRun, top_k: int) -> Predictions:
-    """Classifiers (task "classify"): one record per input row, see mxtrain.predict_rows."""
-    from mxtrain.predict_rows import predict_classes
+    """Classifiers (task "classify"): one record per input row, see mxtrain.inference.rows."""
+    from mxtrain.inference.rows import predict_classes
 
     return predict_classes(opened, top_k)
 
 
 def _predict_values(opened: OpenedRun, top_k: int) -> Predictions:
-    """Regressors (task "regress"): one record per input row, see mxtrain.predict_rows."""
-    from mxtrain.predict_rows import predict_values
+    """Regressors (task "regress"): one record per input row, see mxtrain.inference.rows."""
+    from mxtrain.inference.rows import predict_values
 
     return predict_values(opened, top_k)
 
@@ -1065,7 +1065,7 @@ def predict_run(
     ``allow_pickle``). The file is written under a temporary name and renamed when complete;
     an existing ``output`` is an error unless ``force``. A symbolic link is followed (its
     target is replaced); a character device or pipe (``/dev/stdout``) is written directly and
-    never replaced (see :mod:`mxtrain.output_file`).
+    never replaced (see :mod:`mxtrain.inference.output`).
     """
     started = time.perf_counter()
     if fmt not in FORMATS:

@@ -21,7 +21,7 @@ from mxtrain.errors import ConfigError
 
 if TYPE_CHECKING:
     from mxtrain.data.conll import TaggedSentence
-    from mxtrain.inference import OpenedRun
+    from mxtrain.inference.open import OpenedRun
 
 SPECIALS = 2  # <pad> and <unk>: the first label ids, never predicted
 

@@ -39,8 +39,8 @@ from typing import Any
 from mxtrain import __version__
 from mxtrain.crashpoints import crash_point
 from mxtrain.errors import ExitCode, MxtrainError, RunFolderError
-from mxtrain.rundir import RunFolder, atomic_write_text
-from mxtrain.rundir import abandoned as _abandoned
+from mxtrain.run.folder import RunFolder, atomic_write_text
+from mxtrain.run.folder import abandoned as _abandoned
 
 __all__ = [
     "Checkpoint",

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from mxtrain.errors import DataError, RunFolderError
 from mxtrain.registry import plugin_file_path, redirected_plugin_files
-from mxtrain.rundir import RunFolder, atomic_write_bytes, atomic_write_text
+from mxtrain.run.folder import RunFolder, atomic_write_bytes, atomic_write_text
 
 PLUGINS_DIR = "plugins"
 MANIFEST = "plugins.json"

@@ -3,7 +3,7 @@
 Layout (``runs/<experiment>/``)::
 
     config.yaml            the resolved configuration (every default filled in)
-    plugins/               copies of the file.py plugins it uses (see mxtrain.plugin_files)
+    plugins/               copies of the file.py plugins it uses (see mxtrain.run.plugin_files)
     run.json               status (running/finished/failed/preempted), times, versions
     vocab.json             the training vocabulary, reused for evaluation
     <prefix>-symbol.json   the model symbol (default bucket), loadable by mx.mod.Module.load

@@ -18,7 +18,7 @@ from typing import Any
 
 from mxtrain.config.resume_policy import ConfigChange, diff_configs
 from mxtrain.errors import ConfigError, RunFolderError
-from mxtrain.rundir import CONFIG_FILE, METRICS_FILE, RUN_FILE, RunFolder, read_metrics
+from mxtrain.run.folder import CONFIG_FILE, METRICS_FILE, RUN_FILE, RunFolder, read_metrics
 
 UNREADABLE = "unreadable"
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
@@ -452,7 +452,7 @@ def list_checkpoint_info(path: Path) -> list[CheckpointInfo]:
     """The checkpoint folders of a run, oldest first, with their size, the best marker, the
     newest valid one (``latest``: chosen by the same function as score and resume) and why
     each newer one is not usable."""
-    from mxtrain.checkpoint import (
+    from mxtrain.run.checkpoint import (
         CheckpointError,
         best_tag,
         find_checkpoint,
