@@ -31,6 +31,8 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
+from mxtrain.run.params import ParamsFileError, read_params
+
 __all__ = ["BucketingModule", "key_fits", "largest_key", "split_batch"]
 
 NDArray = mx.nd.NDArray
@@ -1100,18 +1102,10 @@ class BucketingModule:
 
     def load_params(self, fname: str | os.PathLike) -> None:
         """Load a file written by :meth:`save_params` (or MXNet's ``save_params``)."""
-        loaded = mx.nd.load(os.fspath(fname))
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{fname}: not a parameter file (no names)")
-        arg, aux = {}, {}
-        for k, v in loaded.items():
-            kind, _, name = k.partition(":")
-            if kind == "arg":
-                arg[name] = v
-            elif kind == "aux":
-                aux[name] = v
-            else:
-                raise ValueError(f"{fname}: unexpected entry {k!r} (expected 'arg:' or 'aux:')")
+        try:
+            arg, aux = read_params(fname)
+        except ParamsFileError as exc:
+            raise ValueError(f"{os.fspath(fname)}: {exc.problem}") from exc
         self.set_params(arg, aux)
 
     # -- optimizer --------------------------------------------------------------------------

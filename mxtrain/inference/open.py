@@ -39,6 +39,7 @@ from mxtrain.data.base import TASK_LM, TASK_TAG, DataContext
 from mxtrain.errors import ConfigError, DataError, RunFolderError
 from mxtrain.inference.output import check_output, resolve_output, write_atomically, write_output
 from mxtrain.run.folder import CONFIG_FILE, RunFolder
+from mxtrain.run.params import ParamsFileError, read_params
 from mxtrain.run.plugin_files import uses_kept_plugins
 
 log = logging.getLogger("mxtrain")
@@ -398,44 +399,24 @@ _module_log = logging.getLogger("mxtrain.predict")
 _module_log.addFilter(_ExpectedLargeBuckets())
 
 
-def _mxnet_reason(exc: BaseException) -> str:
-    """The useful last line of an MXNet error ("Check failed: ...: Invalid NDArray file")."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    return lines[-1].removeprefix("MXNetError: ").rstrip(".")
-
-
 def _read_params(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    import mxnet as mx
-
     hint = (
         "The file may be truncated or not an MXNet parameter file; pick another epoch "
         "(RUN:EPOCH) or train the run again."
     )
     try:
-        loaded = mx.nd.load(str(path))
-    except (mx.base.MXNetError, OSError) as exc:
-        raise DataError(
-            f"The checkpoint {path} cannot be read ({_mxnet_reason(exc)}).", hint=hint
-        ) from None
-    if not isinstance(loaded, dict) or not loaded:
-        raise DataError(f"The checkpoint {path} has no named parameters.", hint=hint)
-    args: dict[str, Any] = {}
-    auxs: dict[str, Any] = {}
-    for key, value in loaded.items():
-        kind, _, name = key.partition(":")
-        if kind == "arg":
-            args[name] = value
-        elif kind == "aux":
-            auxs[name] = value
-        else:
-            raise DataError(
-                f"The checkpoint {path} has an entry {key!r}; MXNet parameter files name "
-                "every entry 'arg:NAME' or 'aux:NAME'.",
-                hint=hint,
+        return read_params(path)
+    except ParamsFileError as exc:
+        if exc.kind == "unreadable":
+            message = f"The checkpoint {path} cannot be read ({exc.detail})."
+        elif exc.kind == "entry":
+            message = (
+                f"The checkpoint {path} has an entry {exc.detail!r}; MXNet parameter files "
+                "name every entry 'arg:NAME' or 'aux:NAME'."
             )
-    return args, auxs
+        else:
+            message = f"The checkpoint {path} has no named parameters."
+        raise DataError(message, hint=hint) from None
 
 
 def _load_params(opened: OpenedRun, overrides: Sequence[str]) -> None:

@@ -41,6 +41,7 @@ from mxtrain.crashpoints import crash_point
 from mxtrain.errors import ExitCode, MxtrainError, RunFolderError
 from mxtrain.run.folder import RunFolder, atomic_write_text
 from mxtrain.run.folder import abandoned as _abandoned
+from mxtrain.run.params import ParamsFileError, load_named_arrays, read_params
 
 __all__ = [
     "Checkpoint",
@@ -725,35 +726,20 @@ def _select_named(
 
 
 def _load_nd(ckpt: Checkpoint, name: str) -> dict[str, Any]:
-    import mxnet as mx
-
     try:
-        loaded = mx.nd.load(str(ckpt.path / name))
-    except mx.base.MXNetError as exc:
-        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise _broken(ckpt, name, f"cannot be read by MXNet ({first})") from exc
-    if isinstance(loaded, list):
-        if loaded:
-            raise _broken(ckpt, name, "holds arrays without names")
-        return {}  # mx.nd.save of an empty dict loads as []
-    return dict(loaded)
+        return load_named_arrays(ckpt.path / name)
+    except ParamsFileError as exc:
+        raise _broken(ckpt, name, exc.problem) from exc
 
 
 def load_checkpoint(ckpt: Checkpoint, *, optimizer: bool = True) -> LoadedCheckpoint:
     """Verify ``ckpt`` and read everything in it (arrays on the CPU); ``optimizer=False``
     leaves the optimizer state out (inference needs only the parameters)."""
     verify_checkpoint(ckpt)
-    arg, aux = {}, {}
-    for key, value in _load_nd(ckpt, PARAMS_FILE).items():
-        kind, _, name = key.partition(":")
-        if kind == "arg":
-            arg[name] = value
-        elif kind == "aux":
-            aux[name] = value
-        else:
-            raise _broken(ckpt, PARAMS_FILE, f"has the entry {key!r} (expected arg:/aux: names)")
-    if not arg and not aux:
-        raise _broken(ckpt, PARAMS_FILE, "holds no parameters")
+    try:
+        arg, aux = read_params(ckpt.path / PARAMS_FILE)
+    except ParamsFileError as exc:
+        raise _broken(ckpt, PARAMS_FILE, exc.problem) from exc
     opt_arrays = _load_nd(ckpt, OPTIMIZER_ARRAYS_FILE) if optimizer else {}
     opt_meta = json.loads((ckpt.path / OPTIMIZER_META_FILE).read_bytes()) if optimizer else None
     saved = json.loads((ckpt.path / STATE_FILE).read_bytes())
