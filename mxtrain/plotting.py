@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain.errors import ConfigError, MxtrainError
-from mxtrain.run.folder import atomic_write_bytes
+from mxtrain.run.atomic import atomic_write_bytes
 from mxtrain.run.history import Curve, epoch_rows, logged_metrics, main_metric, metric_curves
 
 DPI = 100

@@ -28,17 +28,15 @@ from mxtrain.distributed import is_distributed
 from mxtrain.errors import ConfigError, MxtrainError, PreemptedError, RunFolderError
 from mxtrain.reporting import Reporter
 from mxtrain.run import environment
+from mxtrain.run.atomic import atomic_write_bytes, atomic_write_text, remove_stale_temporaries
 from mxtrain.run.folder import (
     MetricsLog,
     RunFolder,
-    atomic_write_bytes,
-    atomic_write_text,
     create_run_folder,
     environment_facts,
     finish_replacement,
     publish_run_folder,
     read_metrics,
-    remove_stale_temporaries,
     stage_run_folder,
 )
 from mxtrain.run.plugin_files import keep_plugin_files, uses_kept_plugins

@@ -104,7 +104,7 @@ class RowMeta:
 
     def save(self, path: str | Path) -> None:
         """Write it as JSON (atomically: a crash leaves no partial file)."""
-        from mxtrain.run.folder import atomic_write_text
+        from mxtrain.run.atomic import atomic_write_text
 
         atomic_write_text(Path(path), json.dumps(self.to_json(), indent=1) + "\n")
 

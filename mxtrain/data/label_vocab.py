@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain.data.vocab import read_versioned_json
-from mxtrain.run.folder import atomic_write_text
+from mxtrain.run.atomic import atomic_write_text
 
 PAD = "<pad>"
 UNK = "<unk>"

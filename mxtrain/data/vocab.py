@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain.errors import DataError
-from mxtrain.run.folder import atomic_write_text
+from mxtrain.run.atomic import atomic_write_text
 
 PAD = "<pad>"
 UNK = "<unk>"

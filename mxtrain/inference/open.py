@@ -37,7 +37,7 @@ import numpy as np
 from mxtrain.config import Config, load_config
 from mxtrain.data.base import TASK_LM, TASK_TAG, DataContext
 from mxtrain.errors import ConfigError, DataError, RunFolderError
-from mxtrain.inference.output import check_output, resolve_output, write_atomically, write_output
+from mxtrain.inference.output import check_output, resolve_output, write_output
 from mxtrain.run.folder import CONFIG_FILE, RunFolder
 from mxtrain.run.params import ParamsFileError, read_params
 from mxtrain.run.plugin_files import uses_kept_plugins
@@ -1128,5 +1128,4 @@ __all__ = [
     "resolve_checkpoint",
     "score_checkpoint",
     "score_run",
-    "write_atomically",
 ]

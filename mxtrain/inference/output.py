@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO
 
 from mxtrain.errors import ConfigError, DataError
+from mxtrain.run.atomic import temporary_name, write_atomically
 
 _SYMLINK_HOPS = 40  # as the kernel's own limit on nested symbolic links
 
@@ -111,7 +112,7 @@ def check_output(output: Path, force: bool) -> None:
             f"The folder of the output file {output} does not exist.",
             hint=f"Create it first (mkdir -p {folder}) or choose another --output.",
         )
-    probe = _temporary_name(output)
+    probe = temporary_name(output)
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
     except OSError as exc:
@@ -138,28 +139,6 @@ def write_output(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         raise  # the reader closed the pipe (`... --output /dev/stdout | head`): not an error
     except OSError as exc:
         raise _write_error(path, exc) from None
-
-
-def write_atomically(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Call ``write(handle)`` on a temporary file beside ``path``, then rename it to ``path``.
-
-    A crash or error leaves no file under ``path`` (and removes the temporary one), and an
-    existing ``path`` is replaced only once the new file is complete.
-    """
-    tmp = _temporary_name(path)
-    try:
-        with open(tmp, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _temporary_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
 def _write_error(path: Path, exc: OSError) -> DataError:

@@ -39,8 +39,16 @@ from typing import Any
 from mxtrain import __version__
 from mxtrain.crashpoints import crash_point
 from mxtrain.errors import ExitCode, MxtrainError, RunFolderError
-from mxtrain.run.folder import RunFolder, atomic_write_text
-from mxtrain.run.folder import abandoned as _abandoned
+from mxtrain.run.atomic import (
+    abandoned,
+    atomic_write_text,
+    fsync_dir,
+    fsync_file,
+    save_atomically,
+    temporary_name,
+    write_durably,
+)
+from mxtrain.run.folder import RunFolder
 from mxtrain.run.params import ParamsFileError, load_named_arrays, read_params
 
 __all__ = [
@@ -152,35 +160,19 @@ def checkpoints_dir(run: RunFolder) -> Path:
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
-    with open(path, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+    write_durably(path, lambda handle: handle.write(data))
 
 
 def _save_nd(path: Path, arrays: Mapping[str, Any]) -> None:
     import mxnet as mx
 
     mx.nd.save(str(path), dict(arrays))
-    # MXNet wrote and closed the file itself: fsync through a new descriptor (same inode)
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())
+    fsync_file(path)  # MXNet wrote and closed the file itself
 
 
 def _copy_file(src: Path, dst: Path) -> None:
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        shutil.copyfileobj(fin, fout, _CHUNK)
-        fout.flush()
-        os.fsync(fout.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make renames and new entries in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with open(src, "rb") as fin:
+        write_durably(dst, lambda fout: shutil.copyfileobj(fin, fout, _CHUNK))
 
 
 def _digest(path: Path) -> dict[str, Any]:
@@ -265,7 +257,7 @@ def save_checkpoint(
     root = checkpoints_dir(run)
     if not root.is_dir():
         root.mkdir()
-        _fsync_dir(run.path)
+        fsync_dir(run.path)
     _tidy(root, run, prefix)
 
     # gather everything first: a state that cannot be saved fails before anything is written
@@ -299,7 +291,7 @@ def save_checkpoint(
     final = root / tag
     aside = root / f".old-{tag}-{pid}"
     top = run.params_file(prefix, epoch) if batch == 0 else None
-    top_tmp = top.with_name(f".{top.name}.tmp-{pid}") if top is not None else None
+    top_tmp = temporary_name(top) if top is not None else None
     created = time.time()
     try:
         tmp.mkdir()
@@ -327,7 +319,7 @@ def save_checkpoint(
             manifest["top_level_params"] = {"file": top.name, **files[PARAMS_FILE]}
         _write_bytes(tmp / MANIFEST_FILE, _seal(manifest))
         crash_point("checkpoint.manifest-written", tag=tag)
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         crash_point("checkpoint.tmp-synced", tag=tag)
         if top is not None and top_tmp is not None:
             # in place before the checkpoint appears: a listed epoch-end checkpoint always has
@@ -336,7 +328,7 @@ def save_checkpoint(
             crash_point("checkpoint.top-params-copied", tag=tag)
             os.replace(top_tmp, top)
             crash_point("checkpoint.top-params-renamed", tag=tag)
-            _fsync_dir(run.path)
+            fsync_dir(run.path)
             crash_point("checkpoint.top-params-synced", tag=tag)
         replacing = final.exists()
         if replacing:
@@ -344,7 +336,7 @@ def save_checkpoint(
             crash_point("checkpoint.old-moved-aside", tag=tag)
         os.replace(tmp, final)
         crash_point("checkpoint.moved-in", tag=tag)
-        _fsync_dir(root)
+        fsync_dir(root)
         crash_point("checkpoint.root-synced", tag=tag)
         if replacing:
             shutil.rmtree(aside, ignore_errors=True)
@@ -380,7 +372,7 @@ def _tidy(root: Path, run: RunFolder, prefix: str) -> None:
     """Clear what an interrupted save or removal left behind (only this or dead processes')."""
     for entry in list(root.iterdir()):
         match = _WORK.fullmatch(entry.name)
-        if match is None or not _abandoned(int(match[3])):
+        if match is None or not abandoned(int(match[3])):
             continue
         kind, tag = match[1], match[2]
         if kind == "old" and not (root / tag).exists():
@@ -395,7 +387,7 @@ def _tidy(root: Path, run: RunFolder, prefix: str) -> None:
     stale = re.compile(rf"\.{re.escape(prefix)}-\d{{4,}}\.params\.tmp-(\d+)")
     for entry in list(run.path.iterdir()):
         match = stale.fullmatch(entry.name)
-        if match is not None and _abandoned(int(match[1])):
+        if match is not None and abandoned(int(match[1])):
             entry.unlink(missing_ok=True)
 
 
@@ -797,7 +789,7 @@ def remove_checkpoint(run: RunFolder, ckpt: Checkpoint, *, prefix: str) -> None:
             shutil.rmtree(doomed)
         os.rename(ckpt.path, doomed)
         crash_point("checkpoint.delete-renamed", tag=ckpt.tag)
-        _fsync_dir(root)
+        fsync_dir(root)
         crash_point("checkpoint.delete-synced", tag=ckpt.tag)
     if ckpt.epoch_end:
         run.params_file(prefix, ckpt.epoch).unlink(missing_ok=True)
@@ -827,31 +819,15 @@ def prune_checkpoints(
 # ----------------------------------------------------------------------------- MXNet files
 
 
-def _temporary(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
-def _commit(tmp: Path, path: Path) -> None:
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
-    crash_point("mxnet-file.written", file=path.name)
-    os.replace(tmp, path)
-    crash_point("mxnet-file.replaced", file=path.name)
-
-
 def save_symbol(module: Any, run: RunFolder, prefix: str) -> Path:
     """Save the default bucket's symbol as ``<prefix>-symbol.json``."""
     path = run.symbol_file(prefix)
-    tmp = _temporary(path)
-    module.symbol.save(str(tmp))
-    _commit(tmp, path)
+    save_atomically(path, lambda tmp: module.symbol.save(str(tmp)))
     return path
 
 
 def save_params(module: Any, run: RunFolder, prefix: str, epoch: int) -> Path:
     """Save only the parameters as ``<prefix>-<epoch:04d>.params`` (no checkpoint folder)."""
     path = run.params_file(prefix, epoch)
-    tmp = _temporary(path)
-    module.save_params(str(tmp))
-    _commit(tmp, path)
+    save_atomically(path, lambda tmp: module.save_params(str(tmp)))
     return path

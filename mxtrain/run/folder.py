@@ -32,57 +32,13 @@ from typing import Any
 from mxtrain import __version__
 from mxtrain.crashpoints import crash_point
 from mxtrain.errors import ConfigError, RunFolderError
+from mxtrain.run.atomic import abandoned, atomic_write_text
 
 CONFIG_FILE = "config.yaml"
 RUN_FILE = "run.json"
 VOCAB_FILE = "vocab.json"
 METRICS_FILE = "metrics.jsonl"
 LOG_FILE = "train.log"
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    crash_point("file.written", file=path.name)
-    os.replace(tmp, path)
-    crash_point("file.replaced", file=path.name)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Text flavour of :func:`atomic_write_bytes` (UTF-8)."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def abandoned(pid: int) -> bool:
-    """True for work left by this process or a dead one (never touch a live writer's)."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # exists but belongs to someone else
-        return False
-    return False
-
-
-_TEMPORARY = re.compile(r"\..+\.tmp-(\d+)")
-
-
-def remove_stale_temporaries(folder: Path) -> list[str]:
-    """Delete the temporary files (``.<name>.tmp-<pid>``) that killed writers left in
-    ``folder``; returns their names. A live process's are left alone."""
-    removed = []
-    for entry in list(folder.iterdir()) if folder.is_dir() else []:
-        match = _TEMPORARY.fullmatch(entry.name)
-        if match is not None and entry.is_file() and abandoned(int(match[1])):
-            entry.unlink(missing_ok=True)
-            removed.append(entry.name)
-    return removed
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from typing import Any, TypeVar
 
 from mxtrain.errors import DataError, RunFolderError
 from mxtrain.registry import plugin_file_path, redirected_plugin_files
-from mxtrain.run.folder import RunFolder, atomic_write_bytes, atomic_write_text
+from mxtrain.run.atomic import atomic_write_bytes, atomic_write_text
+from mxtrain.run.folder import RunFolder
 
 PLUGINS_DIR = "plugins"
 MANIFEST = "plugins.json"

@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 from mxtrain.errors import ConfigError
-from mxtrain.run.folder import atomic_write_text
+from mxtrain.run.atomic import atomic_write_text
 
 #: Template name -> one-line description, in the order ``mxtrain init --list`` shows them.
 TEMPLATES: dict[str, str] = {

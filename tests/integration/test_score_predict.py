@@ -29,8 +29,8 @@ from mxtrain.inference.open import (
     predict_run,
     score_checkpoint,
     score_run,
-    write_atomically,
 )
+from mxtrain.run.atomic import write_atomically
 from mxtrain.run.folder import read_metrics
 from mxtrain.train import fit_experiment
 

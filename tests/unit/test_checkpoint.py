@@ -192,7 +192,7 @@ class Crash(BaseException):
     """A simulated kill: nothing in save_checkpoint gets to clean up."""
 
 
-PRIMITIVES = ("_write_bytes", "_save_nd", "_copy_file", "_fsync_dir")
+PRIMITIVES = ("_write_bytes", "_save_nd", "_copy_file", "fsync_dir")
 
 
 def interrupt_at(
