@@ -33,7 +33,6 @@ from mxtrain.run.folder import (
     MetricsLog,
     RunFolder,
     create_run_folder,
-    environment_facts,
     finish_replacement,
     publish_run_folder,
     read_metrics,
@@ -129,7 +128,7 @@ def _write_first_files(
         threads=threads,
         # Relative paths in config.yaml (data files, plugins) are resolved against this.
         config_dir=str(Path(config.base_dir).resolve()),
-        **environment_facts(),
+        **environment.run_json_facts(),
         environment=facts,
     )
     atomic_write_text(run.config_file, dump_config(config))

@@ -27,7 +27,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import re
 import shutil
 import time
@@ -39,6 +38,7 @@ from typing import Any
 from mxtrain import __version__
 from mxtrain.crashpoints import crash_point
 from mxtrain.errors import ExitCode, MxtrainError, RunFolderError
+from mxtrain.run import environment
 from mxtrain.run.atomic import (
     abandoned,
     atomic_write_text,
@@ -221,18 +221,6 @@ def _decode_key(key: Any) -> Any:
     return tuple(_decode_key(k) for k in key) if isinstance(key, list) else key
 
 
-def _versions() -> dict[str, str]:
-    import mxnet as mx
-    import numpy as np
-
-    return {
-        "mxtrain": __version__,
-        "mxnet": mx.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-    }
-
-
 # ----------------------------------------------------------------------------- saving
 
 
@@ -266,7 +254,7 @@ def save_checkpoint(
             "format": FORMAT_VERSION,
             "state": dict(state),
             "bucket_keys": None if bucket_keys is None else [_encode_key(k) for k in bucket_keys],
-            "versions": _versions(),
+            "versions": environment.versions(),
         },
         "the training state",
     )

@@ -13,6 +13,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -90,19 +91,42 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-def _mxnet_facts() -> dict[str, Any]:
-    """MXNet's version and build features (imports MXNet: call after threads are set)."""
-    try:
-        import mxnet as mx
-    except Exception:
-        return {}
-    facts: dict[str, Any] = {"mxnet": mx.__version__}
+def versions() -> dict[str, str]:
+    """mxtrain's, MXNet's, NumPy's and Python's versions (every checkpoint records them;
+    imports MXNet: call after threads are set)."""
+    import mxnet as mx
+    import numpy
+
+    return {
+        "mxtrain": __version__,
+        "mxnet": mx.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _mxnet_features() -> list[str] | None:
+    """The build features of :data:`MXNET_FEATURES` this MXNet has (None: it cannot say)."""
+    import mxnet as mx
+
     try:
         features = mx.runtime.Features()
-        facts["mxnet_features"] = [f for f in MXNET_FEATURES if features.is_enabled(f)]
+        return [f for f in MXNET_FEATURES if features.is_enabled(f)]
     except Exception:  # older or unusual builds without the runtime features API
-        pass
-    return facts
+        return None
+
+
+def run_json_facts() -> dict[str, Any]:
+    """The facts run.json keeps at its top level since its first version (``mxtrain runs`` and
+    ``show`` read them there; the full set is under ``environment``)."""
+    return {
+        "mxtrain": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "argv": sys.argv,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "MXNET_CPU_WORKER_NTHREADS": os.environ.get("MXNET_CPU_WORKER_NTHREADS"),
+    }
 
 
 def collect(
@@ -113,11 +137,11 @@ def collect(
     cwd: Path | None = None,
 ) -> dict[str, Any]:
     """Every environment fact, JSON-able; ``git`` is present only inside a git work tree."""
-    import numpy
-
-    facts: dict[str, Any] = {"mxtrain": __version__, **_mxnet_facts(), "numpy": numpy.__version__}
+    facts: dict[str, Any] = versions()
+    features = _mxnet_features()
+    if features is not None:
+        facts["mxnet_features"] = features
     facts.update(
-        python=platform.python_version(),
         platform=platform.platform(),
         hostname=socket.gethostname(),
         cpu_count=os.cpu_count(),

@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import shutil
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mxtrain import __version__
 from mxtrain.crashpoints import crash_point
 from mxtrain.errors import ConfigError, RunFolderError
 from mxtrain.run.atomic import abandoned, atomic_write_text
@@ -218,18 +215,6 @@ def finish_replacement(run: RunFolder, *, succeeded: bool) -> str | None:
         shutil.rmtree(run.replaced, ignore_errors=True)
         return None
     return f"the run this one was replacing is kept at {run.replaced}"
-
-
-def environment_facts() -> dict[str, Any]:
-    """Versions and machine facts recorded in run.json (MXNet's version is added by the caller)."""
-    return {
-        "mxtrain": __version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "argv": sys.argv,
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-        "MXNET_CPU_WORKER_NTHREADS": os.environ.get("MXNET_CPU_WORKER_NTHREADS"),
-    }
 
 
 class MetricsLog:
