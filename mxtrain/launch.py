@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from mxtrain.errors import ConfigError, ExitCode, MxtrainError
+from mxtrain.run.layout import CONFIG_FILE
 
 log = logging.getLogger("mxtrain")
 
@@ -648,12 +649,12 @@ def _plan_job(request: LaunchRequest) -> tuple[JobSpec, Path, Path]:
         )
     if request.resume:
         run = Path(request.target)
-        if not (run / "config.yaml").is_file():
+        if not (run / CONFIG_FILE).is_file():
             raise ConfigError(
                 f"--resume {run}: not a run folder (it has no config.yaml).",
                 hint="Give the folder a previous `mxtrain launch` or `mxtrain fit` created.",
             )
-        config = load_config(run / "config.yaml", request.overrides, base_dir=run.parent)
+        config = load_config(run / CONFIG_FILE, request.overrides, base_dir=run.parent)
         run_dir = run
         args = ["resume", str(run)]
     else:

@@ -31,13 +31,13 @@ from mxtrain.run import environment
 from mxtrain.run.atomic import atomic_write_bytes, atomic_write_text, remove_stale_temporaries
 from mxtrain.run.folder import (
     MetricsLog,
-    RunFolder,
     create_run_folder,
     finish_replacement,
     publish_run_folder,
     read_metrics,
     stage_run_folder,
 )
+from mxtrain.run.layout import RunFolder
 from mxtrain.run.plugin_files import keep_plugin_files, uses_kept_plugins
 from mxtrain.signals import StopRequests
 
@@ -385,7 +385,7 @@ def _tidy_run_folder(run: RunFolder, config: Config, state: dict[str, Any] | Non
     and checkpoints/best as of the checkpoint resumed from (``state``)."""
     from mxtrain.run import checkpoint
 
-    for folder in (run.path, checkpoint.checkpoints_dir(run)):
+    for folder in (run.path, run.checkpoints_dir):
         for name in remove_stale_temporaries(folder):
             log.info("removed %s (left by an interrupted write)", folder / name)
     checkpoint.tidy_checkpoints(run, config.checkpoint.prefix)
@@ -414,9 +414,8 @@ def _check_writable(run: RunFolder) -> None:
     The probe really creates (and removes) a file in the folder and in ``checkpoints/``:
     permission bits say nothing for root or on a read-only mount.
     """
-    from mxtrain.run.checkpoint import checkpoints_dir
 
-    for folder in (run.path, checkpoints_dir(run)):
+    for folder in (run.path, run.checkpoints_dir):
         if not folder.is_dir():
             continue
         try:
@@ -959,7 +958,7 @@ class _RunHooks:
         last = result.epoch == self.config.fit.num_epoch or result.finished is not None
         tag = None
         if self.saves and (new_best or last or result.epoch % ckpt_cfg.period == 0):
-            from mxtrain.run.checkpoint import checkpoint_tag
+            from mxtrain.run.layout import checkpoint_tag
 
             position = result.position
             tag = checkpoint_tag(position.epoch, position.batch)

@@ -13,21 +13,22 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain.run import checkpoint
+from mxtrain.run.layout import MANIFEST_FILE, STATE_FILE
 
 
 def reseal(folder: Path, name: str, data: bytes) -> None:
     """Replace ``folder/name`` with ``data`` and update the manifest (sizes, sha256 and the
     manifest's own checksum) so that the checkpoint still verifies."""
     (folder / name).write_bytes(data)
-    manifest = json.loads((folder / checkpoint.MANIFEST_FILE).read_text())
+    manifest = json.loads((folder / MANIFEST_FILE).read_text())
     del manifest["manifest_sha256"]
     manifest["files"][name] = checkpoint._digest(folder / name)
-    (folder / checkpoint.MANIFEST_FILE).write_bytes(checkpoint._seal(manifest))
+    (folder / MANIFEST_FILE).write_bytes(checkpoint._seal(manifest))
 
 
 def reseal_position(folder: Path, change: Callable[[dict[str, Any]], None]) -> None:
     """Let ``change`` edit the saved training position in ``folder/state.json``, then
     re-seal the manifest."""
-    saved = json.loads((folder / checkpoint.STATE_FILE).read_text())
+    saved = json.loads((folder / STATE_FILE).read_text())
     change(saved["state"]["position"])
-    reseal(folder, checkpoint.STATE_FILE, json.dumps(saved).encode())
+    reseal(folder, STATE_FILE, json.dumps(saved).encode())

@@ -120,7 +120,7 @@ def _print_config(details: Any, full: bool) -> None:
         click.echo(f"config: unreadable ({details.config_problem})")
         return
     if full:
-        from mxtrain.run.folder import CONFIG_FILE
+        from mxtrain.run.layout import CONFIG_FILE
 
         click.echo("config:")
         text = (details.summary.path / CONFIG_FILE).read_text(encoding="utf-8")

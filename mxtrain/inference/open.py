@@ -25,7 +25,6 @@ import json
 import logging
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +37,13 @@ from mxtrain.config import Config, load_config
 from mxtrain.data.base import TASK_LM, TASK_TAG, DataContext
 from mxtrain.errors import ConfigError, DataError, RunFolderError
 from mxtrain.inference.output import check_output, resolve_output, write_output
-from mxtrain.run.folder import CONFIG_FILE, RunFolder
+from mxtrain.run.layout import (
+    CONFIG_FILE,
+    PARAMS_FILE,
+    RunFolder,
+    checkpoint_tag,
+    params_file_epoch,
+)
 from mxtrain.run.params import ParamsFileError, read_params
 from mxtrain.run.plugin_files import uses_kept_plugins
 
@@ -62,7 +67,8 @@ def parse_checkpoint_ref(ref: str | os.PathLike[str]) -> tuple[Path, int | str |
     ``"runs/x:latest"`` and ``"runs/x:e0002-b000020"`` keep the text after the colon. A path
     that exists as written is taken whole, even with a colon.
     """
-    from mxtrain.run.checkpoint import BEST, LATEST, parse_tag
+    from mxtrain.run.checkpoint import BEST, LATEST
+    from mxtrain.run.layout import parse_tag
 
     text = os.fspath(ref)
     if not text.strip():
@@ -88,12 +94,11 @@ def parse_checkpoint_ref(ref: str | os.PathLike[str]) -> tuple[Path, int | str |
 
 def checkpoint_epochs(run: RunFolder, prefix: str) -> list[int]:
     """Epochs that have a ``<prefix>-NNNN.params`` file in ``run``, ascending."""
-    pattern = re.compile(re.escape(prefix) + r"-(\d{4,})\.params")
     epochs = []
     for path in run.path.iterdir():
-        match = pattern.fullmatch(path.name)
-        if match and path.is_file():
-            epochs.append(int(match.group(1)))
+        epoch = params_file_epoch(prefix, path.name)
+        if epoch is not None and path.is_file():
+            epochs.append(epoch)
     return sorted(epochs)
 
 
@@ -158,7 +163,7 @@ def resolve_checkpoint(run: RunFolder, prefix: str, wanted: int | str | None) ->
     epochs = checkpoint_epochs(run, prefix)
     tag: str | None = None
     if isinstance(wanted, int):
-        tag = checkpoint.checkpoint_tag(wanted, 0)
+        tag = checkpoint_tag(wanted, 0)
         if tag not in listed:
             if wanted not in epochs:
                 raise _no_epoch(run, prefix, wanted, epochs)
@@ -171,7 +176,7 @@ def resolve_checkpoint(run: RunFolder, prefix: str, wanted: int | str | None) ->
         if tag is not None and not isinstance(wanted, int):
             raise RunFolderError(
                 f"The run folder {run.path} has no checkpoint folders "
-                f"({checkpoint.checkpoints_dir(run)} is missing or empty), so it has no "
+                f"({run.checkpoints_dir} is missing or empty), so it has no "
                 f"checkpoint {wanted!r}.",
                 hint="Leave the selector out (or give RUN:EPOCH) to use its "
                 f"{prefix}-NNNN.params files.",
@@ -188,9 +193,7 @@ def resolve_checkpoint(run: RunFolder, prefix: str, wanted: int | str | None) ->
     for bad, reason in skipped:
         log.warning("checkpoint %s is not usable (%s); skipped it", bad.tag, reason)
     ckpt = loaded.checkpoint
-    return ChosenCheckpoint(
-        ckpt.epoch, ckpt.batch, ckpt.tag, ckpt.path / checkpoint.PARAMS_FILE, loaded
-    )
+    return ChosenCheckpoint(ckpt.epoch, ckpt.batch, ckpt.tag, ckpt.path / PARAMS_FILE, loaded)
 
 
 def _logged_best(run: RunFolder) -> str | None:

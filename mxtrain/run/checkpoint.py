@@ -48,7 +48,20 @@ from mxtrain.run.atomic import (
     temporary_name,
     write_durably,
 )
-from mxtrain.run.folder import RunFolder
+from mxtrain.run.layout import (
+    BEST_FILE,
+    DATA_FILES,
+    MANIFEST_FILE,
+    OPTIMIZER_ARRAYS_FILE,
+    OPTIMIZER_META_FILE,
+    PARAMS_FILE,
+    STATE_FILE,
+    WORK_FOLDER,
+    RunFolder,
+    checkpoint_tag,
+    parse_tag,
+    work_folder_name,
+)
 from mxtrain.run.params import ParamsFileError, load_named_arrays, read_params
 
 __all__ = [
@@ -57,7 +70,6 @@ __all__ = [
     "LoadedCheckpoint",
     "best_tag",
     "checkpoint_tag",
-    "checkpoints_dir",
     "find_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
@@ -74,21 +86,8 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
-CHECKPOINTS_DIR = "checkpoints"
-PARAMS_FILE = "params.nd"
-OPTIMIZER_ARRAYS_FILE = "optimizer.nd"
-OPTIMIZER_META_FILE = "optimizer.json"
-STATE_FILE = "state.json"
-MANIFEST_FILE = "manifest.json"
-BEST_FILE = "best"  # checkpoints/best: the tag of the best checkpoint (checkpoint.best_metric)
 LATEST = "latest"  # selectors of find_checkpoint besides a tag
 BEST = "best"
-DATA_FILES = (PARAMS_FILE, OPTIMIZER_ARRAYS_FILE, OPTIMIZER_META_FILE, STATE_FILE)
-
-_TAG = re.compile(r"e(\d{4,})-b(\d{6,})")
-# work folders: .tmp-<tag>-<pid> (being written), .old-<tag>-<pid> (being replaced),
-# .del-<tag>-<pid> (being removed)
-_WORK = re.compile(r"\.(tmp|old|del)-(e\d{4,}-b\d{6,})-(\d+)")
 _CHUNK = 1 << 20
 
 log = logging.getLogger(__name__)
@@ -131,27 +130,6 @@ class LoadedCheckpoint:
     state: dict[str, Any]  # what the caller passed to save_checkpoint
     bucket_keys: list[Any] | None  # tuple keys come back as tuples
     versions: dict[str, str]
-
-
-def checkpoint_tag(epoch: int, batch: int) -> str:
-    """``e0003-b000000`` for the end of epoch 3, ``e0003-b000120`` 120 batches later."""
-    if epoch < 0 or batch < 0:
-        raise ValueError(f"checkpoint position must not be negative: epoch {epoch}, batch {batch}")
-    return f"e{epoch:04d}-b{batch:06d}"
-
-
-def parse_tag(name: str) -> tuple[int, int] | None:
-    """(epoch, batch) of a checkpoint folder name, or None when it is not one."""
-    match = _TAG.fullmatch(name)
-    if match is None:
-        return None
-    epoch, batch = int(match[1]), int(match[2])
-    # only the canonical spelling: two names for one position would be ambiguous
-    return (epoch, batch) if checkpoint_tag(epoch, batch) == name else None
-
-
-def checkpoints_dir(run: RunFolder) -> Path:
-    return run.path / CHECKPOINTS_DIR
 
 
 # ----------------------------------------------------------------------------- file primitives
@@ -242,7 +220,7 @@ def save_checkpoint(
     the new one is complete the old one stays usable. ``state`` must be JSON-able.
     """
     tag = checkpoint_tag(epoch, batch)
-    root = checkpoints_dir(run)
+    root = run.checkpoints_dir
     if not root.is_dir():
         root.mkdir()
         fsync_dir(run.path)
@@ -275,9 +253,9 @@ def save_checkpoint(
     opt_bytes = _dump_json(opt_meta, "the optimizer state")
 
     pid = os.getpid()
-    tmp = root / f".tmp-{tag}-{pid}"
+    tmp = root / work_folder_name("tmp", tag, pid)
     final = root / tag
-    aside = root / f".old-{tag}-{pid}"
+    aside = root / work_folder_name("old", tag, pid)
     top = run.params_file(prefix, epoch) if batch == 0 else None
     top_tmp = temporary_name(top) if top is not None else None
     created = time.time()
@@ -351,7 +329,7 @@ def save_checkpoint(
 
 def tidy_checkpoints(run: RunFolder, prefix: str) -> None:
     """Finish or undo what a killed save or removal left half-done in the run folder."""
-    root = checkpoints_dir(run)
+    root = run.checkpoints_dir
     if root.is_dir():
         _tidy(root, run, prefix)
 
@@ -359,7 +337,7 @@ def tidy_checkpoints(run: RunFolder, prefix: str) -> None:
 def _tidy(root: Path, run: RunFolder, prefix: str) -> None:
     """Clear what an interrupted save or removal left behind (only this or dead processes')."""
     for entry in list(root.iterdir()):
-        match = _WORK.fullmatch(entry.name)
+        match = WORK_FOLDER.fullmatch(entry.name)
         if match is None or not abandoned(int(match[3])):
             continue
         kind, tag = match[1], match[2]
@@ -396,7 +374,7 @@ def list_checkpoints(run: RunFolder) -> list[Checkpoint]:
     Work folders (``.tmp-*`` and the like) and other names are ignored, except that a
     checkpoint set aside by a replacement that was interrupted stands in for its tag.
     """
-    root = checkpoints_dir(run)
+    root = run.checkpoints_dir
     if not root.is_dir():
         return []
     found: dict[str, Path] = {}
@@ -407,7 +385,7 @@ def list_checkpoints(run: RunFolder) -> list[Checkpoint]:
         if parse_tag(entry.name) is not None:
             found[entry.name] = entry
         else:
-            match = _WORK.fullmatch(entry.name)
+            match = WORK_FOLDER.fullmatch(entry.name)
             if match is not None and match[1] == "old":
                 aside.setdefault(match[2], entry)
     for tag, path in aside.items():
@@ -538,7 +516,7 @@ def _check_position(ckpt: Checkpoint, position: Any) -> None:
 def best_tag(run: RunFolder) -> str | None:
     """The tag recorded in ``checkpoints/best`` (written with ``checkpoint.best_metric``)."""
     try:
-        tag = (checkpoints_dir(run) / BEST_FILE).read_text(encoding="utf-8").strip()
+        tag = (run.best_file).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return None
     return tag or None
@@ -546,7 +524,7 @@ def best_tag(run: RunFolder) -> str | None:
 
 def record_best(run: RunFolder, tag: str) -> None:
     """Name ``tag`` in ``checkpoints/best`` (atomically; left alone when it already does)."""
-    root = checkpoints_dir(run)
+    root = run.checkpoints_dir
     if root.is_dir() and best_tag(run) != tag:
         atomic_write_text(root / BEST_FILE, tag + "\n")
 
@@ -602,7 +580,7 @@ def _select(
     accept: Callable[[LoadedCheckpoint], Any] | None = None,
 ) -> tuple[Checkpoint, list[tuple[Checkpoint, str]], LoadedCheckpoint | None]:
     listed = list_checkpoints(run)
-    where = checkpoints_dir(run)
+    where = run.checkpoints_dir
     if tag == LATEST:
         tag = None
     if epoch is not None and tag is not None:
@@ -678,8 +656,7 @@ def _select_named(
         recorded = best_tag(run)
         if recorded is None:
             raise CheckpointError(
-                f"{run.path} records no best checkpoint ({checkpoints_dir(run) / BEST_FILE} "
-                "is missing or empty).",
+                f"{run.path} records no best checkpoint ({run.best_file} is missing or empty).",
                 hint="A run records its best checkpoint when checkpoint.best_metric is set. "
                 + choose,
             )
@@ -687,7 +664,7 @@ def _select_named(
     matches = [c for c in listed if c.tag == tag]
     if not matches:
         raise CheckpointError(
-            f"{run.path} has no checkpoint {requested} in {checkpoints_dir(run)}.",
+            f"{run.path} has no checkpoint {requested} in {run.checkpoints_dir}.",
             hint=choose,
         )
     ckpt = matches[0]
@@ -767,8 +744,8 @@ def restore_module(module: Any, loaded: LoadedCheckpoint, *, parameters: bool = 
 
 def remove_checkpoint(run: RunFolder, ckpt: Checkpoint, *, prefix: str) -> None:
     """Delete one checkpoint (and, for an epoch-end one, ``<prefix>-<epoch>.params``)."""
-    root = checkpoints_dir(run)
-    doomed = root / f".del-{ckpt.tag}-{os.getpid()}"
+    root = run.checkpoints_dir
+    doomed = root / work_folder_name("del", ckpt.tag, os.getpid())
     if ckpt.path.exists():
         # Renamed first so a crash half-way never leaves a half-deleted folder under its
         # tag; the .del- folder is the record that the removal is under way (see _tidy),

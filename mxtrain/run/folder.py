@@ -1,18 +1,5 @@
-"""The run folder: where one experiment keeps everything it produces.
-
-Layout (``runs/<experiment>/``)::
-
-    config.yaml            the resolved configuration (every default filled in)
-    plugins/               copies of the file.py plugins it uses (see mxtrain.run.plugin_files)
-    run.json               status (running/finished/failed/preempted), times, versions
-    vocab.json             the training vocabulary, reused for evaluation
-    <prefix>-symbol.json   the model symbol (default bucket), loadable by mx.mod.Module.load
-    <prefix>-0001.params   parameters after epoch 1, MXNet's standard naming
-    metrics.jsonl          one JSON object per logged interval and per epoch
-    train.log              the full log (debug level)
-
-Small files are written atomically (temporary name, flush, fsync, rename) so a crash never
-leaves a half-written file under a real name.
+"""Creating a run folder (staged under a hidden name, then published), run names, and the
+metrics log (``metrics.jsonl``). Where each file lives: :mod:`mxtrain.run.layout`.
 """
 
 from __future__ import annotations
@@ -23,75 +10,13 @@ import re
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mxtrain.crashpoints import crash_point
 from mxtrain.errors import ConfigError, RunFolderError
-from mxtrain.run.atomic import abandoned, atomic_write_text
-
-CONFIG_FILE = "config.yaml"
-RUN_FILE = "run.json"
-VOCAB_FILE = "vocab.json"
-METRICS_FILE = "metrics.jsonl"
-LOG_FILE = "train.log"
-
-
-@dataclass(frozen=True)
-class RunFolder:
-    """Paths inside one run folder."""
-
-    path: Path
-    replaced: Path | None = None  # where a run replaced with --force waits until we finish
-
-    @property
-    def config_file(self) -> Path:
-        return self.path / CONFIG_FILE
-
-    @property
-    def run_file(self) -> Path:
-        return self.path / RUN_FILE
-
-    @property
-    def vocab_file(self) -> Path:
-        return self.path / VOCAB_FILE
-
-    @property
-    def metrics_file(self) -> Path:
-        return self.path / METRICS_FILE
-
-    @property
-    def log_file(self) -> Path:
-        return self.path / LOG_FILE
-
-    def symbol_file(self, prefix: str) -> Path:
-        return self.path / f"{prefix}-symbol.json"
-
-    def params_file(self, prefix: str, epoch: int) -> Path:
-        return self.path / f"{prefix}-{epoch:04d}.params"
-
-    def read_status(self) -> dict[str, Any]:
-        """The contents of run.json, or an empty dict if it is missing or unreadable."""
-        try:
-            data = json.loads(self.run_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def config_dir(self) -> Path:
-        """The folder of the config the run was started from (``config_dir`` in run.json, the
-        run folder's parent when none is recorded): relative paths in config.yaml resolve
-        against it."""
-        recorded = self.read_status().get("config_dir")
-        return Path(recorded) if isinstance(recorded, str) else self.path.absolute().parent
-
-    def write_status(self, **fields: Any) -> None:
-        """Merge ``fields`` into run.json (atomically)."""
-        status = self.read_status()
-        status.update(fields)
-        atomic_write_text(self.run_file, json.dumps(status, indent=2, sort_keys=True) + "\n")
-
+from mxtrain.run.atomic import abandoned
+from mxtrain.run.layout import RunFolder
 
 #: Longest run name in UTF-8 bytes: file systems allow 255 per name, and a run replaced with
 #: --force is kept as ``.<name>.replaced-YYYYmmdd-HHMMSS`` (25 more bytes) until the new one ends.

@@ -18,7 +18,8 @@ from typing import Any
 
 from mxtrain.config.resume_policy import ConfigChange, diff_configs
 from mxtrain.errors import ConfigError, RunFolderError
-from mxtrain.run.folder import CONFIG_FILE, METRICS_FILE, RUN_FILE, RunFolder, read_metrics
+from mxtrain.run.folder import read_metrics
+from mxtrain.run.layout import CONFIG_FILE, METRICS_FILE, RUN_FILE, RunFolder
 
 UNREADABLE = "unreadable"
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"

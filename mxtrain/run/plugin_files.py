@@ -28,10 +28,7 @@ from typing import Any, TypeVar
 from mxtrain.errors import DataError, RunFolderError
 from mxtrain.registry import plugin_file_path, redirected_plugin_files
 from mxtrain.run.atomic import atomic_write_bytes, atomic_write_text
-from mxtrain.run.folder import RunFolder
-
-PLUGINS_DIR = "plugins"
-MANIFEST = "plugins.json"
+from mxtrain.run.layout import PLUGINS_DIR, PLUGINS_MANIFEST, RunFolder
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 
@@ -86,7 +83,7 @@ def keep_plugin_files(config: Any, run_path: Path) -> list[Path]:
         )
         kept.append(copy)
     # Written last: a crash before it leaves copies that nothing redirects to.
-    atomic_write_text(folder / MANIFEST, json.dumps({"files": entries}, indent=2) + "\n")
+    atomic_write_text(folder / PLUGINS_MANIFEST, json.dumps({"files": entries}, indent=2) + "\n")
     return kept
 
 
@@ -96,7 +93,7 @@ def kept_plugin_redirects(run_path: Path, config_dir: Path) -> dict[str, Path]:
     Empty for runs without kept plugins (trained before they were kept); a damaged manifest
     or a missing copy is a RunFolderError.
     """
-    manifest = run_path / PLUGINS_DIR / MANIFEST
+    manifest = run_path / PLUGINS_DIR / PLUGINS_MANIFEST
     if not manifest.exists():
         return {}
     try:

@@ -161,7 +161,7 @@ def end_all(launcher: subprocess.Popen, started: list[int]) -> None:
 
 def test_sigterm_to_launch_checkpoints_exits_75_and_resume_finishes(blobs: Path) -> None:
     from mxtrain.run.checkpoint import list_checkpoints
-    from mxtrain.run.folder import RunFolder
+    from mxtrain.run.layout import RunFolder
 
     config = write_config(blobs, "long.yaml", ndarray_train(blobs, 4), epochs=100000)
     launcher = start_launch("-n", 2, "-s", 1, config, "--grace", 5)

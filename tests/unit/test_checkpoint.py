@@ -34,7 +34,7 @@ from mxtrain.run.checkpoint import (
     save_checkpoint,
     verify_checkpoint,
 )
-from mxtrain.run.folder import RunFolder
+from mxtrain.run.layout import RunFolder
 
 PREFIX = "model"
 BATCH = 4
@@ -100,7 +100,7 @@ def assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
 
 
 def work_leftovers(run: RunFolder) -> list[str]:
-    root = checkpoint.checkpoints_dir(run)
+    root = run.checkpoints_dir
     names = [p.name for p in root.iterdir() if p.name.startswith(".")]
     return names + [p.name for p in run.path.iterdir() if ".tmp-" in p.name]
 
@@ -302,7 +302,7 @@ def test_replacement_interrupted_between_renames_is_recovered(run: RunFolder) ->
 def test_leftovers_of_live_processes_are_left_alone(run: RunFolder) -> None:
     mod = train(new_module(), 1)
     save(run, mod, 1)
-    root = checkpoint.checkpoints_dir(run)
+    root = run.checkpoints_dir
     live = root / f".tmp-e0005-b000000-{os.getppid()}"  # the parent is alive
     live.mkdir()
     save(run, mod, 2)
@@ -386,7 +386,7 @@ def test_find_falls_back_to_the_newest_valid_checkpoint(run: RunFolder) -> None:
     found, skipped = find_checkpoint(run)
     assert found.tag == "e0002-b000005" and skipped == []
 
-    root = checkpoint.checkpoints_dir(run)
+    root = run.checkpoints_dir
     truncate(root / "e0002-b000005" / "params.nd")
     (root / "e0002-b000000" / "manifest.json").unlink()
     found, skipped = find_checkpoint(run)
@@ -442,7 +442,7 @@ def test_prune_keeps_the_newest_and_the_protected(run: RunFolder) -> None:
     assert work_leftovers(run) == []
     with pytest.raises(ValueError, match="keep_last"):
         prune_checkpoints(run, prefix=PREFIX, keep_last=0)
-    shutil.rmtree(checkpoint.checkpoints_dir(run))
+    shutil.rmtree(run.checkpoints_dir)
     assert list_checkpoints(run) == []
 
 
@@ -457,7 +457,7 @@ def test_find_by_tag_best_and_latest(run: RunFolder) -> None:
     mod = new_module()
     for epoch, batch in ((1, 0), (1, 5), (2, 0), (2, 5)):
         save(run, train(mod, 1), epoch, batch, state=positioned(epoch, batch))
-    root = checkpoint.checkpoints_dir(run)
+    root = run.checkpoints_dir
     assert find_checkpoint(run, tag="latest")[0].tag == "e0002-b000005"
     assert find_checkpoint(run, tag="e0001-b000005") == (list_checkpoints(run)[1], [])
     with pytest.raises(CheckpointError, match="records no best checkpoint") as err:

@@ -7,13 +7,8 @@ from pathlib import Path
 import pytest
 
 from mxtrain.errors import ExitCode, RunFolderError
-from mxtrain.run.folder import (
-    MetricsLog,
-    atomic_write_text,
-    create_run_folder,
-    finish_replacement,
-    read_metrics,
-)
+from mxtrain.run.atomic import atomic_write_text
+from mxtrain.run.folder import MetricsLog, create_run_folder, finish_replacement, read_metrics
 
 
 def test_creates_and_refuses_existing(tmp_path: Path) -> None:

@@ -1,0 +1,153 @@
+"""Where everything in a run folder lives: every file and folder name, in one place.
+
+Layout (``runs/<experiment>/``)::
+
+    config.yaml              the resolved configuration (every default filled in)
+    config.before-resume-T.yaml  the previous config, when ``resume`` changed it
+    plugins/                 copies of the file.py plugins it uses, and plugins.json
+    run.json                 status (running/finished/failed/preempted), times, versions
+    vocab.json               the training vocabulary (or an iterator's input facts)
+    <prefix>-symbol.json     the model symbol (default bucket), loadable by mx.mod.Module.load
+    <prefix>-0001.params     parameters after epoch 1, MXNet's standard naming
+    metrics.jsonl            one JSON object per logged interval and per epoch
+    train.log                the full log (debug level)
+    checkpoints/
+      e0001-b000000/         end of epoch 1 (eEEEE-bBBBBBB: epochs done, batches of the next)
+        params.nd optimizer.nd optimizer.json state.json manifest.json
+      best                   the tag of the best checkpoint (checkpoint.best_metric)
+
+Files being written carry ``.<name>.tmp-<pid>`` (:mod:`mxtrain.run.atomic`); checkpoint work
+folders ``.tmp-``/``.old-``/``.del-<tag>-<pid>`` (:mod:`mxtrain.run.checkpoint`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mxtrain.run.atomic import atomic_write_text
+
+CONFIG_FILE = "config.yaml"
+RUN_FILE = "run.json"
+VOCAB_FILE = "vocab.json"
+METRICS_FILE = "metrics.jsonl"
+LOG_FILE = "train.log"
+PLUGINS_DIR = "plugins"
+PLUGINS_MANIFEST = "plugins.json"
+CHECKPOINTS_DIR = "checkpoints"
+PARAMS_FILE = "params.nd"
+OPTIMIZER_ARRAYS_FILE = "optimizer.nd"
+OPTIMIZER_META_FILE = "optimizer.json"
+STATE_FILE = "state.json"
+MANIFEST_FILE = "manifest.json"
+BEST_FILE = "best"  # checkpoints/best: the tag of the best checkpoint (checkpoint.best_metric)
+DATA_FILES = (PARAMS_FILE, OPTIMIZER_ARRAYS_FILE, OPTIMIZER_META_FILE, STATE_FILE)
+
+_TAG = re.compile(r"e(\d{4,})-b(\d{6,})")
+#: checkpoint work folders: .tmp-<tag>-<pid> (being written), .old-<tag>-<pid> (being
+#: replaced), .del-<tag>-<pid> (being removed); groups: kind, tag, pid
+WORK_FOLDER = re.compile(r"\.(tmp|old|del)-(e\d{4,}-b\d{6,})-(\d+)")
+
+
+def work_folder_name(kind: str, tag: str, pid: int) -> str:
+    """``.tmp-<tag>-<pid>`` and its ``old``/``del`` kin (see :data:`WORK_FOLDER`)."""
+    return f".{kind}-{tag}-{pid}"
+
+
+def params_file_name(prefix: str, epoch: int) -> str:
+    """``<prefix>-0003.params``: the parameters after epoch 3, as MXNet's Module names them."""
+    return f"{prefix}-{epoch:04d}.params"
+
+
+def params_file_epoch(prefix: str, name: str) -> int | None:
+    """The epoch of a ``<prefix>-NNNN.params`` file name, or None when it is not one."""
+    match = re.fullmatch(re.escape(prefix) + r"-(\d{4,})\.params", name)
+    return int(match.group(1)) if match else None
+
+
+def checkpoint_tag(epoch: int, batch: int) -> str:
+    """``e0003-b000000`` for the end of epoch 3, ``e0003-b000120`` 120 batches later."""
+    if epoch < 0 or batch < 0:
+        raise ValueError(f"checkpoint position must not be negative: epoch {epoch}, batch {batch}")
+    return f"e{epoch:04d}-b{batch:06d}"
+
+
+def parse_tag(name: str) -> tuple[int, int] | None:
+    """(epoch, batch) of a checkpoint folder name, or None when it is not one."""
+    match = _TAG.fullmatch(name)
+    if match is None:
+        return None
+    epoch, batch = int(match[1]), int(match[2])
+    # only the canonical spelling: two names for one position would be ambiguous
+    return (epoch, batch) if checkpoint_tag(epoch, batch) == name else None
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Paths inside one run folder."""
+
+    path: Path
+    replaced: Path | None = None  # where a run replaced with --force waits until we finish
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def run_file(self) -> Path:
+        return self.path / RUN_FILE
+
+    @property
+    def vocab_file(self) -> Path:
+        return self.path / VOCAB_FILE
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / METRICS_FILE
+
+    @property
+    def log_file(self) -> Path:
+        return self.path / LOG_FILE
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / CHECKPOINTS_DIR
+
+    @property
+    def best_file(self) -> Path:
+        """``checkpoints/best``: the tag of the best checkpoint, when one is recorded."""
+        return self.checkpoints_dir / BEST_FILE
+
+    @property
+    def plugins_dir(self) -> Path:
+        return self.path / PLUGINS_DIR
+
+    def symbol_file(self, prefix: str) -> Path:
+        return self.path / f"{prefix}-symbol.json"
+
+    def params_file(self, prefix: str, epoch: int) -> Path:
+        return self.path / params_file_name(prefix, epoch)
+
+    def read_status(self) -> dict[str, Any]:
+        """The contents of run.json, or an empty dict if it is missing or unreadable."""
+        try:
+            data = json.loads(self.run_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def config_dir(self) -> Path:
+        """The folder of the config the run was started from (``config_dir`` in run.json, the
+        run folder's parent when none is recorded): relative paths in config.yaml resolve
+        against it."""
+        recorded = self.read_status().get("config_dir")
+        return Path(recorded) if isinstance(recorded, str) else self.path.absolute().parent
+
+    def write_status(self, **fields: Any) -> None:
+        """Merge ``fields`` into run.json (atomically)."""
+        status = self.read_status()
+        status.update(fields)
+        atomic_write_text(self.run_file, json.dumps(status, indent=2, sort_keys=True) + "\n")
