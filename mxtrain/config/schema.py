@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
-from mxtrain.run.folder import run_name_problem
+from mxtrain.config.names import run_name_problem
 
 
 class InvalidValue(ValueError):
