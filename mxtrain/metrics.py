@@ -23,6 +23,8 @@ class _DeviceMetric:
     """Sums of a per-position numerator over non-padding positions, per device."""
 
     name = "metric"
+    #: whether smaller values are better (mxtrain.metric_tracker); None: judged by name
+    lower_is_better: bool | None = None
 
     def __init__(self, pad_id: int | None = 0, *, name: str | None = None) -> None:
         self.pad_id = pad_id
@@ -140,6 +142,7 @@ class DevicePerplexity(_DeviceMetric):
     """
 
     name = "perplexity"
+    lower_is_better = True
 
     def _batch(self, label: Any, pred: Any) -> tuple[Any, Any]:
         prob = mx.nd.pick(pred.reshape((-1, pred.shape[-1])), label, axis=-1)
@@ -160,6 +163,7 @@ class DeviceAccuracy(_DeviceMetric):
     """
 
     name = "accuracy"
+    lower_is_better = False
 
     def _batch(self, label: Any, pred: Any) -> tuple[Any, Any]:
         if pred.size == label.size:
@@ -193,6 +197,8 @@ class DeviceTopKAccuracy(_DeviceMetric):
     ``top5_accuracy``; the name follows ``k``.
     """
 
+    lower_is_better = False
+
     def __init__(self, pad_id: int | None = 0, *, k: int = 5, name: str | None = None) -> None:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive integer, not {k!r}")
@@ -218,6 +224,8 @@ class _DeviceRegression(_DeviceMetric):
     ``pad_id`` is accepted, for the same call as the other metrics, and ignored: a regression
     iterator marks padding with NaN targets. Predictions must have as many values as targets.
     """
+
+    lower_is_better = True
 
     def __init__(self, pad_id: int | None = None, *, name: str | None = None) -> None:
         super().__init__(None, name=name)
@@ -283,6 +291,7 @@ class DeviceF1:
     """
 
     name = "f1"
+    lower_is_better = False
 
     def __init__(self, pad_id: int | None = 0, *, name: str | None = None) -> None:
         self.pad_id = pad_id

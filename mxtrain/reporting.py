@@ -38,6 +38,8 @@ from rich.progress import (
 )
 from rich.table import Column, Table
 
+from mxtrain.metric_tracker import MetricTracker
+
 LOGGER_NAME = "mxtrain"
 ProgressMode = Literal["auto", "rich", "plain", "quiet"]
 
@@ -128,35 +130,6 @@ class EventWriter:
             log.warning("the --json event stream was closed; no further events are written")
 
 
-class _BestTracker:
-    """The best value of one eval metric so far, for the ``*`` mark in epoch summaries."""
-
-    def __init__(self, metric: str | None, lower_is_better: bool) -> None:
-        self.metric = metric
-        self.lower_is_better = lower_is_better
-        self.value: float | None = None
-        self.epoch: int | None = None
-
-    def update(self, epoch: int, values: Mapping[str, float] | None) -> bool:
-        """Record one evaluation; True when it is the best so far."""
-        if self.metric is None or not values or self.metric not in values:
-            return False
-        value = values[self.metric]
-        if not math.isfinite(value):
-            return False
-        better = self.value is None or (
-            value < self.value if self.lower_is_better else value > self.value
-        )
-        if better:
-            self.value, self.epoch = value, epoch
-        return better
-
-    def to_json(self) -> dict[str, Any] | None:
-        if self.metric is None or self.value is None:
-            return None
-        return {"metric": self.metric, "value": self.value, "epoch": self.epoch}
-
-
 class Reporter:
     """Routes log records, progress and events to the terminal, stdout and the log file.
 
@@ -182,7 +155,7 @@ class Reporter:
         self._task: TaskID | None = None
         self._num_batches: int | None = None
         self._num_epoch: int | None = None
-        self._best = _BestTracker(None, True)
+        self._best: MetricTracker | None = None  # the watched metric (begin_run)
         self._table_columns: tuple[str, ...] | None = None
         self._outcome: dict[str, Any] = {}
         self._best_reported = False
@@ -306,9 +279,9 @@ class Reporter:
         ``fields`` (environment, resumed_from, ...) go into the start event as they are.
         """
         self._num_epoch = num_epoch
-        self._best = _BestTracker(best_metric, lower_is_better)
-        if best_so_far and best_so_far.get("value") is not None:
-            self._best.value = float(best_so_far["value"])
+        self._best = MetricTracker(best_metric, lower_is_better) if best_metric else None
+        if self._best is not None and best_so_far and best_so_far.get("value") is not None:
+            self._best.best = float(best_so_far["value"])
             self._best.epoch = best_so_far.get("epoch")
         self._outcome["run"] = str(run_path)
         self._emit(
@@ -465,7 +438,7 @@ class Reporter:
         ``*`` (``best=*`` in plain lines).
         """
         self.end_epoch()
-        is_best = self._best.update(epoch, eval)
+        is_best = self._is_best(epoch, eval)
         fields = [f"seconds={seconds:.2f}", f"samples_per_s={samples_per_s:.1f}"]
         if tokens_per_s is not None:
             fields.append(f"tokens_per_s={tokens_per_s:.1f}")
@@ -486,7 +459,7 @@ class Reporter:
         else:
             log.info(line)
         self._outcome.update(epochs_done=epoch, final_eval=dict(eval) if eval else None)
-        self._outcome["best"] = self._best.to_json()
+        self._outcome["best"] = self._best_so_far()
         self._emit(
             "epoch_end",
             epoch=epoch,
@@ -499,8 +472,17 @@ class Reporter:
             eval=dict(eval) if eval is not None else None,
             checkpoint=checkpoint,
             best=is_best,
-            best_so_far=self._best.to_json(),
+            best_so_far=self._best_so_far(),
         )
+
+    def _is_best(self, epoch: int, values: Mapping[str, float] | None) -> bool:
+        """Record one evaluation of the watched metric; True when it is the best so far."""
+        if self._best is None or not values or self._best.metric not in values:
+            return False
+        return self._best.update(values[self._best.metric], epoch)
+
+    def _best_so_far(self) -> dict[str, Any] | None:
+        return self._best.summary() if self._best is not None else None
 
     def _print_table_row(
         self,
@@ -535,7 +517,7 @@ class Reporter:
             table.add_column(
                 name, justify="left" if index == 0 else "right", width=max(len(name), 10)
             )
-        best_metric = self._best.metric
+        best_metric = self._best.metric if self._best is not None else None
         cells = [f"{epoch}/{self._num_epoch}" + (" part" if partial else "")]
         cells += [_number(v) for v in train.values()]
         for name, value in (eval or {}).items():
@@ -554,7 +536,7 @@ class Reporter:
     def close(self) -> None:
         """Stop progress and detach handlers (safe to call twice)."""
         self.end_epoch()
-        best = self._best.to_json()
+        best = self._best_so_far()
         if best is not None and not self._best_reported:
             self._best_reported = True
             log.info(

@@ -26,6 +26,7 @@ from mxtrain.data.base import DataContext
 from mxtrain.devices import build_contexts, configure_threads
 from mxtrain.distributed import is_distributed
 from mxtrain.errors import ConfigError, MxtrainError, PreemptedError, RunFolderError
+from mxtrain.metric_tracker import MetricTracker, declared_direction, lower_is_better
 from mxtrain.reporting import Reporter
 from mxtrain.run import environment
 from mxtrain.run.atomic import atomic_write_bytes, atomic_write_text, remove_stale_temporaries
@@ -43,10 +44,8 @@ from mxtrain.signals import StopRequests
 
 log = logging.getLogger("mxtrain")
 
+
 #: Metric names for which a lower value is better (checkpoint.best_mode: auto).
-LOWER_IS_BETTER = ("perplexity", "loss", "error", "mae", "mse", "rmse", "cross_entropy")
-
-
 @dataclass
 class FitSummary:
     """What a finished ``fit`` or ``resume`` returns."""
@@ -109,7 +108,7 @@ def fit_experiment(
         reporter.attach_log_file(run.log_file)
         environment.log_facts(facts)
         log.info("run folder %s", run.path)
-        reporter.begin_run("fit", run.path, **_report_options(config), environment=facts)
+        reporter.begin_run("fit", run.path, **_report_options(config, setup), environment=facts)
         return _supervise(config, setup, run, reporter, None, stops)
 
 
@@ -289,7 +288,7 @@ def _resume(
     reporter.begin_run(
         "resume",
         run.path,
-        **_report_options(config),
+        **_report_options(config, setup),
         best_so_far=state.get("best") if state else None,
         resumed_from={"tag": tag, "epoch": start.epoch, "batch": start.batch},
         environment=facts,
@@ -297,7 +296,7 @@ def _resume(
     return _supervise(config, setup, run, reporter, state, stops)
 
 
-def _report_options(config: Config) -> dict[str, Any]:
+def _report_options(config: Config, setup: _Setup) -> dict[str, Any]:
     """What the reporter needs to know of the config: epochs and the metric whose best is marked.
 
     The watched metric is checkpoint.best_metric, else early_stopping's, else the first of
@@ -314,7 +313,7 @@ def _report_options(config: Config) -> dict[str, Any]:
     return {
         "num_epoch": config.fit.num_epoch,
         "best_metric": metric,
-        "lower_is_better": _lower_is_better(metric, mode) if metric else True,
+        "lower_is_better": _lower_is_better(setup, config, metric, mode) if metric else True,
     }
 
 
@@ -690,7 +689,7 @@ def _train(
     stops: StopRequests,
 ) -> FitSummary:
     from mxtrain.build import build_metric
-    from mxtrain.engine.loop import EarlyStopper, FitOptions, MetricSet, Position, fit
+    from mxtrain.engine.loop import FitOptions, MetricSet, Position, fit
 
     data_info = setup.train_iter.data_info
     fit_cfg = config.fit
@@ -701,8 +700,10 @@ def _train(
     early = fit_cfg.early_stopping
     stopper = None
     if early is not None:
-        lower = _lower_is_better(early.metric, early.mode)
-        stopper = EarlyStopper(early.metric, early.patience, lower, early.min_delta)
+        lower = _lower_is_better(setup, config, early.metric, early.mode)
+        stopper = MetricTracker(
+            early.metric, lower, min_delta=early.min_delta, patience=early.patience
+        )
     position = Position.from_json(resume_state["position"]) if resume_state else None
     should_stop, max_time = stops.requested, fit_cfg.max_time
     coordinator, watchdog = setup.coordinator, None
@@ -795,14 +796,15 @@ def _monitor(fit_cfg: Any, run: RunFolder) -> Any:
     )
 
 
-def _lower_is_better(metric: str, mode: str) -> bool:
-    return metric in LOWER_IS_BETTER if mode == "auto" else mode == "min"
+def _lower_is_better(setup: _Setup, config: Config, metric: str, mode: str) -> bool:
+    """Which way ``metric`` is better: ``mode`` min/max, else what the metric declares."""
+    if mode != "auto":
+        return lower_is_better(metric, mode)
+    from mxtrain.build import build_metric
 
-
-def _better(metric: str, mode: str, value: float, best: float | None) -> bool:
-    if best is None:
-        return True
-    return value < best if _lower_is_better(metric, mode) else value > best
+    data_info = setup.train_iter.data_info
+    built = [build_metric(n, data_info, config.base_dir) for n in config.fit.metrics]
+    return lower_is_better(metric, mode, declared_direction(built, metric))
 
 
 class _RunHooks:
@@ -828,6 +830,13 @@ class _RunHooks:
         self.tensorboard: Any = None  # a tensorboard.ScalarLog with logging.tensorboard
         state = resume_state or {}
         self.best: dict[str, Any] | None = state.get("best")
+        ckpt_cfg = config.checkpoint
+        self.best_tracker: MetricTracker | None = None
+        if ckpt_cfg.best_metric:
+            lower = _lower_is_better(setup, config, ckpt_cfg.best_metric, ckpt_cfg.best_mode)
+            self.best_tracker = MetricTracker(ckpt_cfg.best_metric, lower)
+            if self.best is not None:
+                self.best_tracker.best = self.best["value"]
 
     # --- checkpoints --------------------------------------------------------------------
     def _save(self, position: Any, *, best: bool = False) -> Any:
@@ -948,13 +957,17 @@ class _RunHooks:
             entry["finished"] = result.finished
         ckpt_cfg = self.config.checkpoint
         new_best = False
-        metric = ckpt_cfg.best_metric
-        if metric and result.eval and metric in result.eval:
-            value = result.eval[metric]
-            best_so_far = self.best["value"] if self.best else None
-            if _better(metric, ckpt_cfg.best_mode, value, best_so_far):
+        tracker = self.best_tracker
+        if tracker is not None and result.eval and tracker.metric in result.eval:
+            value = result.eval[tracker.metric]
+            if tracker.update(value, result.epoch):
                 new_best = True
-                self.best = {"metric": metric, "value": value, "epoch": result.epoch, "tag": None}
+                self.best = {
+                    "metric": tracker.metric,
+                    "value": value,
+                    "epoch": result.epoch,
+                    "tag": None,
+                }
         last = result.epoch == self.config.fit.num_epoch or result.finished is not None
         tag = None
         if self.saves and (new_best or last or result.epoch % ckpt_cfg.period == 0):

@@ -947,7 +947,10 @@ class EarlyStoppingSection:
     )
     mode: Literal["auto", "min", "max"] = field(
         default="auto",
-        metadata={"doc": "lower or higher is better; auto: lower for perplexity/loss/errors"},
+        metadata={
+            "doc": "lower or higher is better; auto: as the metric declares, else lower for "
+            "perplexity/loss/errors"
+        },
     )
     min_delta: float = field(
         default=0.0, metadata={"doc": "smallest change that counts as an improvement"}
@@ -1145,8 +1148,9 @@ class CheckpointSection:
     best_mode: Literal["auto", "min", "max"] = field(
         default="auto",
         metadata={
-            "doc": "whether lower or higher best_metric is better; auto: lower for "
-            "perplexity, loss, error, mae, mse, rmse, cross-entropy; higher otherwise"
+            "doc": "whether lower or higher best_metric is better; auto: as the metric declares "
+            "(lower_is_better), else lower for perplexity, loss, error, mae, mse, rmse, "
+            "cross-entropy; higher otherwise"
         },
     )
 

@@ -23,6 +23,7 @@ from mxtrain.engine.bucketing import BucketingModule
 from mxtrain.engine.monitoring import BatchProfiler, ParameterMonitor
 from mxtrain.engine.prefetch import PrefetchIter
 from mxtrain.errors import DivergedError, PreemptedError
+from mxtrain.metric_tracker import MetricTracker
 
 
 class Metric(Protocol):
@@ -119,7 +120,7 @@ class Position:
     totals: list[int]  # [samples, tokens, batches] of the epoch so far
     updates: int = 0  # parameter updates since the run began
     seconds: float = 0.0  # training time since the run began (resumes included)
-    early_stopping: dict[str, Any] | None = None  # EarlyStopper.get_state()
+    early_stopping: dict[str, Any] | None = None  # MetricTracker.get_state()
     # seconds spent on this epoch's batches so far (None: saved by an mxtrain without it)
     epoch_seconds: float | None = 0.0
 
@@ -178,39 +179,12 @@ class Position:
         )
 
 
-class EarlyStopper:
-    """Counts evaluations without improvement of one metric."""
-
-    def __init__(self, metric: str, patience: int, lower_is_better: bool, min_delta: float):
-        self.metric = metric
-        self.patience = patience
-        self.lower_is_better = lower_is_better
-        self.min_delta = min_delta
-        self.best: float | None = None
-        self.bad = 0
-
-    def update(self, values: dict[str, float]) -> bool:
-        """Record one evaluation; True when patience has run out."""
-        value = values[self.metric]
-        if self.best is None:
-            improved = True
-        elif self.lower_is_better:
-            improved = value < self.best - self.min_delta
-        else:
-            improved = value > self.best + self.min_delta
-        if improved:
-            self.best, self.bad = value, 0
-        else:
-            self.bad += 1
-        return self.bad >= self.patience
-
-    def get_state(self) -> dict[str, Any]:
-        return {"best": self.best, "bad": self.bad}
-
-    def set_state(self, state: dict[str, Any] | None) -> None:
-        state = state or {}
-        self.best = state.get("best")
-        self.bad = int(state.get("bad", 0))
+def _patience_ran_out(stopper: MetricTracker | None, values: dict[str, float]) -> bool:
+    """Record one evaluation in the early-stopping tracker; True when patience ran out."""
+    if stopper is None:
+        return False
+    stopper.update(values[stopper.metric])
+    return stopper.out_of_patience
 
 
 @dataclass
@@ -297,7 +271,7 @@ class FitOptions:
     eval_interval: int | None = None  # also evaluate every N batches
     max_updates: int | None = None
     max_time: float | None = None
-    early_stopping: EarlyStopper | None = None
+    early_stopping: MetricTracker | None = None
     # Update every K batches with gradients summed over them (module bound with grad_req
     # 'add'). Stops, checkpoints and evaluations only happen between two updates.
     grad_accumulation: int = 1
@@ -455,7 +429,7 @@ def _fit_epochs(
         if eval_iter is not None:
             result.eval, result.eval_seconds = _evaluate(module, eval_iter, options)
             stopper = options.early_stopping
-            if stopper is not None and result.finished is None and stopper.update(result.eval):
+            if result.finished is None and _patience_ran_out(stopper, result.eval):
                 result.finished = "early_stopping"
             if stopper is not None:
                 position.early_stopping = stopper.get_state()
@@ -618,7 +592,7 @@ def _train_epoch(
                 values, seconds = _evaluate(module, eval_iter, options)
                 hooks.on_eval(epoch, nbatch, values, seconds)
                 stopper = options.early_stopping
-                if stopper is not None and stopper.update(values):
+                if _patience_ran_out(stopper, values):
                     finished = "early_stopping"
             finished = finished or run.limit_reached(options)
             if finished is not None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from mxtrain.config.resume_policy import ConfigChange, diff_configs
 from mxtrain.errors import ConfigError, RunFolderError
+from mxtrain.metric_tracker import MetricTracker, lower_is_better
 from mxtrain.run.folder import read_metrics
 from mxtrain.run.layout import CONFIG_FILE, METRICS_FILE, RUN_FILE, RunFolder
 
@@ -315,14 +316,6 @@ def epoch_rows(records: Iterable[dict[str, Any]]) -> list[EpochRow]:
     return rows
 
 
-def lower_is_better(metric: str, mode: str = "auto") -> bool:
-    """Whether a smaller ``metric`` is better (``mode``: auto, min or max), as the trainer
-    decides for ``checkpoint.best_mode``."""
-    from mxtrain.train import LOWER_IS_BETTER
-
-    return metric in LOWER_IS_BETTER if mode == "auto" else mode == "min"
-
-
 def main_metric(
     config: dict[str, Any] | None, epochs: Sequence[EpochRow]
 ) -> tuple[str | None, str | None]:
@@ -354,13 +347,13 @@ def best_value(config: dict[str, Any] | None, epochs: Sequence[EpochRow]) -> Bes
     if metric is None or split is None:
         return None
     mode = config_value(config, "checkpoint.best_mode")
-    lower = lower_is_better(metric, mode if isinstance(mode, str) else "auto")
+    tracker = MetricTracker(
+        metric, lower_is_better(metric, mode if isinstance(mode, str) else "auto")
+    )
     best: BestValue | None = None
     for row in epochs:
         value = _split(row, split).get(metric)
-        if value is None or math.isnan(value):
-            continue
-        if best is None or (value < best.value if lower else value > best.value):
+        if value is not None and tracker.update(value, row.epoch):
             best = BestValue(metric, split, value, row.epoch, row.checkpoint)
     return best
 

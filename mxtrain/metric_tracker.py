@@ -1,0 +1,99 @@
+"""Which way a metric is better, and the one tracker of its best value so far.
+
+Used for the best checkpoint (``checkpoint.best_metric``), early stopping
+(``fit.early_stopping``), the ``*`` mark in epoch summaries and the best value that
+``mxtrain runs``/``show`` read back from metrics.jsonl. A metric says its own direction with a
+``lower_is_better`` attribute (mxtrain's metrics do; a plugin metric may); a metric that does
+not is judged by its name (:data:`LOWER_IS_BETTER`), and ``mode: min|max`` in the config wins
+over both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+#: metric names whose smaller values are better, for metrics that do not say
+LOWER_IS_BETTER = ("perplexity", "loss", "error", "mae", "mse", "rmse", "cross_entropy")
+
+
+def declared_direction(metrics: Iterable[Any], name: str) -> bool | None:
+    """The ``lower_is_better`` that the metric reporting ``name`` declares, if it does."""
+    for metric in metrics:
+        declared = getattr(metric, "lower_is_better", None)
+        if getattr(metric, "name", None) == name and isinstance(declared, bool):
+            return declared
+    return None
+
+
+def lower_is_better(metric: str, mode: str = "auto", declared: bool | None = None) -> bool:
+    """Whether a smaller ``metric`` is better: ``mode`` min/max if given, else what the metric
+    declares, else its name."""
+    if mode != "auto":
+        return mode == "min"
+    if declared is not None:
+        return declared
+    return metric in LOWER_IS_BETTER
+
+
+class MetricTracker:
+    """The best value of one metric so far, and how many values since it last improved.
+
+    A value improves on the best by more than ``min_delta`` in the metric's direction; a
+    value that is not finite never improves. ``get_state``/``set_state`` carry the best and
+    the count through checkpoints, so early stopping resumes where it stood.
+    """
+
+    def __init__(
+        self,
+        metric: str,
+        lower_is_better: bool,
+        *,
+        min_delta: float = 0.0,
+        patience: int | None = None,
+    ) -> None:
+        self.metric = metric
+        self.lower_is_better = lower_is_better
+        self.min_delta = min_delta
+        self.patience = patience
+        self.best: float | None = None
+        self.epoch: int | None = None  # where the best was seen
+        self.bad = 0  # values since the best
+
+    def improves(self, value: float) -> bool:
+        """Whether ``value`` would be a new best."""
+        if not math.isfinite(value):
+            return False
+        if self.best is None:
+            return True
+        if self.lower_is_better:
+            return value < self.best - self.min_delta
+        return value > self.best + self.min_delta
+
+    def update(self, value: float, epoch: int | None = None) -> bool:
+        """Record one value; True when it is the best so far."""
+        if self.improves(value):
+            self.best, self.epoch, self.bad = value, epoch, 0
+            return True
+        self.bad += 1
+        return False
+
+    @property
+    def out_of_patience(self) -> bool:
+        """True once ``patience`` values in a row have not improved (never without one)."""
+        return self.patience is not None and self.bad >= self.patience
+
+    def summary(self) -> dict[str, Any] | None:
+        """``{"metric", "value", "epoch"}`` of the best so far, None before the first."""
+        if self.best is None:
+            return None
+        return {"metric": self.metric, "value": self.best, "epoch": self.epoch}
+
+    def get_state(self) -> dict[str, Any]:
+        return {"best": self.best, "bad": self.bad}
+
+    def set_state(self, state: dict[str, Any] | None) -> None:
+        state = state or {}
+        self.best = state.get("best")
+        self.bad = int(state.get("bad", 0))
