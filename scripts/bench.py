@@ -299,7 +299,8 @@ def run_mxtrain(args: argparse.Namespace, train_src: str, eval_src: str) -> dict
     """``mxtrain fit`` / ``score`` / ``predict`` on the default config, through the library."""
     from mxtrain import train as train_module
     from mxtrain.config import load_config
-    from mxtrain.inference.open import predict_run, score_checkpoint
+    from mxtrain.inference.predict import predict_run
+    from mxtrain.inference.score import score_checkpoint
     from mxtrain.reporting import Reporter
 
     folder = Path(args.workdir)

@@ -93,8 +93,8 @@ def predict_command(
     """
     from rich.console import Console
 
-    from mxtrain.inference.open import predict_run
     from mxtrain.inference.output import is_stream
+    from mxtrain.inference.predict import predict_run
     from mxtrain.reporting import Reporter
 
     reporter = Reporter("plain", console=Console(stderr=True))

@@ -58,7 +58,7 @@ def score_command(
     from rich.console import Console
     from rich.table import Table
 
-    from mxtrain.inference.open import score_checkpoint
+    from mxtrain.inference.score import score_checkpoint
     from mxtrain.reporting import Reporter
 
     reporter = Reporter("quiet" if as_json else "plain", console=Console(stderr=True))

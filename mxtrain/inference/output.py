@@ -20,11 +20,14 @@ nothing behind; a misused argument (missing folder, existing file without ``--fo
 from __future__ import annotations
 
 import errno
+import math
 import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+import numpy as np
 
 from mxtrain.errors import ConfigError, DataError
 from mxtrain.run.atomic import temporary_name, write_atomically
@@ -162,3 +165,14 @@ def _write_error(path: Path, exc: OSError) -> DataError:
         f"Writing the output {path} failed ({reason}); {outcome}.",
         hint="Free space on its disk, or choose another --output, then run predict again.",
     )
+
+
+def shortest_float32(value: Any) -> float:
+    """A float32 as the shortest decimal that reads back as the same float32 (what records
+    hold: ``0.1`` rather than ``0.10000000149011612``)."""
+    return float(str(np.float32(value)))
+
+
+def finite_or_none(value: float) -> float | None:
+    """``value``, or None (JSON null) when it is NaN or infinite."""
+    return value if math.isfinite(value) else None

@@ -1,10 +1,10 @@
 """``mxtrain predict`` records for row-wise models: classifiers and regressors.
 
-:mod:`mxtrain.inference.open` picks these by the data iterator's ``data_info.task`` (``classify``,
-``regress``; the ``ndarray`` and ``csv`` iterators report them). One record per input row, in
-input order; ``line`` is the row's 1-based number among the input's rows (for a CSV file: data
-rows, so the header and blank lines are not counted; for ``.npy``/``.npz``: the array's first
-axis).
+:mod:`mxtrain.inference.predict` picks these by the data iterator's ``data_info.task``
+(``classify``, ``regress``; the ``ndarray`` and ``csv`` iterators report them). One record per
+input row, in input order; ``line`` is the row's 1-based number among the input's rows (for a
+CSV file: data rows, so the header and blank lines are not counted; for ``.npy``/``.npz``: the
+array's first axis).
 
 * ``classify``: ``label`` (the most probable class id) and ``probabilities`` (all classes, in
   class order), or with ``--top-k K`` ``top``: the K most probable ``[label, prob]`` pairs, most
@@ -25,11 +25,8 @@ from typing import Any
 import numpy as np
 
 from mxtrain.errors import ConfigError
-
-
-def _short(value: Any) -> float:
-    """A float32 as the shortest decimal that reads back as the same float32."""
-    return float(str(np.float32(value)))
+from mxtrain.inference.output import shortest_float32
+from mxtrain.inference.predict_loop import predict_batches
 
 
 def _rows(data_iter: Any) -> int:
@@ -40,28 +37,6 @@ def _rows(data_iter: Any) -> int:
             "predictions cannot be aligned with the input rows."
         )
     return int(count)
-
-
-def _run(opened: Any, reduce: Any, collect: Any) -> None:
-    """Forward every batch; ``reduce(output)`` queues device work, ``collect`` reads it back
-    one batch later (so the device computes the next batch meanwhile)."""
-    data_iter, module = opened.data_iter, opened.module
-    data_iter.reset()
-    pending = None
-    for batch in data_iter:
-        module.forward(batch, is_train=False)
-        parts = reduce(module.get_outputs()[0])
-        index = getattr(batch, "index", None)
-        if index is None:
-            raise ConfigError(
-                "The data iterator's batches have no 'index' (the input row of each batch "
-                "row), so predictions cannot be written in input order."
-            )
-        if pending is not None:
-            collect(*pending)
-        pending = (np.asarray(index, dtype=np.int64), parts)
-    if pending is not None:
-        collect(*pending)
 
 
 def _place(seen: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -102,11 +77,11 @@ class ClassPredictions:
             record: dict[str, Any] = {"line": i + 1, "label": int(self.labels[i])}
             if self.top_labels is not None:
                 record["top"] = [
-                    [int(c), _short(p)]
+                    [int(c), shortest_float32(p)]
                     for c, p in zip(self.top_labels[i], self.probs[i], strict=True)
                 ]
             else:
-                record["probabilities"] = [_short(p) for p in self.probs[i]]
+                record["probabilities"] = [shortest_float32(p) for p in self.probs[i]]
             yield record
 
     def csv_header(self) -> list[str]:
@@ -183,7 +158,12 @@ def predict_classes(opened: Any, top_k: int) -> ClassPredictions:
         if top_labels is not None:
             top_labels[where] = np.rint(ids.asnumpy()[real]).astype(np.int64)
 
-    _run(opened, reduce, collect)
+    predict_batches(
+        opened,
+        lambda module, batch: reduce(module.get_outputs()[0]),
+        collect,
+        unit="the input row of each batch row",
+    )
     _check_all(seen)
     return ClassPredictions(labels, probs, top_labels, top_k)
 
@@ -205,9 +185,9 @@ class ValuePredictions:
     def _value(self, i: int) -> float | list[float] | None:
         row = self.values[i]
         if row.ndim == 0:
-            value = _short(row)
+            value = shortest_float32(row)
             return value if math.isfinite(value) else None
-        return [_short(v) for v in row]
+        return [shortest_float32(v) for v in row]
 
     def records(self) -> Iterator[dict[str, Any]]:
         for i in range(self.values.shape[0]):
@@ -260,6 +240,11 @@ def predict_values(opened: Any, top_k: int) -> ValuePredictions:
         real, where = _place(seen, index)
         values[where] = out.asnumpy()[real]
 
-    _run(opened, reduce, collect)
+    predict_batches(
+        opened,
+        lambda module, batch: reduce(module.get_outputs()[0]),
+        collect,
+        unit="the input row of each batch row",
+    )
     _check_all(seen)
     return ValuePredictions(values)

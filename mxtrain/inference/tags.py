@@ -18,17 +18,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mxtrain.errors import ConfigError
+from mxtrain.inference.output import shortest_float32
+from mxtrain.inference.predict_loop import predict_batches
 
 if TYPE_CHECKING:
     from mxtrain.data.conll import TaggedSentence
     from mxtrain.inference.open import OpenedRun
 
 SPECIALS = 2  # <pad> and <unk>: the first label ids, never predicted
-
-
-def _short(prob: Any) -> float:
-    """A float32 probability as the shortest decimal that reads back as the same float32."""
-    return float(str(np.float32(prob)))
 
 
 @dataclass
@@ -54,7 +51,7 @@ class TagPredictions:
     def _top(self, i: int) -> list[list[list[Any]]]:
         assert self.top_ids is not None and self.top_probs is not None
         return [
-            [[self.labels[int(t)], _short(p)] for t, p in zip(ids, probs, strict=True)]
+            [[self.labels[int(t)], shortest_float32(p)] for t, p in zip(ids, probs, strict=True)]
             for ids, probs in zip(self.top_ids[i], self.top_probs[i], strict=True)
         ]
 
@@ -65,7 +62,7 @@ class TagPredictions:
                 "line": sentence.line,
                 "tokens": list(sentence.tokens),
                 "labels": [self.labels[int(t)] for t in self.label_ids[i]],
-                "probs": [_short(p) for p in self.probs[i]],
+                "probs": [shortest_float32(p) for p in self.probs[i]],
             }
             if self.top_k:
                 record["top"] = self._top(i)
@@ -163,7 +160,7 @@ def _tag_batch(module: Any, steps: int, top: int) -> list[tuple[int, int, Any, A
 
 def predict_tags(opened: OpenedRun, top_k: int) -> TagPredictions:
     """Run the predict iterator through the module; per-sentence results in input order."""
-    data_iter, module = opened.data_iter, opened.module
+    data_iter = opened.data_iter
     label_vocab = getattr(data_iter, "label_vocab", None)
     sentences = getattr(data_iter, "sentences", None)
     if label_vocab is None or sentences is None:
@@ -203,22 +200,12 @@ def predict_tags(opened: OpenedRun, top_k: int) -> TagPredictions:
                     top_probs[i] = vals_h[r, :n].astype(np.float32)
                     top_ids[i] = np.rint(ids_h[r, :n]).astype(np.int64) + SPECIALS
 
-    data_iter.reset()
-    pending = None
-    for batch in data_iter:
-        module.forward(batch, is_train=False)
-        parts = _tag_batch(module, int(batch.data[0].shape[1]), top_k)
-        if pending is not None:
-            collect(*pending)  # the previous batch's results, while this one computes
-        index = getattr(batch, "index", None)
-        if index is None:
-            raise ConfigError(
-                "The data iterator's batches have no 'index' (the sentence of each row), so "
-                "predictions cannot be written in input order."
-            )
-        pending = (np.asarray(index, dtype=np.int64), parts)
-    if pending is not None:
-        collect(*pending)
+    predict_batches(
+        opened,
+        lambda module, batch: _tag_batch(module, int(batch.data[0].shape[1]), top_k),
+        collect,
+        unit="the sentence of each row",
+    )
     missing = [i + 1 for i, ids in enumerate(label_ids) if ids is None]
     if missing:
         raise RuntimeError(f"no prediction for sentences {missing[:10]}")

@@ -24,12 +24,9 @@ from mxtrain.cli.predict import predict_command
 from mxtrain.cli.score import score_command
 from mxtrain.config import load_config
 from mxtrain.errors import ConfigError, DataError, RunFolderError
-from mxtrain.inference.open import (
-    parse_checkpoint_ref,
-    predict_run,
-    score_checkpoint,
-    score_run,
-)
+from mxtrain.inference.open import parse_checkpoint_ref
+from mxtrain.inference.predict import predict_run
+from mxtrain.inference.score import score_checkpoint, score_run
 from mxtrain.run.atomic import write_atomically
 from mxtrain.run.folder import read_metrics
 from mxtrain.train import fit_experiment

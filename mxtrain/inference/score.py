@@ -1,0 +1,96 @@
+"""``mxtrain score``: the config's metrics of a checkpoint over its eval data or a file."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mxtrain.inference.open import open_run
+from mxtrain.inference.output import finite_or_none
+from mxtrain.run.plugin_files import uses_kept_plugins
+
+log = logging.getLogger("mxtrain")
+
+
+@dataclass
+class ScoreReport:
+    """What ``mxtrain score`` prints."""
+
+    run: Path
+    epoch: int
+    data: str
+    metrics: dict[str, float]
+    seconds: float = 0.0
+    checkpoint: str | None = None  # the tag loaded, or the params file's name without one
+    batch: int = 0  # batches of the next epoch in the checkpoint (mid-epoch)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"run", "epoch", "batch", "checkpoint", "data", "metrics"}``; non-finite values
+        become null."""
+        return {
+            "run": str(self.run),
+            "epoch": self.epoch,
+            "batch": self.batch,
+            "checkpoint": self.checkpoint,
+            "data": self.data,
+            "metrics": {k: finite_or_none(v) for k, v in self.metrics.items()},
+        }
+
+
+@uses_kept_plugins
+def score_checkpoint(
+    ref: str | os.PathLike[str],
+    *,
+    epoch: int | None = None,
+    data: str | os.PathLike[str] | None = None,
+    batch_size: int | None = None,
+    overrides: Sequence[str] = (),
+) -> ScoreReport:
+    """Score a run's checkpoint with the config's ``fit.metrics`` (see :func:`score_run`)."""
+    started = time.perf_counter()
+    opened = open_run(
+        ref, epoch=epoch, overrides=overrides, batch_size=batch_size, data=data, role="eval"
+    )
+    from mxtrain.build import build_metric
+    from mxtrain.engine.loop import MetricSet, score
+
+    config = opened.config
+    data_info = opened.data_iter.data_info
+    metrics = MetricSet([build_metric(n, data_info, config.base_dir) for n in config.fit.metrics])
+    values = score(opened.module, opened.data_iter, metrics, prefetch=config.fit.prefetch)
+    chosen = opened.checkpoint
+    report = ScoreReport(
+        opened.run.path,
+        opened.epoch,
+        opened.data_source,
+        values,
+        seconds=time.perf_counter() - started,
+        checkpoint=chosen.describe() if chosen is not None else None,
+        batch=chosen.batch if chosen is not None else 0,
+    )
+    log.info("scored %s in %.1fs", opened.data_source, report.seconds)
+    return report
+
+
+def score_run(
+    ref: str | os.PathLike[str],
+    *,
+    epoch: int | None = None,
+    data: str | os.PathLike[str] | None = None,
+    batch_size: int | None = None,
+    overrides: Sequence[str] = (),
+) -> dict[str, float]:
+    """The config's ``fit.metrics`` of a checkpoint over ``data.eval`` (or the file ``data``).
+
+    Over ``data.eval`` this is the value fit logged for that epoch in metrics.jsonl (all of the
+    data is scored: if fit ran with ``fit.eval_max_batches``, fit scored only part of it). The
+    batch size and devices do not change the value beyond float rounding.
+    """
+    return score_checkpoint(
+        ref, epoch=epoch, data=data, batch_size=batch_size, overrides=overrides
+    ).metrics
