@@ -38,6 +38,7 @@ from rich.progress import (
 )
 from rich.table import Column, Table
 
+from mxtrain.formatting import format_clock
 from mxtrain.metric_tracker import MetricTracker
 
 LOGGER_NAME = "mxtrain"
@@ -80,14 +81,6 @@ def _number(value: Any) -> str:
 def _key(name: str) -> str:
     """A metric name usable as the key of a ``key=value`` field (no spaces or '=')."""
     return re.sub(r"[\s=]+", "_", name)
-
-
-def format_duration(seconds: float | None) -> str:
-    """``0:01:05`` (or ``-:--:--`` when unknown)."""
-    if seconds is None or not math.isfinite(seconds):
-        return "-:--:--"
-    whole = round(seconds)
-    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
 def _json_safe(value: Any) -> Any:
@@ -322,7 +315,7 @@ class Reporter:
             "train",
             total=num_batches,
             total_text=num_batches if num_batches is not None else "?",
-            eta=format_duration(None),
+            eta=format_clock(None),
             speed="",
             metrics="",
         )
@@ -369,7 +362,7 @@ class Reporter:
                 self._task,
                 completed=batch,
                 speed=speed,
-                eta=format_duration(eta_s),
+                eta=format_clock(eta_s),
                 metrics=format_metrics(metrics),
             )
             log.info(line, extra=_FILE_ONLY)
@@ -523,7 +516,7 @@ class Reporter:
         for name, value in (eval or {}).items():
             mark = " *" if is_best and name == best_metric else "  "
             cells.append(_number(value) + mark)
-        cells += [f"{lr:.4g}" if lr is not None else "-", format_duration(seconds)]
+        cells += [f"{lr:.4g}" if lr is not None else "-", format_clock(seconds)]
         table.add_row(*cells)
         self.console.print(table)
 

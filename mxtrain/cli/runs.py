@@ -25,7 +25,8 @@ def runs_command(folder: str, as_json: bool) -> None:
     """List the runs in DIR (default: ./runs, experiment.runs_dir's default): name, status,
     epochs done, best metric, duration and start time, newest first. A folder that cannot
     be read is listed as `unreadable` with the reason."""
-    from mxtrain.run.history import find_runs, format_duration, format_time, format_value
+    from mxtrain.formatting import format_duration, format_time, format_value
+    from mxtrain.run.history import find_runs
 
     runs = find_runs(Path(folder))
     if as_json:

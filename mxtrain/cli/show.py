@@ -91,7 +91,7 @@ def _numeric(cell: str) -> bool:
 
 
 def _print_header(details: Any) -> None:
-    from mxtrain.run.history import format_duration, format_time
+    from mxtrain.formatting import format_duration, format_time
 
     summary = details.summary
     click.echo(f"run      {summary.path}")
@@ -146,7 +146,7 @@ def _short(value: Any) -> str:
 
 
 def _print_checkpoints(details: Any) -> None:
-    from mxtrain.run.history import format_size
+    from mxtrain.formatting import format_size
 
     click.echo("")
     if not details.checkpoints:
@@ -175,7 +175,8 @@ def _marks(ckpt: Any) -> str:
 
 
 def _print_epochs(details: Any) -> None:
-    from mxtrain.run.history import format_value, sparkline
+    from mxtrain.formatting import format_value
+    from mxtrain.run.history import sparkline
 
     click.echo("")
     _print_latest_interval(details)
@@ -222,7 +223,7 @@ def _print_epochs(details: Any) -> None:
 
 def _print_latest_interval(details: Any) -> None:
     """For a run still training (or stopped mid-epoch): where its log got to last."""
-    from mxtrain.run.history import format_value
+    from mxtrain.formatting import format_value
 
     last_epoch = details.epochs[-1].epoch if details.epochs else 0
     latest = None

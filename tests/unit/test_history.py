@@ -11,12 +11,12 @@ import pytest
 
 from mxtrain.config.saved import read_config_tree
 from mxtrain.errors import ConfigError, RunFolderError
+from mxtrain.formatting import format_duration
 from mxtrain.run.history import (
     SPARK_BLOCKS,
     best_value,
     epoch_rows,
     find_runs,
-    format_duration,
     list_checkpoint_info,
     load_run,
     metric_curves,

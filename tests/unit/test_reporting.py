@@ -14,7 +14,8 @@ import pytest
 from rich.console import Console
 
 from mxtrain.errors import DataError, PreemptedError
-from mxtrain.reporting import EVENT_SCHEMA_VERSION, EventWriter, Reporter, format_duration
+from mxtrain.formatting import format_clock
+from mxtrain.reporting import EVENT_SCHEMA_VERSION, EventWriter, Reporter
 from mxtrain.run import environment
 
 INTERVAL_LINE = re.compile(
@@ -168,9 +169,9 @@ def test_session_ends_with_end_event_and_reports_errors_before_it() -> None:
     assert bug[1]["event"] == "error" and bug[2]["exit_code"] == 1
 
 
-def test_format_duration() -> None:
-    assert format_duration(3725.4) == "1:02:05"
-    assert format_duration(None) == "-:--:--"
+def test_format_clock() -> None:
+    assert format_clock(3725.4) == "1:02:05"
+    assert format_clock(None) == "-:--:--"
 
 
 # environment facts ------------------------------------------------------------------------
