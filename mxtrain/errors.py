@@ -69,3 +69,18 @@ class PreemptedError(MxtrainError):
     """Training stopped on request (SIGTERM/SIGINT) after saving a resumable checkpoint."""
 
     exit_code = ExitCode.PREEMPTED
+
+
+class InvalidValue(ValueError):
+    """A value an options class cannot accept; ``key`` is its dotted path inside the section.
+
+    Config sections and built-in component options (models, iterators) raise it from their
+    ``__post_init__``; the config loader turns it into a ConfigError at that key's line
+    (``model.num_hidden must be ...``). A plugin's options may raise it too; a plain
+    ``ValueError`` from a plugin is reported at its section (``model: ...``).
+    """
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        self.problem = problem
+        super().__init__(f"{key} {problem}")

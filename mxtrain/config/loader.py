@@ -49,7 +49,6 @@ from mxtrain.config.schema import (
     FitSection,
     InitializerOverride,
     InitializerSection,
-    InvalidValue,
     IteratorSection,
     KVStoreSection,
     LoggingSection,
@@ -60,7 +59,7 @@ from mxtrain.config.schema import (
     gradient_compression_problem,
     sharding_problem,
 )
-from mxtrain.errors import ConfigError
+from mxtrain.errors import ConfigError, InvalidValue
 from mxtrain.registry import ITERATORS, METRICS, MODELS, Registry
 
 __all__ = [
@@ -808,7 +807,9 @@ class _Builder:
         return out
 
     def instantiate(self, cls: type, kwargs: dict[str, Any], path: KeyPath) -> Any:
-        """``cls(**kwargs)``, its ValueError turned into a ConfigError at the right line."""
+        """``cls(**kwargs)``, its refusal turned into a ConfigError at the right line: an
+        :class:`InvalidValue` at its key's line, any other ValueError (a plugin's) at the
+        section's."""
         try:
             return cls(**kwargs)
         except InvalidValue as exc:
@@ -816,10 +817,6 @@ class _Builder:
             self.fail(key_path, f"{_dotted(key_path)} {exc.problem}")
         except ValueError as exc:
             message = str(exc).strip() or type(exc).__name__
-            first = re.split(r"[\s:,]", message, maxsplit=1)[0]
-            names = {f.name for f in dataclasses.fields(cls)}
-            if first in names:
-                self.fail((*path, first), f"{_dotted(path)}.{message}")
             self.fail(path, f"{_dotted(path)}: {message}")
 
     def dataclass(self, cls: type, raw: Mapping[str, Any], path: KeyPath, **preset: Any) -> Any:

@@ -21,15 +21,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
 from mxtrain.config.names import run_name_problem
-
-
-class InvalidValue(ValueError):
-    """A value a section cannot accept; ``key`` is its dotted path inside the section."""
-
-    def __init__(self, key: str, message: str) -> None:
-        self.key = key
-        self.problem = message
-        super().__init__(f"{key} {message}")
+from mxtrain.errors import InvalidValue
 
 
 class _Required:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from mxtrain.data.base import DataInfo
+from mxtrain.errors import InvalidValue
 
 TASK_CLASSIFY = "classify"  # a softmax over num_classes per row; labels are class ids
 TASK_REGRESS = "regress"  # real-valued outputs per row; labels are float targets
@@ -99,31 +100,34 @@ class _RowOptions:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value."""
         if not isinstance(self.source, str) or not self.source.strip():
-            raise ValueError("source must be the path of the data file")
+            raise InvalidValue("source", "must be the path of the data file")
         if self.task not in TASKS:
-            raise ValueError(f"task must be one of {', '.join(TASKS)}, not {self.task!r}")
+            raise InvalidValue("task", f"must be one of {', '.join(TASKS)}, not {self.task!r}")
         _positive("batch_size", self.batch_size)
         _positive("num_parts", self.num_parts)
         if _not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
-            raise ValueError(
-                f"part_index must be in 0..{self.num_parts - 1} (num_parts is "
-                f"{self.num_parts}), not {self.part_index!r}"
+            raise InvalidValue(
+                "part_index",
+                f"must be in 0..{self.num_parts - 1} (num_parts is "
+                f"{self.num_parts}), not {self.part_index!r}",
             )
         if self.max_rows is not None:
             _positive("max_rows", self.max_rows)
         if self.num_classes is not None:
             if _not_int(self.num_classes) or self.num_classes < 2:
-                raise ValueError(
-                    f"num_classes must be an integer of at least 2, not {self.num_classes!r}"
+                raise InvalidValue(
+                    "num_classes", f"must be an integer of at least 2, not {self.num_classes!r}"
                 )
             if self.task != TASK_CLASSIFY:
-                raise ValueError("num_classes is only meaningful with task: classify")
+                raise InvalidValue("num_classes", "is only meaningful with task: classify")
         for name in ("data_name", "label_name"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{name} must be a non-empty name, not {value!r}")
+                raise InvalidValue(name, f"must be a non-empty name, not {value!r}")
         if self.data_name == self.label_name:
-            raise ValueError(f"data_name and label_name must differ (both are {self.data_name!r})")
+            raise InvalidValue(
+                "data_name", f"and label_name must differ (both are {self.data_name!r})"
+            )
 
 
 @dataclass(frozen=True)
@@ -162,23 +166,24 @@ class NDArrayOptions(_RowOptions):
     def validate(self) -> None:
         super().validate()
         if not self.source.endswith((".npy", ".npz")):
-            raise ValueError(f"source must be a .npy or .npz file, not {self.source!r}")
+            raise InvalidValue("source", f"must be a .npy or .npz file, not {self.source!r}")
         if self.labels is not None:
             if not isinstance(self.labels, str) or not self.labels.endswith(".npy"):
-                raise ValueError(f"labels must be a .npy file, not {self.labels!r}")
+                raise InvalidValue("labels", f"must be a .npy file, not {self.labels!r}")
             if self.source.endswith(".npz"):
-                raise ValueError(
-                    "labels is only for a .npy source: an .npz source holds its labels under "
-                    f"label_key ({self.label_key!r})"
+                raise InvalidValue(
+                    "labels",
+                    "is only for a .npy source: an .npz source holds its labels under "
+                    f"label_key ({self.label_key!r})",
                 )
         for name in ("data_key", "label_key"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
-                raise ValueError(f"{name} must be a non-empty key, not {value!r}")
+                raise InvalidValue(name, f"must be a non-empty key, not {value!r}")
         if self.vocab_size is not None:
             _positive("vocab_size", self.vocab_size)
             if self.vocab_size < 2:
-                raise ValueError("vocab_size must be at least 2 (pad id 0 and a token)")
+                raise InvalidValue("vocab_size", "must be at least 2 (pad id 0 and a token)")
 
 
 @dataclass(frozen=True)
@@ -207,25 +212,28 @@ class CsvOptions(_RowOptions):
     def validate(self) -> None:
         super().validate()
         if not isinstance(self.label_column, str) or not self.label_column:
-            raise ValueError(f"label_column must be a column name, not {self.label_column!r}")
+            raise InvalidValue("label_column", f"must be a column name, not {self.label_column!r}")
         if not isinstance(self.delimiter, str) or len(self.delimiter) != 1:
-            raise ValueError(
-                f"delimiter must be exactly one character, not {self.delimiter!r} "
-                r"(write '\t' in double quotes for tabs)"
+            raise InvalidValue(
+                "delimiter",
+                f"must be exactly one character, not {self.delimiter!r} "
+                r"(write '\t' in double quotes for tabs)",
             )
         if self.delimiter in ('"', "\n", "\r"):
-            raise ValueError(f"delimiter cannot be {self.delimiter!r}")
+            raise InvalidValue("delimiter", f"cannot be {self.delimiter!r}")
         if self.feature_columns is not None:
             columns = list(self.feature_columns)
             if not columns:
-                raise ValueError("feature_columns must name at least one column (or be null)")
+                raise InvalidValue("feature_columns", "must name at least one column (or be null)")
             if any(not isinstance(c, str) or not c for c in columns):
-                raise ValueError(f"feature_columns must be column names, got {columns}")
+                raise InvalidValue("feature_columns", f"must be column names, got {columns}")
             if len(set(columns)) != len(columns):
                 doubles = sorted({c for c in columns if columns.count(c) > 1})
-                raise ValueError(f"feature_columns lists {', '.join(doubles)} more than once")
+                raise InvalidValue("feature_columns", f"lists {', '.join(doubles)} more than once")
             if self.label_column in columns:
-                raise ValueError(f"feature_columns includes the label column {self.label_column!r}")
+                raise InvalidValue(
+                    "feature_columns", f"includes the label column {self.label_column!r}"
+                )
 
 
 def _not_int(value: object) -> bool:
@@ -234,4 +242,4 @@ def _not_int(value: object) -> bool:
 
 def _positive(name: str, value: object) -> None:
     if _not_int(value) or value < 1:  # type: ignore[operator]
-        raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        raise InvalidValue(name, f"must be a positive integer, not {value!r}")

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import ClassVar, Literal
 
+from mxtrain.errors import InvalidValue
+
 TREEBANK_PREFIX = "treebank:"
 LEVELS = ("word", "char")
 LONG_POLICIES = ("split", "truncate", "drop")
@@ -137,63 +139,67 @@ class BucketSentenceOptions:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value."""
         if not isinstance(self.source, str) or not self.source.strip():
-            raise ValueError(
-                "source must be 'treebank:train|valid|test' or the path of a text file"
+            raise InvalidValue(
+                "source", "must be 'treebank:train|valid|test' or the path of a text file"
             )
         if self.level not in LEVELS:
-            raise ValueError(f"level must be one of {', '.join(LEVELS)}, not {self.level!r}")
+            raise InvalidValue("level", f"must be one of {', '.join(LEVELS)}, not {self.level!r}")
         if self.long_sentences not in LONG_POLICIES:
-            raise ValueError(
-                f"long_sentences must be one of {', '.join(LONG_POLICIES)}, "
-                f"not {self.long_sentences!r}"
+            raise InvalidValue(
+                "long_sentences",
+                f"must be one of {', '.join(LONG_POLICIES)}, not {self.long_sentences!r}",
             )
         check_positive("batch_size", self.batch_size)
         if self.batch_tokens is not None:
             check_positive("batch_tokens", self.batch_tokens)
         if self.auto_buckets not in AUTO_BUCKET_RULES:
-            raise ValueError(
-                f"auto_buckets must be one of {', '.join(AUTO_BUCKET_RULES)}, "
-                f"not {self.auto_buckets!r}"
+            raise InvalidValue(
+                "auto_buckets",
+                f"must be one of {', '.join(AUTO_BUCKET_RULES)}, not {self.auto_buckets!r}",
             )
         if self.num_buckets is None:
             if self.auto_buckets != "padding":
-                raise ValueError(
-                    "num_buckets may be null only with auto_buckets: padding (the quantile "
-                    "rule needs a number of buckets)"
+                raise InvalidValue(
+                    "num_buckets",
+                    "may be null only with auto_buckets: padding (the quantile "
+                    "rule needs a number of buckets)",
                 )
         else:
             check_positive("num_buckets", self.num_buckets)
         mp = self.max_padding
         if isinstance(mp, bool) or not isinstance(mp, int | float) or not 0 <= mp < 1:
-            raise ValueError(f"max_padding must be a number from 0 to below 1, not {mp!r}")
+            raise InvalidValue("max_padding", f"must be a number from 0 to below 1, not {mp!r}")
         check_positive("min_count", self.min_count)
         if self.max_sentences is not None:
             check_positive("max_sentences", self.max_sentences)
         if self.vocab is not None and (not isinstance(self.vocab, str) or not self.vocab.strip()):
-            raise ValueError(
-                f"vocab must be the path of a vocab.json file or null, not {self.vocab!r}"
+            raise InvalidValue(
+                "vocab", f"must be the path of a vocab.json file or null, not {self.vocab!r}"
             )
         self._validate_specials()
         reserved = len(DEFAULT_SPECIALS) + len(self.specials)
         if self.max_vocab is not None and (
             not_int(self.max_vocab) or self.max_vocab < reserved + 1
         ):
-            raise ValueError(
-                f"max_vocab must be at least {reserved + 1} ({reserved} specials and one "
-                f"token), not {self.max_vocab!r}"
+            raise InvalidValue(
+                "max_vocab",
+                f"must be at least {reserved + 1} ({reserved} specials and one "
+                f"token), not {self.max_vocab!r}",
             )
         check_positive("num_parts", self.num_parts)
         if not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
-            raise ValueError(
-                f"part_index must be from 0 to num_parts - 1 = {self.num_parts - 1}, "
-                f"not {self.part_index!r}"
+            raise InvalidValue(
+                "part_index",
+                f"must be from 0 to num_parts - 1 = {self.num_parts - 1}, not {self.part_index!r}",
             )
         check_buckets(self.buckets)
 
     def _validate_specials(self) -> None:
         specials = self.specials
         if isinstance(specials, str) or not isinstance(specials, list | tuple):
-            raise ValueError(f"specials must be a list of tokens such as [<bos>], not {specials!r}")
+            raise InvalidValue(
+                "specials", f"must be a list of tokens such as [<bos>], not {specials!r}"
+            )
         seen: set[str] = set()
         for token in specials:
             if (
@@ -202,16 +208,17 @@ class BucketSentenceOptions:
                 or token != token.strip()
                 or (len(token.split()) != 1)
             ):
-                raise ValueError(
-                    f"specials must be non-empty tokens without whitespace, not {token!r}"
+                raise InvalidValue(
+                    "specials", f"must be non-empty tokens without whitespace, not {token!r}"
                 )
             if token in DEFAULT_SPECIALS:
-                raise ValueError(
-                    f"specials: {token} is always reserved (ids 0-2 are "
-                    f"{', '.join(DEFAULT_SPECIALS)}); list only extra tokens"
+                raise InvalidValue(
+                    "specials",
+                    f"must not list {token}: it is always reserved (ids 0-2 are "
+                    f"{', '.join(DEFAULT_SPECIALS)}); list only extra tokens",
                 )
             if token in seen:
-                raise ValueError(f"specials lists {token!r} twice")
+                raise InvalidValue("specials", f"lists {token!r} twice")
             seen.add(token)
 
 
@@ -223,22 +230,22 @@ def not_int(value: object) -> bool:
 def check_positive(name: str, value: object) -> None:
     """Raise ``ValueError`` unless ``value`` is a positive integer."""
     if not_int(value) or value < 1:  # type: ignore[operator]
-        raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        raise InvalidValue(name, f"must be a positive integer, not {value!r}")
 
 
 def check_buckets(buckets: object) -> None:
     """Raise ``ValueError`` unless ``buckets`` is 'auto' or strictly increasing lengths."""
     if isinstance(buckets, str):
         if buckets != "auto":
-            raise ValueError(f"buckets must be 'auto' or a list of lengths, not {buckets!r}")
+            raise InvalidValue("buckets", f"must be 'auto' or a list of lengths, not {buckets!r}")
         return
     lengths = list(buckets)  # type: ignore[call-overload]
     if not lengths:
-        raise ValueError("buckets must not be empty: give lengths like [10, 20, 40] or 'auto'")
+        raise InvalidValue("buckets", "must not be empty: give lengths like [10, 20, 40] or 'auto'")
     if any(not_int(b) or b < 1 for b in lengths):
-        raise ValueError(f"buckets must be positive integers, got {lengths}")
+        raise InvalidValue("buckets", f"must be positive integers, got {lengths}")
     if any(a >= b for a, b in pairwise(lengths)):
-        raise ValueError(
-            f"buckets must be strictly increasing, got {lengths} "
-            f"(did you mean {sorted(set(lengths))}?)"
+        raise InvalidValue(
+            "buckets",
+            f"must be strictly increasing, got {lengths} (did you mean {sorted(set(lengths))}?)",
         )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mxtrain.data.array_options import TASK_CLASSIFY, _not_int, _positive, _RowOptions
+from mxtrain.errors import InvalidValue
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class LibsvmOptions(_RowOptions):
     def validate(self) -> None:
         super().validate()
         if not isinstance(self.zero_based, bool):
-            raise ValueError(f"zero_based must be true or false, not {self.zero_based!r}")
+            raise InvalidValue("zero_based", f"must be true or false, not {self.zero_based!r}")
         if self.num_features is not None:
             _positive("num_features", self.num_features)
 
@@ -127,52 +128,55 @@ class ImageRecordOptions:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value."""
         if not isinstance(self.source, str) or not self.source.strip():
-            raise ValueError("source must be the path of the .rec file")
+            raise InvalidValue("source", "must be the path of the .rec file")
         if self.path_imgidx is not None and (
             not isinstance(self.path_imgidx, str) or not self.path_imgidx.strip()
         ):
-            raise ValueError("path_imgidx must be the path of the .idx file (or null)")
+            raise InvalidValue("path_imgidx", "must be the path of the .idx file (or null)")
         shape = self.data_shape
         if (
             not isinstance(shape, list | tuple)
             or len(shape) != 3
             or any(_not_int(d) or d < 1 for d in shape)
         ):
-            raise ValueError(f"data_shape must be [channels, height, width], not {shape!r}")
+            raise InvalidValue("data_shape", f"must be [channels, height, width], not {shape!r}")
         if shape[0] not in (1, 3):
-            raise ValueError(f"data_shape must have 1 or 3 channels, not {shape[0]}")
+            raise InvalidValue("data_shape", f"must have 1 or 3 channels, not {shape[0]}")
         if self.task != TASK_CLASSIFY:
-            raise ValueError(f"task must be classify, not {self.task!r}")
+            raise InvalidValue("task", f"must be classify, not {self.task!r}")
         if self.num_classes is not None and (_not_int(self.num_classes) or self.num_classes < 2):
-            raise ValueError(
-                f"num_classes must be an integer of at least 2, not {self.num_classes!r}"
+            raise InvalidValue(
+                "num_classes", f"must be an integer of at least 2, not {self.num_classes!r}"
             )
         _positive("batch_size", self.batch_size)
         _positive("num_parts", self.num_parts)
         _positive("preprocess_threads", self.preprocess_threads)
         if _not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
-            raise ValueError(
-                f"part_index must be in 0..{self.num_parts - 1} (num_parts is "
-                f"{self.num_parts}), not {self.part_index!r}"
+            raise InvalidValue(
+                "part_index",
+                f"must be in 0..{self.num_parts - 1} (num_parts is "
+                f"{self.num_parts}), not {self.part_index!r}",
             )
         if _not_int(self.resize) or (self.resize < 1 and self.resize != -1):
-            raise ValueError(f"resize must be a positive integer or -1, not {self.resize!r}")
+            raise InvalidValue("resize", f"must be a positive integer or -1, not {self.resize!r}")
         for name in ("std_r", "std_g", "std_b"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ValueError(f"{name} must be a positive number, not {value!r}")
+                raise InvalidValue(name, f"must be a positive number, not {value!r}")
         for name in ("mean_r", "mean_g", "mean_b", "scale"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"{name} must be a number, not {value!r}")
+                raise InvalidValue(name, f"must be a number, not {value!r}")
         if self.scale == 0:
-            raise ValueError("scale must not be 0")
+            raise InvalidValue("scale", "must not be 0")
         for name in ("rand_crop", "rand_mirror", "shuffle"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be true or false, not {getattr(self, name)!r}")
+                raise InvalidValue(name, f"must be true or false, not {getattr(self, name)!r}")
         for name in ("data_name", "label_name"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{name} must be a non-empty name, not {value!r}")
+                raise InvalidValue(name, f"must be a non-empty name, not {value!r}")
         if self.data_name == self.label_name:
-            raise ValueError(f"data_name and label_name must differ (both are {self.data_name!r})")
+            raise InvalidValue(
+                "data_name", f"and label_name must differ (both are {self.data_name!r})"
+            )

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mxtrain.data.bucket_sentence_options import check_buckets, check_positive, not_int
+from mxtrain.errors import InvalidValue
 
 FORMATS = ("auto", "conll", "conllu")
 DELIMITERS = ("whitespace", "tab")
@@ -114,38 +115,41 @@ class TaggedSequencesOptions:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value."""
         if not isinstance(self.source, str) or not self.source.strip():
-            raise ValueError("source must be the path of a CoNLL or CoNLL-U file")
+            raise InvalidValue("source", "must be the path of a CoNLL or CoNLL-U file")
         if self.format not in FORMATS:
-            raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {self.format!r}")
+            raise InvalidValue(
+                "format", f"must be one of {', '.join(FORMATS)}, not {self.format!r}"
+            )
         if self.delimiter not in DELIMITERS:
-            raise ValueError(
-                f"delimiter must be one of {', '.join(DELIMITERS)}, not {self.delimiter!r}"
+            raise InvalidValue(
+                "delimiter", f"must be one of {', '.join(DELIMITERS)}, not {self.delimiter!r}"
             )
         if self.long_sentences not in LONG_POLICIES:
-            raise ValueError(
-                f"long_sentences must be one of {', '.join(LONG_POLICIES)}, "
-                f"not {self.long_sentences!r}"
+            raise InvalidValue(
+                "long_sentences",
+                f"must be one of {', '.join(LONG_POLICIES)}, not {self.long_sentences!r}",
             )
         for name in ("token_column", "label_column"):
             value = getattr(self, name)
             if value is not None and not_int(value):
-                raise ValueError(f"{name} must be an integer column index or null, not {value!r}")
+                raise InvalidValue(name, f"must be an integer column index or null, not {value!r}")
         if self.format == "conllu":
             for name in ("token_column", "label_column"):
                 value = getattr(self, name)
                 if value is not None and not -CONLLU_COLUMNS <= value < CONLLU_COLUMNS:
-                    raise ValueError(
-                        f"{name} must be between -{CONLLU_COLUMNS} and {CONLLU_COLUMNS - 1}: "
-                        f"CoNLL-U lines have {CONLLU_COLUMNS} columns, not {value!r}"
+                    raise InvalidValue(
+                        name,
+                        f"must be between -{CONLLU_COLUMNS} and {CONLLU_COLUMNS - 1}: "
+                        f"CoNLL-U lines have {CONLLU_COLUMNS} columns, not {value!r}",
                     )
         if (
             self.token_column is not None
             and self.label_column is not None
             and self.token_column == self.label_column
         ):
-            raise ValueError(
-                f"token_column and label_column are both {self.token_column}: the labels would "
-                "be the tokens"
+            raise InvalidValue(
+                "token_column",
+                f"and label_column are both {self.token_column}: the labels would be the tokens",
             )
         check_positive("batch_size", self.batch_size)
         check_positive("num_buckets", self.num_buckets)
@@ -153,8 +157,9 @@ class TaggedSequencesOptions:
         if self.max_sentences is not None:
             check_positive("max_sentences", self.max_sentences)
         if self.max_vocab is not None and (not_int(self.max_vocab) or self.max_vocab < 4):
-            raise ValueError(
-                f"max_vocab must be at least 4 (3 specials and one token), not {self.max_vocab!r}"
+            raise InvalidValue(
+                "max_vocab",
+                f"must be at least 4 (3 specials and one token), not {self.max_vocab!r}",
             )
         check_buckets(self.buckets)
 

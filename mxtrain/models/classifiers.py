@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mxtrain.data.base import DataInfo
+from mxtrain.errors import InvalidValue
 from mxtrain.models.rnn_common import (
     CELLS,
     MODES,
@@ -59,14 +60,16 @@ def _check_task(model: str, data_info: DataInfo) -> str:
     if task == "classify":
         classes = data_info.num_classes
         if not classes or classes < 2:
-            raise ValueError(
-                f"{model} needs a data iterator that reports num_classes (at least 2) for "
-                f"task classify (got {classes}); use the ndarray or csv iterator"
+            raise InvalidValue(
+                model,
+                f"needs a data iterator that reports num_classes (at least 2) for "
+                f"task classify (got {classes}); use the ndarray or csv iterator",
             )
     elif task != "regress":
-        raise ValueError(
-            f"{model} predicts one class (classify) or values (regress) per row, but the data "
-            f"iterator reports task {task!r}"
+        raise InvalidValue(
+            model,
+            f"predicts one class (classify) or values (regress) per row, but the data "
+            f"iterator reports task {task!r}",
         )
     return task
 
@@ -121,10 +124,12 @@ class MlpOptions:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value."""
         if not isinstance(self.hidden, list | tuple):
-            raise ValueError(f"hidden must be a list of layer sizes, not {self.hidden!r}")
+            raise InvalidValue("hidden", f"must be a list of layer sizes, not {self.hidden!r}")
         for size in self.hidden:
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise ValueError(f"hidden must hold positive layer sizes, got {list(self.hidden)}")
+                raise InvalidValue(
+                    "hidden", f"must hold positive layer sizes, got {list(self.hidden)}"
+                )
             check_size("hidden", size)
         sizes = list(self.hidden)
         check_parameter_count("hidden", sum(a * b for a, b in itertools.pairwise(sizes)))
@@ -191,15 +196,17 @@ class LenetOptions:
         """Raise ``ValueError`` naming the first impossible value."""
         channels = self.channels
         if not isinstance(channels, list | tuple) or len(channels) != 2:
-            raise ValueError(f"channels must be a list of two sizes, not {channels!r}")
+            raise InvalidValue("channels", f"must be a list of two sizes, not {channels!r}")
         for size in channels:
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise ValueError(f"channels must hold positive sizes, got {list(channels)}")
+                raise InvalidValue("channels", f"must hold positive sizes, got {list(channels)}")
             check_size("channels", size)
         check_positive(self, "kernel")
         check_parameter_count("channels", channels[0] * channels[1] * self.kernel**2)
         if self.kernel % 2 == 0:
-            raise ValueError(f"kernel must be odd (the image keeps its size), not {self.kernel}")
+            raise InvalidValue(
+                "kernel", f"must be odd (the image keeps its size), not {self.kernel}"
+            )
         check_positive(self, "hidden")
         check_choice("activation", self.activation, ACTIVATIONS)
         check_dropout(self.dropout)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mxtrain.data.base import DataInfo
+from mxtrain.errors import InvalidValue
 
 MODES = ("lstm", "gru")
 LOSSES = ("nll", "softmax_output")
@@ -57,17 +58,19 @@ def check_positive(options: object, *names: str) -> None:
 def check_size(name: str, value: object) -> None:
     """Raise ``ValueError`` unless ``value`` is an integer in 1..MAX_LAYER_SIZE."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        raise InvalidValue(name, f"must be a positive integer, not {value!r}")
     if value > MAX_LAYER_SIZE:
-        raise ValueError(f"{name} must be at most {MAX_LAYER_SIZE:,} (2**20), not {value:,}")
+        raise InvalidValue(name, f"must be at most {MAX_LAYER_SIZE:,} (2**20), not {value:,}")
 
 
 def check_parameter_count(name: str, estimate: int) -> None:
-    """Raise ``ValueError`` (naming option ``name``) when ``estimate`` exceeds MAX_PARAMETERS."""
+    """Raise ``InvalidValue`` (naming option ``name``) when ``estimate`` exceeds
+    MAX_PARAMETERS."""
     if estimate > MAX_PARAMETERS:
-        raise ValueError(
-            f"{name}: these sizes give about {estimate:,} parameters, more than the "
-            f"{MAX_PARAMETERS:,} (2**31 - 1) one MXNet model can hold"
+        raise InvalidValue(
+            name,
+            f"is too large: these sizes give about {estimate:,} parameters, more than the "
+            f"{MAX_PARAMETERS:,} (2**31 - 1) one MXNet model can hold",
         )
 
 
@@ -82,24 +85,25 @@ def check_recurrent_sizes(options: Any) -> None:
 def check_dropout(value: object) -> None:
     """Raise ``ValueError`` unless ``value`` is a probability in [0, 1)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"dropout must be a number in [0, 1), not {value!r}")
+        raise InvalidValue("dropout", f"must be a number in [0, 1), not {value!r}")
     if not 0.0 <= value < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), not {value!r}")
+        raise InvalidValue("dropout", f"must be in [0, 1), not {value!r}")
 
 
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
     """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
     if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+        raise InvalidValue(name, f"must be one of {', '.join(choices)}, not {value!r}")
 
 
 def check_sizes(model: str, data_info: DataInfo) -> tuple[int, int]:
     """(vocab_size, num_classes) from the data, or ``ValueError`` naming the model."""
     vocab_size, num_classes = data_info.vocab_size, data_info.num_classes
     if not vocab_size or not num_classes or vocab_size < 1 or num_classes < 1:
-        raise ValueError(
-            f"{model} needs a data iterator that reports vocab_size and num_classes "
-            f"(got vocab_size={vocab_size}, num_classes={num_classes})"
+        raise InvalidValue(
+            model,
+            f"needs a data iterator that reports vocab_size and num_classes "
+            f"(got vocab_size={vocab_size}, num_classes={num_classes})",
         )
     return vocab_size, num_classes
 
@@ -107,7 +111,7 @@ def check_sizes(model: str, data_info: DataInfo) -> tuple[int, int]:
 def check_bucket_key(model: str, bucket_key: Any) -> int:
     """The sequence length a bucket key stands for, or ``ValueError``."""
     if isinstance(bucket_key, bool) or not isinstance(bucket_key, int) or bucket_key < 1:
-        raise ValueError(f"{model} bucket keys are sequence lengths, got {bucket_key!r}")
+        raise InvalidValue(model, f"bucket keys are sequence lengths, got {bucket_key!r}")
     return bucket_key
 
 
@@ -244,9 +248,10 @@ def build_rnn_lm(options: LmOptions, data_info: DataInfo, *, model: str, mode: s
     """
     vocab_size, num_classes = check_sizes(model, data_info)
     if options.ignore_padding and data_info.pad_id is None:
-        raise ValueError(
-            f"{model} with ignore_padding: true needs the data iterator's pad_id; "
-            "set ignore_padding: false for data without padding"
+        raise InvalidValue(
+            model,
+            "with ignore_padding: true needs the data iterator's pad_id; "
+            "set ignore_padding: false for data without padding",
         )
     pad_id = data_info.pad_id
 

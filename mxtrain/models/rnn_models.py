@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mxtrain.data.base import DataInfo
+from mxtrain.errors import InvalidValue
 from mxtrain.models.rnn_common import (
     CELLS,
     MODES,
@@ -81,7 +82,9 @@ class RnnTaggerOptions:
         """Raise ``ValueError`` naming the first impossible value."""
         check_recurrent_sizes(self)
         if not isinstance(self.bidirectional, bool):
-            raise ValueError(f"bidirectional must be true or false, not {self.bidirectional!r}")
+            raise InvalidValue(
+                "bidirectional", f"must be true or false, not {self.bidirectional!r}"
+            )
         check_choice("cell", self.cell, MODES)
         check_choice("fused", self.fused, CELLS)
         check_dropout(self.dropout)

@@ -30,7 +30,7 @@ from mxtrain.config import (
     load_config,
     parse_config,
 )
-from mxtrain.errors import ConfigError, ExitCode
+from mxtrain.errors import ConfigError, ExitCode, InvalidValue
 from mxtrain.registry import Registry
 
 # --------------------------------------------------------------------------------------------
@@ -48,8 +48,8 @@ class TinyModelOptions:
 
     def __post_init__(self) -> None:
         if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), not {self.dropout}")
-        if self.num_hidden == 13:
+            raise InvalidValue("dropout", f"must be in [0, 1), not {self.dropout}")
+        if self.num_hidden == 13:  # a plain ValueError (a plugin's) names the section
             raise ValueError("thirteen hidden units are unlucky")
 
 
@@ -66,7 +66,7 @@ class TinyIterOptions:
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, not {self.batch_size}")
+            raise InvalidValue("batch_size", f"must be a positive integer, not {self.batch_size}")
 
 
 def tiny_model(**options: Any) -> None:  # factories are never called by the config layer
