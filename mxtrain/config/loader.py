@@ -313,7 +313,9 @@ class _Mismatch(Exception):
 # --------------------------------------------------------------------------------------------
 
 
-class _Locations:
+class Locations:
+    """Where each key of a config file is (``file:line``), for error messages."""
+
     def __init__(self, default: str) -> None:
         self.default = default
         self._where: dict[KeyPath, str] = {}
@@ -342,10 +344,10 @@ class _Locations:
 # --------------------------------------------------------------------------------------------
 
 
-class _TreeBuilder:
+class TreeBuilder:
     """Plain Python values from composed nodes, recording each key's line."""
 
-    def __init__(self, label: str, locs: _Locations, line_prefix: Callable[[int], str]) -> None:
+    def __init__(self, label: str, locs: Locations, line_prefix: Callable[[int], str]) -> None:
         self.label = label
         self.locs = locs
         self.line_prefix = line_prefix
@@ -488,7 +490,9 @@ def _position(text: str, index: int, label: str, is_file: bool) -> str:
     return f"{label}:{line}:{column}" if is_file else f"{label}: column {column}"
 
 
-def _compose(text: str, label: str, *, is_file: bool = True) -> Node | None:
+def compose_yaml(text: str, label: str, *, is_file: bool = True) -> Node | None:
+    """The YAML node tree of ``text`` (safe loading), every problem a ConfigError naming
+    ``label``; None for an empty document."""
     loader: _Loader | None = None
     try:
         loader = _Loader(text)  # this already checks every character (ReaderError)
@@ -539,7 +543,7 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _apply_override(tree: dict[str, Any], text: str, locs: _Locations) -> None:
+def _apply_override(tree: dict[str, Any], text: str, locs: Locations) -> None:
     label = f"--set {_printable(text)}"
     key, sep, value_text = text.partition("=")
     key = key.strip()
@@ -550,9 +554,9 @@ def _apply_override(tree: dict[str, Any], text: str, locs: _Locations) -> None:
             hint="For example --set fit.num_epoch=2 or --set context.ids=[0,1].",
         )
     parts = [p.strip() for p in parts]
-    vlocs = _Locations(label)
-    node = _compose(value_text, label, is_file=False) if value_text.strip() else None
-    builder = _TreeBuilder(label, vlocs, lambda _line: label)
+    vlocs = Locations(label)
+    node = compose_yaml(value_text, label, is_file=False) if value_text.strip() else None
+    builder = TreeBuilder(label, vlocs, lambda _line: label)
     value = builder.build(node, ()) if node is not None else None
     target: dict[str, Any] = tree
     for i, part in enumerate(parts[:-1]):
@@ -622,7 +626,7 @@ def _field_specs(cls: type, what: str) -> list[_FieldSpec]:
 
 class _Builder:
     def __init__(
-        self, locs: _Locations, base_dir: Path, registries: Registries, default_name: str
+        self, locs: Locations, base_dir: Path, registries: Registries, default_name: str
     ) -> None:
         self.locs = locs
         self.base_dir = base_dir
@@ -1168,14 +1172,14 @@ def parse_config(
 
     Relative paths in the config are resolved against ``base_dir``. Raises ``ConfigError``.
     """
-    locs = _Locations(source)
-    node = _compose(text, source)
+    locs = Locations(source)
+    node = compose_yaml(text, source)
     if node is None or (isinstance(node, ScalarNode) and node.tag == _NULL):
         raise ConfigError(
             f"{source} is empty; an experiment needs at least a data.train section.",
             hint="See configs/ for complete examples.",
         )
-    tree = _TreeBuilder(source, locs, lambda line: f"{source}:{line}").build(node, ())
+    tree = TreeBuilder(source, locs, lambda line: f"{source}:{line}").build(node, ())
     if not isinstance(tree, dict):
         raise ConfigError(
             f"{source}:{node.start_mark.line + 1}: the top level must be a mapping of sections "

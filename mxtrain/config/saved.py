@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mxtrain.config.loader import _compose, _Locations, _TreeBuilder
+from mxtrain.config.loader import Locations, TreeBuilder, compose_yaml
 from mxtrain.errors import ConfigError
 
 
@@ -27,10 +27,10 @@ def read_config_tree(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {source} does not exist.") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config file {source}: {exc}.") from None
-    node = _compose(text, source)
+    node = compose_yaml(text, source)
     if node is None:
         return {}
-    tree = _TreeBuilder(source, _Locations(source), lambda line: f"{source}:{line}").build(node, ())
+    tree = TreeBuilder(source, Locations(source), lambda line: f"{source}:{line}").build(node, ())
     if not isinstance(tree, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections.")
     return tree

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal
 
 from mxtrain.config.names import run_name_problem
 from mxtrain.errors import InvalidValue
+from mxtrain.option_checks import check_at_least, check_greater_than_zero
 
 
 class _Required:
@@ -42,16 +43,6 @@ class _Required:
 
 
 REQUIRED: Any = _Required()
-
-
-def _at_least(key: str, value: float | None, low: float) -> None:
-    if value is not None and value < low:
-        raise InvalidValue(key, f"must be at least {low:g}, got {value!r}.")
-
-
-def _positive(key: str, value: float | None) -> None:
-    if value is not None and not value > 0:
-        raise InvalidValue(key, f"must be greater than 0, got {value!r}.")
 
 
 def _frozen_mapping(values: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
@@ -249,7 +240,7 @@ class ContextSection:
                 )
             if self.ids is not None:
                 raise InvalidValue("count", "and context.ids cannot both be set: give one of them.")
-            _at_least("count", self.count, 1)
+            check_at_least("count", self.count, 1)
         if self.work_load is not None:
             if len(self.work_load) != self.num_devices:
                 raise InvalidValue(
@@ -262,9 +253,9 @@ class ContextSection:
                     "work_load", f"must be positive numbers, got {list(self.work_load)}."
                 )
         if self.omp_threads != "auto":
-            _at_least("omp_threads", self.omp_threads, 1)
+            check_at_least("omp_threads", self.omp_threads, 1)
         if self.engine_threads != "auto":
-            _at_least("engine_threads", self.engine_threads, 1)
+            check_at_least("engine_threads", self.engine_threads, 1)
 
     @property
     def num_devices(self) -> int:
@@ -296,7 +287,7 @@ class GradientCompressionSection:
                 "1bit is not available in MXNet 1.9.1 (its kvstores only know 2bit); "
                 "use type: 2bit.",
             )
-        _positive("threshold", self.threshold)
+        check_greater_than_zero("threshold", self.threshold)
 
 
 COMPRESSION_HINT = (
@@ -378,7 +369,7 @@ class KVStoreSection:
     )
 
     def __post_init__(self) -> None:
-        _positive("watchdog_seconds", self.watchdog_seconds)
+        check_greater_than_zero("watchdog_seconds", self.watchdog_seconds)
         if self.type in ("dist_sync", "dist_device_sync") and self.update_on_kvstore is True:
             raise InvalidValue(
                 "update_on_kvstore",
@@ -488,7 +479,7 @@ class LrSchedulerSection:
                 }[required],
             )
         if self.step is not None:
-            _at_least("step", self.step, 1)
+            check_at_least("step", self.step, 1)
         if self.steps is not None:
             if not self.steps:
                 raise InvalidValue("steps", "must list at least one update count.")
@@ -503,18 +494,18 @@ class LrSchedulerSection:
             raise InvalidValue(
                 "factor", f"must be in (0, 1] so the lr decreases, got {self.factor!r}."
             )
-        _at_least("stop_factor_lr", self.stop_factor_lr, 0)
-        _at_least("final_lr", self.final_lr, 0)
+        check_at_least("stop_factor_lr", self.stop_factor_lr, 0)
+        check_at_least("final_lr", self.final_lr, 0)
         if self.max_update is not None:
-            _at_least("max_update", self.max_update, 1)
+            check_at_least("max_update", self.max_update, 1)
             if self.type in ("poly", "cosine") and self.warmup_steps >= self.max_update:
                 raise InvalidValue(
                     "warmup_steps",
                     f"({self.warmup_steps}) must be smaller than max_update "
                     f"({self.max_update}): the decay happens after the warmup.",
                 )
-        _at_least("warmup_steps", self.warmup_steps, 0)
-        _at_least("warmup_begin_lr", self.warmup_begin_lr, 0)
+        check_at_least("warmup_steps", self.warmup_steps, 0)
+        check_at_least("warmup_begin_lr", self.warmup_begin_lr, 0)
 
     def applicable_keys(self) -> tuple[str, ...]:
         """The keys that mean something for this ``type``, in schema order."""
@@ -795,13 +786,13 @@ class OptimizerSection:
         # every parameter, MXNet's default where none was given: equal configs compare equal
         resolved = {k: self.params.get(k, p.default) for k, p in spec.items()}
         object.__setattr__(self, "params", _frozen_mapping(resolved))
-        _positive("learning_rate", self.learning_rate)
-        _at_least("wd", self.wd, 0)
+        check_greater_than_zero("learning_rate", self.learning_rate)
+        check_at_least("wd", self.wd, 0)
         if self.name == "groupadagrad" and self.wd != 0:
             raise InvalidValue("wd", "must be 0 for groupadagrad: it has no weight decay.")
-        _positive("clip_gradient", self.clip_gradient)
+        check_greater_than_zero("clip_gradient", self.clip_gradient)
         if self.rescale_grad != "auto":
-            _positive("rescale_grad", self.rescale_grad)
+            check_greater_than_zero("rescale_grad", self.rescale_grad)
         sched = self.lr_scheduler
         if sched is not None and sched.warmup_begin_lr > self.learning_rate:
             raise InvalidValue(
@@ -918,7 +909,7 @@ class InitializerSection:
         object.__setattr__(self, "params", _frozen_mapping(resolved))
         for key in ("scale", "sigma", "magnitude"):
             if key in self.params:
-                _positive(key, self.params[key])
+                check_greater_than_zero(key, self.params[key])
 
 
 # --------------------------------------------------------------------------------------------
@@ -949,8 +940,8 @@ class EarlyStoppingSection:
     )
 
     def __post_init__(self) -> None:
-        _at_least("patience", self.patience, 1)
-        _at_least("min_delta", self.min_delta, 0.0)
+        check_at_least("patience", self.patience, 1)
+        check_at_least("min_delta", self.min_delta, 0.0)
 
 
 @dataclass(frozen=True)
@@ -971,7 +962,7 @@ class MonitorSection:
     )
 
     def __post_init__(self) -> None:
-        _at_least("interval", self.interval, 1)
+        check_at_least("interval", self.interval, 1)
         try:
             re.compile(self.pattern)
         except re.error as exc:
@@ -1076,22 +1067,22 @@ class FitSection:
     )
 
     def __post_init__(self) -> None:
-        _at_least("num_epoch", self.num_epoch, 1)
-        _at_least("profile", self.profile, 1)
-        _at_least("eval_interval", self.eval_interval, 1)
-        _at_least("grad_accumulation", self.grad_accumulation, 1)
+        check_at_least("num_epoch", self.num_epoch, 1)
+        check_at_least("profile", self.profile, 1)
+        check_at_least("eval_interval", self.eval_interval, 1)
+        check_at_least("grad_accumulation", self.grad_accumulation, 1)
         if self.eval_interval is not None and self.eval_interval % self.grad_accumulation:
             raise InvalidValue(
                 "eval_interval",
                 f"must be a multiple of grad_accumulation ({self.grad_accumulation}) so that "
                 f"evaluations fall between two updates, got {self.eval_interval}.",
             )
-        _at_least("max_updates", self.max_updates, 1)
-        _at_least("max_time", self.max_time, 0.001)
-        _at_least("log_interval", self.log_interval, 1)
-        _at_least("prefetch", self.prefetch, 0)
-        _at_least("max_batches_per_epoch", self.max_batches_per_epoch, 1)
-        _at_least("eval_max_batches", self.eval_max_batches, 1)
+        check_at_least("max_updates", self.max_updates, 1)
+        check_at_least("max_time", self.max_time, 0.001)
+        check_at_least("log_interval", self.log_interval, 1)
+        check_at_least("prefetch", self.prefetch, 0)
+        check_at_least("max_batches_per_epoch", self.max_batches_per_epoch, 1)
+        check_at_least("eval_max_batches", self.eval_max_batches, 1)
         seen: set[str] = set()
         for name in self.metrics:
             if name in seen:
@@ -1154,9 +1145,9 @@ class CheckpointSection:
         problem = run_name_problem(self.prefix)  # the same OS rules as run folder names
         if problem is not None:
             raise InvalidValue("prefix", problem)
-        _at_least("period", self.period, 1)
+        check_at_least("period", self.period, 1)
         if self.keep_last is not None:
-            _at_least("keep_last", self.keep_last, 1)
+            check_at_least("keep_last", self.keep_last, 1)
 
 
 @dataclass(frozen=True)

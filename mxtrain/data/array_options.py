@@ -16,6 +16,7 @@ from typing import ClassVar, Literal
 
 from mxtrain.data.base import DataInfo
 from mxtrain.errors import InvalidValue
+from mxtrain.option_checks import check_positive_int, not_int
 
 TASK_CLASSIFY = "classify"  # a softmax over num_classes per row; labels are class ids
 TASK_REGRESS = "regress"  # real-valued outputs per row; labels are float targets
@@ -41,7 +42,7 @@ class ArrayDataInfo(DataInfo):
 
 
 @dataclass(frozen=True)
-class _RowOptions:
+class RowOptions:
     """Options shared by the ``ndarray`` and ``csv`` iterators."""
 
     source: str = field(
@@ -103,18 +104,18 @@ class _RowOptions:
             raise InvalidValue("source", "must be the path of the data file")
         if self.task not in TASKS:
             raise InvalidValue("task", f"must be one of {', '.join(TASKS)}, not {self.task!r}")
-        _positive("batch_size", self.batch_size)
-        _positive("num_parts", self.num_parts)
-        if _not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
+        check_positive_int("batch_size", self.batch_size)
+        check_positive_int("num_parts", self.num_parts)
+        if not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
             raise InvalidValue(
                 "part_index",
                 f"must be in 0..{self.num_parts - 1} (num_parts is "
                 f"{self.num_parts}), not {self.part_index!r}",
             )
         if self.max_rows is not None:
-            _positive("max_rows", self.max_rows)
+            check_positive_int("max_rows", self.max_rows)
         if self.num_classes is not None:
-            if _not_int(self.num_classes) or self.num_classes < 2:
+            if not_int(self.num_classes) or self.num_classes < 2:
                 raise InvalidValue(
                     "num_classes", f"must be an integer of at least 2, not {self.num_classes!r}"
                 )
@@ -131,7 +132,7 @@ class _RowOptions:
 
 
 @dataclass(frozen=True)
-class NDArrayOptions(_RowOptions):
+class NDArrayOptions(RowOptions):
     """Rows of a NumPy array: a ``.npy`` file (labels in a second ``.npy``) or an ``.npz``.
 
     Float arrays are features; integer arrays are token ids (for ``rnn_classifier``: rows of
@@ -181,13 +182,13 @@ class NDArrayOptions(_RowOptions):
             if not isinstance(value, str) or not value:
                 raise InvalidValue(name, f"must be a non-empty key, not {value!r}")
         if self.vocab_size is not None:
-            _positive("vocab_size", self.vocab_size)
+            check_positive_int("vocab_size", self.vocab_size)
             if self.vocab_size < 2:
                 raise InvalidValue("vocab_size", "must be at least 2 (pad id 0 and a token)")
 
 
 @dataclass(frozen=True)
-class CsvOptions(_RowOptions):
+class CsvOptions(RowOptions):
     """Rows of a CSV file with a header line: one column is the label, the others features."""
 
     #: what an ndarray-style key most likely means here, for "Did you mean" hints
@@ -234,12 +235,3 @@ class CsvOptions(_RowOptions):
                 raise InvalidValue(
                     "feature_columns", f"includes the label column {self.label_column!r}"
                 )
-
-
-def _not_int(value: object) -> bool:
-    return isinstance(value, bool) or not isinstance(value, int)
-
-
-def _positive(name: str, value: object) -> None:
-    if _not_int(value) or value < 1:  # type: ignore[operator]
-        raise InvalidValue(name, f"must be a positive integer, not {value!r}")

@@ -147,7 +147,7 @@ class RowMeta:
 def build_ndarray_iter(options: NDArrayOptions, context: DataContext) -> RowIter:
     """Rows of a ``.npy`` (+ labels ``.npy``) or ``.npz`` file, for ``context.role``."""
     predict = context.role == "predict"
-    path = _resolve(options.source, context.base_dir)
+    path = resolve_source(options.source, context.base_dir)
     want_labels = not predict
     if path.suffix == ".npz":
         data, labels, label_file = _load_npz(path, options, want_labels)
@@ -162,7 +162,7 @@ def build_ndarray_iter(options: NDArrayOptions, context: DataContext) -> RowIter
                     hint="Set labels: FILE.npy (one label per row), or use an .npz file with "
                     f"'{options.data_key}' and '{options.label_key}' arrays.",
                 )
-            label_path = _resolve(options.labels, context.base_dir)
+            label_path = resolve_source(options.labels, context.base_dir)
             label_file = str(label_path)
             labels = _load_npy(label_path, "labels file")
     data = _check_table(data, str(path))
@@ -191,8 +191,8 @@ def build_ndarray_iter(options: NDArrayOptions, context: DataContext) -> RowIter
 def build_csv_iter(options: CsvOptions, context: DataContext) -> RowIter:
     """Rows of a CSV file with a header line (see :class:`CsvOptions`)."""
     predict = context.role == "predict"
-    path = _resolve(options.source, context.base_dir)
-    prior = _prior_meta(context, str(path))
+    path = resolve_source(options.source, context.base_dir)
+    prior = prior_meta(context, str(path))
     columns = prior.feature_columns if prior is not None else None
     if columns is None and options.feature_columns is not None:
         columns = tuple(options.feature_columns)
@@ -237,7 +237,7 @@ def _finish(
     """Check labels against the task, settle the RowMeta and build the iterator."""
     role = context.role
     if prior is None:
-        prior = _prior_meta(context, source)
+        prior = prior_meta(context, source)
     task = options.task
     if prior is not None and prior.task != task:
         raise DataError(
@@ -260,11 +260,11 @@ def _finish(
     label_shape: tuple[int, ...] = ()
     if task == TASK_CLASSIFY:
         if labels is not None:
-            labels = _class_labels(labels, where_label, label_source)
-        num_classes = _num_classes(labels, prior, options.num_classes, source, where_label)
+            labels = class_labels(labels, where_label, label_source)
+        num_classes = num_classes_of(labels, prior, options.num_classes, source, where_label)
     else:
         if labels is not None:
-            labels = _regression_targets(labels, where_label, label_source)
+            labels = regression_targets(labels, where_label, label_source)
             label_shape = tuple(int(d) for d in labels.shape[1:])
             if prior is not None and prior.label_shape != label_shape:
                 raise DataError(
@@ -305,12 +305,12 @@ def _finish(
 # --------------------------------------------------------------------------------------------
 
 
-def _resolve(name: str, base_dir: Path) -> Path:
+def resolve_source(name: str, base_dir: Path) -> Path:
     path = Path(name).expanduser()
     return path if path.is_absolute() else base_dir / path
 
 
-def _require_file(path: Path, what: str) -> None:
+def require_file(path: Path, what: str) -> None:
     if not path.exists():
         raise DataError(
             f"The {what} {path} does not exist.",
@@ -346,7 +346,7 @@ def _load_error(path: Path, what: str, exc: BaseException) -> DataError:
 
 
 def _load_npy(path: Path, what: str) -> np.ndarray:
-    _require_file(path, what)
+    require_file(path, what)
     try:
         loaded = np.load(path, allow_pickle=False)
     except _NUMPY_READ_ERRORS as exc:
@@ -363,7 +363,7 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
 def _load_npz(
     path: Path, options: NDArrayOptions, want_labels: bool
 ) -> tuple[np.ndarray, np.ndarray | None, str]:
-    _require_file(path, "data file")
+    require_file(path, "data file")
     try:
         archive = np.load(path, allow_pickle=False)
     except _NUMPY_READ_ERRORS as exc:
@@ -492,7 +492,7 @@ def _vocab_size(data: np.ndarray, prior: RowMeta | None, option: int | None, sou
     return size
 
 
-def _class_labels(labels: np.ndarray, where: Where, source: str) -> np.ndarray:
+def class_labels(labels: np.ndarray, where: Where, source: str) -> np.ndarray:
     if labels.ndim == 2 and labels.shape[1] == 1:
         labels = labels[:, 0]
     if labels.ndim != 1:
@@ -521,7 +521,7 @@ def _class_labels(labels: np.ndarray, where: Where, source: str) -> np.ndarray:
     return labels.astype(np.float32)
 
 
-def _num_classes(
+def num_classes_of(
     labels: np.ndarray | None,
     prior: RowMeta | None,
     option: int | None,
@@ -564,7 +564,7 @@ def _num_classes(
     return size
 
 
-def _regression_targets(labels: np.ndarray, where: Where, source: str) -> np.ndarray:
+def regression_targets(labels: np.ndarray, where: Where, source: str) -> np.ndarray:
     if labels.ndim > 2:
         raise DataError(
             f"The targets {source} must have shape (rows,) or (rows, K), not {labels.shape}."
@@ -581,7 +581,7 @@ def _regression_targets(labels: np.ndarray, where: Where, source: str) -> np.nda
     return labels.astype(np.float32)
 
 
-def _prior_meta(context: DataContext, source: str) -> RowMeta | None:
+def prior_meta(context: DataContext, source: str) -> RowMeta | None:
     """The training data's RowMeta: the train iterator's, else the run folder's vocab.json."""
     if context.role != "train":
         train_meta = getattr(context.train, "vocab", None)
@@ -594,7 +594,7 @@ def _prior_meta(context: DataContext, source: str) -> RowMeta | None:
     # folder given on the command line (the config's folder is tried second)
     path = Path(vocab_file).expanduser()
     if not path.is_file():
-        path = _resolve(str(vocab_file), context.base_dir)
+        path = resolve_source(str(vocab_file), context.base_dir)
     if not path.is_file():
         return None
     return RowMeta.load(path)
@@ -610,7 +610,7 @@ def _read_csv(
     max_rows: int | None,
 ) -> tuple[np.ndarray, np.ndarray | None, list[int], tuple[str, ...]]:
     """(features float64 (rows, F), labels float64 or None, file line of each row, names)."""
-    _require_file(path, "CSV file")
+    require_file(path, "CSV file")
     try:
         handle = open(path, encoding="utf-8-sig", newline="")  # noqa: SIM115
     except OSError as exc:

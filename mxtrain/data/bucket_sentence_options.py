@@ -7,6 +7,7 @@ from itertools import pairwise
 from typing import ClassVar, Literal
 
 from mxtrain.errors import InvalidValue
+from mxtrain.option_checks import check_positive_int, not_int
 
 TREEBANK_PREFIX = "treebank:"
 LEVELS = ("word", "char")
@@ -149,9 +150,9 @@ class BucketSentenceOptions:
                 "long_sentences",
                 f"must be one of {', '.join(LONG_POLICIES)}, not {self.long_sentences!r}",
             )
-        check_positive("batch_size", self.batch_size)
+        check_positive_int("batch_size", self.batch_size)
         if self.batch_tokens is not None:
-            check_positive("batch_tokens", self.batch_tokens)
+            check_positive_int("batch_tokens", self.batch_tokens)
         if self.auto_buckets not in AUTO_BUCKET_RULES:
             raise InvalidValue(
                 "auto_buckets",
@@ -165,13 +166,13 @@ class BucketSentenceOptions:
                     "rule needs a number of buckets)",
                 )
         else:
-            check_positive("num_buckets", self.num_buckets)
+            check_positive_int("num_buckets", self.num_buckets)
         mp = self.max_padding
         if isinstance(mp, bool) or not isinstance(mp, int | float) or not 0 <= mp < 1:
             raise InvalidValue("max_padding", f"must be a number from 0 to below 1, not {mp!r}")
-        check_positive("min_count", self.min_count)
+        check_positive_int("min_count", self.min_count)
         if self.max_sentences is not None:
-            check_positive("max_sentences", self.max_sentences)
+            check_positive_int("max_sentences", self.max_sentences)
         if self.vocab is not None and (not isinstance(self.vocab, str) or not self.vocab.strip()):
             raise InvalidValue(
                 "vocab", f"must be the path of a vocab.json file or null, not {self.vocab!r}"
@@ -186,7 +187,7 @@ class BucketSentenceOptions:
                 f"must be at least {reserved + 1} ({reserved} specials and one "
                 f"token), not {self.max_vocab!r}",
             )
-        check_positive("num_parts", self.num_parts)
+        check_positive_int("num_parts", self.num_parts)
         if not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
             raise InvalidValue(
                 "part_index",
@@ -220,17 +221,6 @@ class BucketSentenceOptions:
             if token in seen:
                 raise InvalidValue("specials", f"lists {token!r} twice")
             seen.add(token)
-
-
-def not_int(value: object) -> bool:
-    """True unless ``value`` is an int (bools, which are ints in Python, count as not)."""
-    return isinstance(value, bool) or not isinstance(value, int)
-
-
-def check_positive(name: str, value: object) -> None:
-    """Raise ``ValueError`` unless ``value`` is a positive integer."""
-    if not_int(value) or value < 1:  # type: ignore[operator]
-        raise InvalidValue(name, f"must be a positive integer, not {value!r}")
 
 
 def check_buckets(buckets: object) -> None:

@@ -37,7 +37,7 @@ import mxnet as mx
 import numpy as np
 
 from mxtrain.data.array_options import CLASSIFY_PAD_LABEL, TASK_CLASSIFY, ArrayDataInfo
-from mxtrain.data.arrays import RowMeta, _prior_meta, _require_file, _resolve
+from mxtrain.data.arrays import RowMeta, prior_meta, require_file, resolve_source
 from mxtrain.data.base import DataContext
 from mxtrain.data.sparse_image_options import ImageRecordOptions
 from mxtrain.errors import DataError
@@ -47,10 +47,10 @@ log = logging.getLogger(__name__)
 
 def build_image_record_iter(options: ImageRecordOptions, context: DataContext) -> ImageRecordIter:
     """Images of ``options.source`` (a RecordIO file) for ``context.role``."""
-    path = _resolve(options.source, context.base_dir)
-    _require_file(path, "RecordIO file")
+    path = resolve_source(options.source, context.base_dir)
+    require_file(path, "RecordIO file")
     index_path = _index_file(options, path, context.base_dir)
-    prior = _prior_meta(context, str(path))
+    prior = prior_meta(context, str(path))
     shape = tuple(int(d) for d in options.data_shape)
     if prior is not None:
         if prior.task != TASK_CLASSIFY or prior.feature_shape != shape:
@@ -88,13 +88,13 @@ def _index_file(options: ImageRecordOptions, rec: Path, base_dir: Path) -> Path 
     if options.path_imgidx is None:
         beside = rec.with_suffix(".idx")
         return beside if beside.is_file() else None
-    index = _resolve(options.path_imgidx, base_dir)
+    index = resolve_source(options.path_imgidx, base_dir)
     if index.stem != rec.stem:
         # e.g. `mxtrain score --data other.rec` replaced source but not the index
         log.warning("%s: ignoring path_imgidx %s, which belongs to another file", rec, index)
         beside = rec.with_suffix(".idx")
         return beside if beside.is_file() else None
-    _require_file(index, "RecordIO index file")
+    require_file(index, "RecordIO index file")
     return index
 
 

@@ -34,12 +34,12 @@ from mxtrain.data.array_options import TASK_CLASSIFY
 from mxtrain.data.arrays import (
     RowIter,
     RowMeta,
-    _class_labels,
-    _num_classes,
-    _prior_meta,
-    _regression_targets,
-    _require_file,
-    _resolve,
+    class_labels,
+    num_classes_of,
+    prior_meta,
+    regression_targets,
+    require_file,
+    resolve_source,
 )
 from mxtrain.data.base import DataContext
 from mxtrain.data.sparse_image_options import LibsvmOptions
@@ -97,7 +97,7 @@ def read_libsvm(
     With ``need_label`` false (predicting) a line's first token may be a feature instead of a
     label; labels that are there are then skipped, not returned.
     """
-    _require_file(path, "LibSVM file")
+    require_file(path, "LibSVM file")
     indptr = [0]
     indices: list[int] = []
     values: list[float] = []
@@ -213,9 +213,9 @@ def _value(token: str, path: Path, line_no: int) -> float:
 def build_libsvm_iter(options: LibsvmOptions, context: DataContext) -> LibsvmIter:
     """Rows of a LibSVM file (see :class:`LibsvmOptions`) for ``context.role``."""
     predict = context.role == "predict"
-    path = _resolve(options.source, context.base_dir)
+    path = resolve_source(options.source, context.base_dir)
     source = str(path)
-    prior = _prior_meta(context, source)
+    prior = prior_meta(context, source)
     task = options.task
     if prior is not None and prior.task != task:
         raise DataError(
@@ -275,10 +275,10 @@ def build_libsvm_iter(options: LibsvmOptions, context: DataContext) -> LibsvmIte
     num_classes: int | None = None
     if task == TASK_CLASSIFY:
         if labels is not None:
-            labels = _class_labels(labels, where, source)
-        num_classes = _num_classes(labels, prior, options.num_classes, source, where)
+            labels = class_labels(labels, where, source)
+        num_classes = num_classes_of(labels, prior, options.num_classes, source, where)
     elif labels is not None:
-        labels = _regression_targets(labels, where, source)
+        labels = regression_targets(labels, where, source)
     meta = RowMeta(
         task=task,
         num_classes=num_classes,

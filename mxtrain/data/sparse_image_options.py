@@ -15,12 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mxtrain.data.array_options import TASK_CLASSIFY, _not_int, _positive, _RowOptions
+from mxtrain.data.array_options import TASK_CLASSIFY, RowOptions
 from mxtrain.errors import InvalidValue
+from mxtrain.option_checks import check_positive_int, not_int
 
 
 @dataclass(frozen=True)
-class LibsvmOptions(_RowOptions):
+class LibsvmOptions(RowOptions):
     """Rows of a LibSVM text file: ``label idx:val idx:val ...``, one row per line.
 
     Indices are 1-based as in the LibSVM tools unless ``zero_based: true``; features that a
@@ -45,7 +46,7 @@ class LibsvmOptions(_RowOptions):
         if not isinstance(self.zero_based, bool):
             raise InvalidValue("zero_based", f"must be true or false, not {self.zero_based!r}")
         if self.num_features is not None:
-            _positive("num_features", self.num_features)
+            check_positive_int("num_features", self.num_features)
 
 
 @dataclass(frozen=True)
@@ -137,27 +138,27 @@ class ImageRecordOptions:
         if (
             not isinstance(shape, list | tuple)
             or len(shape) != 3
-            or any(_not_int(d) or d < 1 for d in shape)
+            or any(not_int(d) or d < 1 for d in shape)
         ):
             raise InvalidValue("data_shape", f"must be [channels, height, width], not {shape!r}")
         if shape[0] not in (1, 3):
             raise InvalidValue("data_shape", f"must have 1 or 3 channels, not {shape[0]}")
         if self.task != TASK_CLASSIFY:
             raise InvalidValue("task", f"must be classify, not {self.task!r}")
-        if self.num_classes is not None and (_not_int(self.num_classes) or self.num_classes < 2):
+        if self.num_classes is not None and (not_int(self.num_classes) or self.num_classes < 2):
             raise InvalidValue(
                 "num_classes", f"must be an integer of at least 2, not {self.num_classes!r}"
             )
-        _positive("batch_size", self.batch_size)
-        _positive("num_parts", self.num_parts)
-        _positive("preprocess_threads", self.preprocess_threads)
-        if _not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
+        check_positive_int("batch_size", self.batch_size)
+        check_positive_int("num_parts", self.num_parts)
+        check_positive_int("preprocess_threads", self.preprocess_threads)
+        if not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
             raise InvalidValue(
                 "part_index",
                 f"must be in 0..{self.num_parts - 1} (num_parts is "
                 f"{self.num_parts}), not {self.part_index!r}",
             )
-        if _not_int(self.resize) or (self.resize < 1 and self.resize != -1):
+        if not_int(self.resize) or (self.resize < 1 and self.resize != -1):
             raise InvalidValue("resize", f"must be a positive integer or -1, not {self.resize!r}")
         for name in ("std_r", "std_g", "std_b"):
             value = getattr(self, name)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mxtrain.data.bucket_sentence_options import check_buckets, check_positive, not_int
+from mxtrain.data.bucket_sentence_options import check_buckets
 from mxtrain.errors import InvalidValue
+from mxtrain.option_checks import check_positive_int, not_int
 
 FORMATS = ("auto", "conll", "conllu")
 DELIMITERS = ("whitespace", "tab")
@@ -151,11 +152,11 @@ class TaggedSequencesOptions:
                 "token_column",
                 f"and label_column are both {self.token_column}: the labels would be the tokens",
             )
-        check_positive("batch_size", self.batch_size)
-        check_positive("num_buckets", self.num_buckets)
-        check_positive("min_count", self.min_count)
+        check_positive_int("batch_size", self.batch_size)
+        check_positive_int("num_buckets", self.num_buckets)
+        check_positive_int("min_count", self.min_count)
         if self.max_sentences is not None:
-            check_positive("max_sentences", self.max_sentences)
+            check_positive_int("max_sentences", self.max_sentences)
         if self.max_vocab is not None and (not_int(self.max_vocab) or self.max_vocab < 4):
             raise InvalidValue(
                 "max_vocab",

@@ -31,8 +31,8 @@ from mxtrain.models.rnn_common import (
     SymGen,
     check_choice,
     check_dropout,
+    check_layer_sizes,
     check_parameter_count,
-    check_positive,
     check_recurrent_sizes,
     check_size,
 )
@@ -201,13 +201,13 @@ class LenetOptions:
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise InvalidValue("channels", f"must hold positive sizes, got {list(channels)}")
             check_size("channels", size)
-        check_positive(self, "kernel")
+        check_layer_sizes(self, "kernel")
         check_parameter_count("channels", channels[0] * channels[1] * self.kernel**2)
         if self.kernel % 2 == 0:
             raise InvalidValue(
                 "kernel", f"must be odd (the image keeps its size), not {self.kernel}"
             )
-        check_positive(self, "hidden")
+        check_layer_sizes(self, "hidden")
         check_choice("activation", self.activation, ACTIVATIONS)
         check_dropout(self.dropout)
 

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from mxtrain.data.base import DataInfo
 from mxtrain.errors import InvalidValue
+from mxtrain.option_checks import check_positive_int
 
 MODES = ("lstm", "gru")
 LOSSES = ("nll", "softmax_output")
@@ -49,7 +50,7 @@ MAX_LAYER_SIZE = 2**20
 MAX_PARAMETERS = 2**31 - 1
 
 
-def check_positive(options: object, *names: str) -> None:
+def check_layer_sizes(options: object, *names: str) -> None:
     """Raise ``ValueError`` unless each named option is an integer in 1..MAX_LAYER_SIZE."""
     for name in names:
         check_size(name, getattr(options, name))
@@ -57,9 +58,8 @@ def check_positive(options: object, *names: str) -> None:
 
 def check_size(name: str, value: object) -> None:
     """Raise ``ValueError`` unless ``value`` is an integer in 1..MAX_LAYER_SIZE."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidValue(name, f"must be a positive integer, not {value!r}")
-    if value > MAX_LAYER_SIZE:
+    check_positive_int(name, value)
+    if value > MAX_LAYER_SIZE:  # type: ignore[operator]
         raise InvalidValue(name, f"must be at most {MAX_LAYER_SIZE:,} (2**20), not {value:,}")
 
 
@@ -76,7 +76,7 @@ def check_parameter_count(name: str, estimate: int) -> None:
 
 def check_recurrent_sizes(options: Any) -> None:
     """num_embed/num_hidden/num_layers in range and their parameter count bounded."""
-    check_positive(options, "num_embed", "num_hidden", "num_layers")
+    check_layer_sizes(options, "num_embed", "num_hidden", "num_layers")
     hidden, embed, layers = options.num_hidden, options.num_embed, options.num_layers
     # an LSTM layer has 4 gates of hidden x (input + hidden) weights
     check_parameter_count("num_hidden", 4 * hidden * (hidden + max(hidden, embed)) * layers)

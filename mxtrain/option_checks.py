@@ -1,0 +1,32 @@
+"""The checks options classes share: config sections, model and iterator options.
+
+Each raises :class:`mxtrain.errors.InvalidValue` naming the key, which the config loader
+reports at that key's line.
+"""
+
+from __future__ import annotations
+
+from mxtrain.errors import InvalidValue
+
+
+def not_int(value: object) -> bool:
+    """True unless ``value`` is an int (bools, which are ints in Python, count as not)."""
+    return isinstance(value, bool) or not isinstance(value, int)
+
+
+def check_positive_int(key: str, value: object) -> None:
+    """Refuse anything but an integer of at least 1."""
+    if not_int(value) or value < 1:  # type: ignore[operator]
+        raise InvalidValue(key, f"must be a positive integer, not {value!r}")
+
+
+def check_greater_than_zero(key: str, value: float | None) -> None:
+    """Refuse a number that is not above 0 (None: not set, accepted)."""
+    if value is not None and not value > 0:
+        raise InvalidValue(key, f"must be greater than 0, got {value!r}.")
+
+
+def check_at_least(key: str, value: float | None, low: float) -> None:
+    """Refuse a number below ``low`` (None: not set, accepted)."""
+    if value is not None and value < low:
+        raise InvalidValue(key, f"must be at least {low:g}, got {value!r}.")
