@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import mxnet as mx
@@ -10,6 +12,44 @@ import numpy as np
 
 #: Buckets beyond the largest (predict) grow in steps of 1/LONG_BUCKET_STEPS of the largest.
 LONG_BUCKET_STEPS = 4
+
+
+log = logging.getLogger(__name__)
+
+
+def choose_buckets(
+    explicit: Sequence[int] | str,
+    context: Any,
+    source: str,
+    derive: Callable[[], list[int]],
+) -> list[int]:
+    """The buckets of a sequence iterator: the config's list (``explicit``), else for eval and
+    predict the train iterator's (or the run's recorded ones, ``context.buckets``), else
+    ``derive()`` from the data. An explicit list whose largest bucket exceeds the train
+    iterator's is warned about: the model then binds a shape bigger than its default bucket.
+    """
+    train = context.train if context.role != "train" else None
+    if not isinstance(explicit, str):  # a list of lengths; otherwise "auto"
+        buckets = list(explicit)
+        train_largest = getattr(train, "default_bucket_key", None)
+        if train_largest is None and context.buckets and context.role != "train":
+            train_largest = max(context.buckets)
+        if isinstance(train_largest, int) and buckets[-1] > train_largest:
+            log.warning(
+                "%s: largest eval bucket %d exceeds the train iterator's %d; the model binds a "
+                "bigger shape than its default bucket, which costs memory",
+                source,
+                buckets[-1],
+                train_largest,
+            )
+        return buckets
+    if context.role != "train":
+        known = getattr(train, "buckets", None) or None
+        if known is None and context.buckets:
+            known = list(context.buckets)
+        if known:
+            return sorted(int(b) for b in known)
+    return derive()
 
 
 def long_bucket(length: int, largest: int) -> int:

@@ -52,7 +52,12 @@ import mxnet as mx
 import numpy as np
 
 from mxtrain.data.base import TASK_LM, DataContext, DataInfo
-from mxtrain.data.batching import PrebuiltBatchIter, bucket_batches, chunk_sequences
+from mxtrain.data.batching import (
+    PrebuiltBatchIter,
+    bucket_batches,
+    choose_buckets,
+    chunk_sequences,
+)
 from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX, BucketSentenceOptions
 from mxtrain.data.vocab import UNK, Vocab
 from mxtrain.errors import DataError
@@ -86,32 +91,13 @@ def build_bucket_sentence_iter(
         tail = []
     encoded = [vocab.encode(tokens) + tail for tokens in sentences]
 
-    train = context.train if context.role != "train" else None
-    known = None if context.role == "train" else (getattr(train, "buckets", None) or None)
-    if known is None and context.role != "train" and context.buckets:
-        known = list(context.buckets)
-    buckets: list[int]
-    if options.buckets != "auto":
-        buckets = list(options.buckets)
-        train_largest = getattr(train, "default_bucket_key", None)
-        if train_largest is None and context.buckets and context.role != "train":
-            train_largest = max(context.buckets)
-        if isinstance(train_largest, int) and buckets[-1] > train_largest:
-            log.warning(
-                "%s: largest eval bucket %d exceeds the train iterator's %d; the model binds a "
-                "bigger shape than its default bucket, which costs memory",
-                source,
-                buckets[-1],
-                train_largest,
-            )
-    elif known:
-        buckets = sorted(int(b) for b in known)
-    else:
+    def from_lengths() -> list[int]:
         lengths = np.array([len(ids) - 1 for ids in encoded if len(ids) > 1], dtype=np.int64)
         if lengths.size == 0:
             raise _no_usable_data(source, len(encoded), len(encoded), 0, None)
-        buckets = derive_buckets(lengths, options)
+        return derive_buckets(lengths, options)
 
+    buckets = choose_buckets(options.buckets, context, source, from_lengths)
     return BucketSentenceIter(
         encoded,
         vocab=vocab,

@@ -34,7 +34,12 @@ import mxnet as mx
 import numpy as np
 
 from mxtrain.data.base import TASK_TAG, DataContext, DataInfo
-from mxtrain.data.batching import PrebuiltBatchIter, bucket_batches, chunk_sequences
+from mxtrain.data.batching import (
+    PrebuiltBatchIter,
+    bucket_batches,
+    choose_buckets,
+    chunk_sequences,
+)
 from mxtrain.data.bucket_sentence import auto_buckets
 from mxtrain.data.conll import TaggedSentence, read_conll
 from mxtrain.data.label_vocab import FILE_NAME as LABEL_VOCAB_FILE
@@ -85,7 +90,13 @@ def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> 
             shown if len(shown) < 300 else shown[:300] + " ...",
         )
 
-    buckets = _buckets(options, context, [len(ids) for ids in token_ids], source)
+    lengths = np.asarray([len(ids) for ids in token_ids], dtype=np.int64)
+    buckets = choose_buckets(
+        options.buckets,
+        context,
+        source,
+        lambda: auto_buckets(lengths, options.num_buckets),
+    )
     return TaggedSequenceIter(
         token_ids,
         label_ids,
@@ -105,33 +116,6 @@ def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> 
 
 def _lowered(tokens: Sequence[str], lowercase: bool) -> Sequence[str]:
     return [t.lower() for t in tokens] if lowercase else tokens
-
-
-def _buckets(
-    options: TaggedSequencesOptions, context: DataContext, lengths: list[int], source: str
-) -> list[int]:
-    train = context.train if context.role != "train" else None
-    if options.buckets != "auto":
-        buckets = list(options.buckets)
-        train_largest = getattr(train, "default_bucket_key", None)
-        if train_largest is None and context.buckets and context.role != "train":
-            train_largest = max(context.buckets)
-        if isinstance(train_largest, int) and buckets[-1] > train_largest:
-            log.warning(
-                "%s: largest eval bucket %d exceeds the train iterator's %d; the model binds a "
-                "bigger shape than its default bucket, which costs memory",
-                source,
-                buckets[-1],
-                train_largest,
-            )
-        return buckets
-    if context.role != "train":
-        known = getattr(train, "buckets", None) or None
-        if known is None and context.buckets:
-            known = list(context.buckets)
-        if known:
-            return sorted(int(b) for b in known)
-    return auto_buckets(np.asarray(lengths, dtype=np.int64), options.num_buckets)
 
 
 def _artifact(context: DataContext, name: str) -> Path | None:
