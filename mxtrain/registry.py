@@ -214,8 +214,8 @@ METRICS = Registry("metric")
 def _register_builtins() -> None:
     MODELS.register(
         "lstm_lm",
-        "mxtrain.models.lstm_lm:build_lstm_lm",
-        options="mxtrain.models.lstm_lm:LstmLmOptions",
+        "mxtrain.models.language_models:build_lstm_lm",
+        options="mxtrain.models.language_models:LstmLmOptions",
         summary="word/char LSTM language model: embedding -> N-layer LSTM -> FC -> softmax",
     )
     MODELS.register(
@@ -238,14 +238,14 @@ def _register_builtins() -> None:
     )
     MODELS.register(
         "gru_lm",
-        "mxtrain.models.rnn_models:build_gru_lm",
-        options="mxtrain.models.rnn_models:GruLmOptions",
+        "mxtrain.models.language_models:build_gru_lm",
+        options="mxtrain.models.language_models:GruLmOptions",
         summary="word/char GRU language model: embedding -> N-layer GRU -> FC -> softmax",
     )
     MODELS.register(
         "rnn_tagger",
-        "mxtrain.models.rnn_models:build_rnn_tagger",
-        options="mxtrain.models.rnn_models:RnnTaggerOptions",
+        "mxtrain.models.taggers:build_rnn_tagger",
+        options="mxtrain.models.taggers:RnnTaggerOptions",
         summary="sequence tagger: embedding -> (bi)LSTM/GRU -> per-token FC -> softmax",
     )
     ITERATORS.register(

@@ -124,7 +124,7 @@ def build_fixed_bucket_iters(
     from mxtrain.data.base import DataContext
     from mxtrain.data.bucket_sentence import build_bucket_sentence_iter
     from mxtrain.data.bucket_sentence_options import BucketSentenceOptions
-    from mxtrain.models.lstm_lm import build_lstm_lm
+    from mxtrain.models.language_models import build_lstm_lm
 
     common: dict[str, Any] = {
         "batch_size": args.batch_size,

@@ -1,0 +1,9 @@
+"""Data iterators: one file per iterator, its options beside it, and the pieces they share.
+
+bucket_sentence.py (+ _options): text lines for language models, bucketed by length;
+tagged.py (+ _options), conll.py, label_vocab.py: token/label sentences for taggers;
+arrays.py (+ array_options.py): the ``ndarray`` and ``csv`` row iterators for classifiers and
+regressors; libsvm.py and image_record.py (+ sparse_image_options.py): sparse rows and
+RecordIO images. Shared: base.py (what iterators report: DataInfo, DataContext), batching.py
+(bucket choice and cutting buckets into batches), vocab.py (the token vocabulary).
+"""

@@ -22,7 +22,7 @@ from mxtrain.data.bucket_sentence_options import BucketSentenceOptions
 from mxtrain.data.vocab import EOS, PAD, UNK, Vocab
 from mxtrain.engine.bucketing import BucketingModule
 from mxtrain.errors import DataError
-from mxtrain.models.lstm_lm import LstmLmOptions, build_lstm_lm
+from mxtrain.models.language_models import LstmLmOptions, build_lstm_lm
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far"]
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from mxtrain.cli.main import cli
 from mxtrain.data.base import DataInfo
 from mxtrain.engine.bucketing import BucketingModule
-from mxtrain.models.lstm_lm import LstmLmOptions, build_lstm_lm
+from mxtrain.models.language_models import LstmLmOptions, build_lstm_lm
 
 VOCAB = 30
 

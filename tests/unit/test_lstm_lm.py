@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mxtrain.data.base import DataInfo
-from mxtrain.models.lstm_lm import LstmLmOptions, build_lstm_lm
+from mxtrain.models.language_models import LstmLmOptions, build_lstm_lm
 
 INFO = DataInfo(vocab_size=11, num_classes=11, pad_id=0)
 SMALL = {"num_embed": 6, "num_hidden": 5, "num_layers": 2}
@@ -21,7 +21,8 @@ SMALL = {"num_embed": 6, "num_hidden": 5, "num_layers": 2}
 def test_importing_models_and_data_options_does_not_import_mxnet() -> None:
     code = (
         "import sys\n"
-        "import mxtrain.models.lstm_lm, mxtrain.data.bucket_sentence_options, mxtrain.data.vocab\n"
+        "import mxtrain.models.language_models, mxtrain.data.bucket_sentence_options\n"
+        "import mxtrain.data.vocab\n"
         "from mxtrain.registry import MODELS\n"
         "MODELS.get('lstm_lm').options_class()\n"
         "assert 'mxnet' not in sys.modules, 'mxnet was imported'\n"

@@ -13,12 +13,8 @@ import pytest
 
 from mxtrain.data.base import DataInfo
 from mxtrain.engine.bucketing import BucketingModule
-from mxtrain.models.rnn_models import (
-    GruLmOptions,
-    RnnTaggerOptions,
-    build_gru_lm,
-    build_rnn_tagger,
-)
+from mxtrain.models.language_models import GruLmOptions, build_gru_lm
+from mxtrain.models.taggers import RnnTaggerOptions, build_rnn_tagger
 
 LM_INFO = DataInfo(vocab_size=11, num_classes=11, pad_id=0, task="lm")
 TAG_INFO = DataInfo(vocab_size=12, num_classes=6, pad_id=0, task="tag")
@@ -29,7 +25,7 @@ INPUTS = ("data", "softmax_label")
 def test_importing_and_listing_does_not_import_mxnet() -> None:
     code = (
         "import sys\n"
-        "import mxtrain.models.rnn_models, mxtrain.models.rnn_common\n"
+        "import mxtrain.models.taggers, mxtrain.models.rnn_common\n"
         "from mxtrain.registry import MODELS\n"
         "for name in ('gru_lm', 'rnn_tagger'):\n"
         "    MODELS.get(name).options_class()\n"

@@ -1,4 +1,4 @@
-"""More recurrent models: a GRU language model and a (bi)LSTM/GRU sequence tagger.
+"""The sequence tagger: (bi)LSTM/GRU over token ids, one label distribution per token.
 
 MXNet is imported inside functions so that listing or validating models does not load it.
 Recurrent layers and their parameter names: :mod:`mxtrain.models.rnn_common`.
@@ -14,9 +14,7 @@ from mxtrain.errors import InvalidValue
 from mxtrain.models.rnn_common import (
     CELLS,
     MODES,
-    LmOptions,
     SymGen,
-    build_rnn_lm,
     check_bucket_key,
     check_choice,
     check_dropout,
@@ -24,21 +22,6 @@ from mxtrain.models.rnn_common import (
     check_sizes,
     rnn_layers,
 )
-
-
-@dataclass(frozen=True)
-class GruLmOptions(LmOptions):
-    """Sizes and regularisation of the GRU language model (the options of ``lstm_lm``)."""
-
-
-def build_gru_lm(options: GruLmOptions, data_info: DataInfo) -> SymGen:
-    """``sym_gen`` of the GRU language model; the same graph as ``lstm_lm`` with GRU layers.
-
-    Parameters: ``embed_weight``, ``gru_parameters`` (fused) or
-    ``gru_l{i}_{i2h,h2h}_{weight,bias}`` (unfused; the names of ``FusedRNNCell.unfuse()``),
-    ``pred_weight``, ``pred_bias``.
-    """
-    return build_rnn_lm(options, data_info, model="gru_lm", mode="gru")
 
 
 @dataclass(frozen=True)

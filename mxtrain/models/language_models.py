@@ -1,4 +1,6 @@
-"""LSTM language model: embedding -> N-layer LSTM -> fully connected -> softmax.
+"""Language models: embedding -> N-layer LSTM or GRU -> fully connected -> softmax.
+
+Both build one graph (:func:`mxtrain.models.rnn_common.build_rnn_lm`) with their own cell.
 
 MXNet is imported inside functions so that listing or validating models does not load it.
 """
@@ -27,3 +29,18 @@ def build_lstm_lm(options: LstmLmOptions, data_info: DataInfo) -> SymGen:
     :func:`mxtrain.models.rnn_common.build_rnn_lm`, shared with ``gru_lm``.
     """
     return build_rnn_lm(options, data_info, model="lstm_lm", mode="lstm")
+
+
+@dataclass(frozen=True)
+class GruLmOptions(LmOptions):
+    """Sizes and regularisation of the GRU language model (the options of ``lstm_lm``)."""
+
+
+def build_gru_lm(options: GruLmOptions, data_info: DataInfo) -> SymGen:
+    """``sym_gen`` of the GRU language model; the same graph as ``lstm_lm`` with GRU layers.
+
+    Parameters: ``embed_weight``, ``gru_parameters`` (fused) or
+    ``gru_l{i}_{i2h,h2h}_{weight,bias}`` (unfused; the names of ``FusedRNNCell.unfuse()``),
+    ``pred_weight``, ``pred_bias``.
+    """
+    return build_rnn_lm(options, data_info, model="gru_lm", mode="gru")
