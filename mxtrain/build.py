@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import logging
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -156,6 +157,48 @@ def explained_model_errors(config: Any, data_iter: Any, data_where: str) -> Iter
         if error is None:
             raise
         raise error from exc
+
+
+def build_module(
+    config: Any,
+    data_iter: Any,
+    data_where: str,
+    contexts: list[Any],
+    *,
+    for_training: bool,
+    logger: logging.Logger,
+) -> Any:
+    """The model of ``config.model`` as a BucketingModule on ``contexts``, bound to
+    ``data_iter``'s largest bucket (so a model that does not fit in memory fails here, and a
+    model that does not fit the data is explained). Training binds with ``fit.fixed_params``
+    and, with gradient accumulation, gradients that add up."""
+    from mxtrain.engine.bucketing import BucketingModule, FixedParamPatternError
+
+    fit_cfg = config.fit
+    sym_gen = build_sym_gen(config.model, data_iter.data_info, config.base_dir)
+    work_load = config.context.work_load
+    with explained_model_errors(config, data_iter, data_where):
+        try:
+            module = BucketingModule(
+                sym_gen,
+                data_iter.default_bucket_key,
+                contexts,
+                work_load_list=list(work_load) if work_load else None,
+                fixed_param_patterns=tuple(fit_cfg.fixed_params) if for_training else (),
+                fixed_param_exclude=tuple(fit_cfg.fixed_params_exclude) if for_training else (),
+                logger=logger,
+            )
+            # Labels are bound for inference too: the loss layers take them.
+            module.bind(
+                data_iter.provide_data,
+                data_iter.provide_label,
+                for_training=for_training,
+                grad_req="add" if for_training and fit_cfg.grad_accumulation > 1 else "write",
+            )
+        except FixedParamPatternError as exc:  # a config key, not the model
+            key = "fit.fixed_params_exclude" if exc.excluded else "fit.fixed_params"
+            raise ConfigError(f"{config.source}: {key}: {exc}") from exc
+    return module
 
 
 def build_metric(name: str, data_info: DataInfo, base_dir: Path) -> Any:

@@ -561,14 +561,7 @@ def _prepare(
     import mxnet as mx
 
     from mxtrain import distributed
-    from mxtrain.build import (
-        build_data_iter,
-        build_initializer,
-        build_sym_gen,
-        explained_model_errors,
-        optimizer_arguments,
-    )
-    from mxtrain.engine.bucketing import BucketingModule, FixedParamPatternError
+    from mxtrain.build import build_data_iter, build_initializer, build_module, optimizer_arguments
 
     if config.logging.tensorboard:  # before anything is written: a missing extra says so
         from mxtrain.tensorboard import require_writer
@@ -614,30 +607,9 @@ def _prepare(
         )
         _describe("eval", eval_iter)
 
-    sym_gen = build_sym_gen(config.model, train_iter.data_info, base_dir)
     contexts = build_contexts(config.context)
     fit_cfg = config.fit
-    with explained_model_errors(config, train_iter, "data.train"):
-        try:
-            module = BucketingModule(
-                sym_gen,
-                train_iter.default_bucket_key,
-                contexts,
-                work_load_list=list(config.context.work_load) if config.context.work_load else None,
-                fixed_param_patterns=tuple(fit_cfg.fixed_params),
-                fixed_param_exclude=tuple(fit_cfg.fixed_params_exclude),
-                logger=log,
-            )
-            # Binding the largest bucket first fails fast if the model does not fit in memory.
-            module.bind(
-                train_iter.provide_data,
-                train_iter.provide_label,
-                for_training=True,
-                grad_req="add" if fit_cfg.grad_accumulation > 1 else "write",
-            )
-        except FixedParamPatternError as exc:  # a config key, not the model
-            key = "fit.fixed_params_exclude" if exc.excluded else "fit.fixed_params"
-            raise ConfigError(f"{config.source}: {key}: {exc}") from exc
+    module = build_module(config, train_iter, "data.train", contexts, for_training=True, logger=log)
     module.init_params(build_initializer(config.initializer))
     if restore is not None:
         from mxtrain.run import checkpoint

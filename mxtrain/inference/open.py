@@ -502,8 +502,7 @@ def open_run(
             status.get("status"),
             chosen.describe(),
         )
-    from mxtrain.build import build_data_iter, build_sym_gen, explained_model_errors
-    from mxtrain.engine.bucketing import BucketingModule
+    from mxtrain.build import build_data_iter, build_module
 
     section, where = _data_section(config, role, data_file, batch_size)
     context = DataContext(
@@ -519,19 +518,9 @@ def open_run(
     if callable(describe):
         log.info("%s data: %s", role, describe())
 
-    sym_gen = build_sym_gen(config.model, data_iter.data_info, config.base_dir)
     contexts = build_contexts(config.context)
-    work_load = config.context.work_load
-    with explained_model_errors(config, data_iter, where):
-        module = BucketingModule(
-            sym_gen,
-            data_iter.default_bucket_key,
-            contexts,
-            work_load_list=list(work_load) if work_load else None,
-            logger=_module_log if role == "predict" else log,
-        )
-        # The language model's loss layer takes labels, so they are bound too.
-        module.bind(data_iter.provide_data, data_iter.provide_label, for_training=False)
+    logger = _module_log if role == "predict" else log
+    module = build_module(config, data_iter, where, contexts, for_training=False, logger=logger)
     opened = OpenedRun(
         run, chosen.epoch, chosen.params_file, config, data_iter, module, str(source), chosen
     )
