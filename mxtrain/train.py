@@ -26,6 +26,7 @@ from mxtrain.data.base import DataContext
 from mxtrain.devices import build_contexts, configure_threads
 from mxtrain.distributed import is_distributed
 from mxtrain.errors import ConfigError, MxtrainError, PreemptedError, RunFolderError
+from mxtrain.hooks import CheckpointHook, MetricsLogHook, ReporterHook, RunHooks, TensorBoardHook
 from mxtrain.metric_tracker import MetricTracker, declared_direction, lower_is_better
 from mxtrain.reporting import Reporter
 from mxtrain.run import environment
@@ -356,7 +357,7 @@ def _complete_records(
 ) -> FitSummary:
     """Finish the bookkeeping of a run that was killed after saving its last checkpoint.
 
-    Its epoch record was written before that checkpoint (see _RunHooks.on_epoch_end), so
+    Its epoch record was written before that checkpoint (see hooks.RunHooks.on_epoch_end), so
     only the retention, checkpoints/best and run.json's status are left to do.
     """
     try:
@@ -388,22 +389,9 @@ def _tidy_run_folder(run: RunFolder, config: Config, state: dict[str, Any] | Non
         for name in remove_stale_temporaries(folder):
             log.info("removed %s (left by an interrupted write)", folder / name)
     checkpoint.tidy_checkpoints(run, config.checkpoint.prefix)
-    best = (state or {}).get("best")
-    _settle_checkpoints(run, config, best)
-
-
-def _settle_checkpoints(run: RunFolder, config: Config, best: dict[str, Any] | None) -> None:
-    """After a checkpoint is saved: point checkpoints/best at the best one, then apply
-    checkpoint.keep_last (the best one is kept). In this order, a kill between the two never
-    leaves checkpoints/best naming a deleted checkpoint."""
-    from mxtrain.run import checkpoint
-
-    tag = best.get("tag") if best else None
-    if tag:
-        checkpoint.record_best(run, tag)
     ckpt_cfg = config.checkpoint
-    checkpoint.prune_checkpoints(
-        run, prefix=ckpt_cfg.prefix, keep_last=ckpt_cfg.keep_last, protect=[tag] if tag else []
+    checkpoint.settle_checkpoints(
+        run, prefix=ckpt_cfg.prefix, keep_last=ckpt_cfg.keep_last, best=(state or {}).get("best")
     )
 
 
@@ -707,13 +695,32 @@ def _train(
         coordinator=coordinator,
     )
     summary = FitSummary(run=run)
-    hooks = _RunHooks(config, setup, run, reporter, summary, resume_state)
-    if config.logging.tensorboard and hooks.saves:
+    ckpt_cfg = config.checkpoint
+    best_metric = ckpt_cfg.best_metric
+    best_lower = (
+        _lower_is_better(setup, config, best_metric, ckpt_cfg.best_mode) if best_metric else True
+    )
+    checkpoints = CheckpointHook(
+        config,
+        setup.module,
+        run,
+        reporter,
+        bucket_keys=getattr(setup.train_iter, "buckets", None),
+        saves=setup.rank == 0,
+        best_lower_is_better=best_lower,
+        resume_state=resume_state,
+    )
+    tensorboard = None
+    if config.logging.tensorboard and checkpoints.saves:
         from mxtrain.tensorboard import ScalarLog
 
-        hooks.tensorboard = ScalarLog(run.path)
+        tensorboard = TensorBoardHook(ScalarLog(run.path), setup.module)
+    metrics_hook = MetricsLogHook()
+    hooks = RunHooks(
+        ReporterHook(reporter, fit_cfg), metrics_hook, checkpoints, tensorboard, summary.epochs
+    )
     with MetricsLog(run.metrics_file) as metrics_log:
-        hooks.metrics_log = metrics_log
+        metrics_hook.log = metrics_log
         if watchdog is not None:
             watchdog.start()
         try:
@@ -721,7 +728,7 @@ def _train(
                 setup.module, setup.train_iter, options, eval_iter=setup.eval_iter, hooks=hooks
             )
         except PreemptedError as exc:
-            if not hooks.saves:
+            if not checkpoints.saves:
                 raise
             raise PreemptedError(
                 exc.message, hint=f"Continue with `mxtrain resume {run.path}`."
@@ -729,8 +736,8 @@ def _train(
         finally:
             if watchdog is not None:
                 watchdog.stop()
-            if hooks.tensorboard is not None:
-                hooks.tensorboard.close()
+            if tensorboard is not None:
+                tensorboard.close()
             reporter.end_epoch()
     if results and results[-1].finished is not None:
         summary.stop_reason = results[-1].finished
@@ -777,208 +784,3 @@ def _lower_is_better(setup: _Setup, config: Config, metric: str, mode: str) -> b
     data_info = setup.train_iter.data_info
     built = [build_metric(n, data_info, config.base_dir) for n in config.fit.metrics]
     return lower_is_better(metric, mode, declared_direction(built, metric))
-
-
-class _RunHooks:
-    """Fit-loop callbacks that feed the progress display, metrics.jsonl and checkpoints."""
-
-    def __init__(
-        self,
-        config: Config,
-        setup: _Setup,
-        run: RunFolder,
-        reporter: Reporter,
-        summary: FitSummary,
-        resume_state: dict[str, Any] | None,
-    ) -> None:
-        self.config = config
-        self.module = setup.module
-        self.bucket_keys = getattr(setup.train_iter, "buckets", None)
-        self.run = run
-        self.reporter = reporter
-        self.summary = summary
-        self.metrics_log: MetricsLog | None = None
-        self.saves = setup.rank == 0  # distributed: rank 0 alone writes checkpoints
-        self.tensorboard: Any = None  # a tensorboard.ScalarLog with logging.tensorboard
-        state = resume_state or {}
-        self.best: dict[str, Any] | None = state.get("best")
-        ckpt_cfg = config.checkpoint
-        self.best_tracker: MetricTracker | None = None
-        if ckpt_cfg.best_metric:
-            lower = _lower_is_better(setup, config, ckpt_cfg.best_metric, ckpt_cfg.best_mode)
-            self.best_tracker = MetricTracker(ckpt_cfg.best_metric, lower)
-            if self.best is not None:
-                self.best_tracker.best = self.best["value"]
-
-    # --- checkpoints --------------------------------------------------------------------
-    def _save(self, position: Any, *, best: bool = False) -> Any:
-        from mxtrain.run import checkpoint
-
-        ckpt_cfg = self.config.checkpoint
-        state = {
-            "position": position.to_json(),
-            "best": self.best,
-            "seed": self.config.experiment.seed,
-        }
-        saved = checkpoint.save_checkpoint(
-            self.run,
-            self.module,
-            prefix=ckpt_cfg.prefix,
-            epoch=position.epoch,
-            batch=position.batch,
-            state=state,
-            bucket_keys=self.bucket_keys,
-        )
-        _settle_checkpoints(self.run, self.config, self.best)
-        self.reporter.checkpoint(
-            saved.tag, epoch=position.epoch, batch=position.batch, path=saved.path, best=best
-        )
-        return saved
-
-    def on_stop(self, position: Any) -> None:
-        if not self.saves:
-            return
-        saved = self._save(position)
-        log.warning(
-            "stop requested: saved checkpoint %s; resume with `mxtrain resume %s`",
-            saved.tag,
-            self.run.path,
-        )
-
-    # --- loop events --------------------------------------------------------------------
-    def on_epoch_start(self, epoch: int, num_batches: int | None) -> None:
-        self.reporter.start_epoch(epoch, num_batches)
-
-    def _step(self) -> int:
-        """TensorBoard's x axis: the optimizer's update count (restored on resume)."""
-        return int(getattr(self.module.optimizer, "num_update", 0) or 0)
-
-    def on_interval(self, record: Any) -> None:
-        self.reporter.interval(
-            record.epoch,
-            record.batch,
-            record.samples_per_s,
-            record.tokens_per_s,
-            record.metrics,
-            lr=record.lr,
-            seconds=record.seconds,
-            batches=record.batches,
-        )
-        assert self.metrics_log is not None
-        self.metrics_log.write(
-            {
-                "event": "interval",
-                "epoch": record.epoch,
-                "batch": record.batch,
-                "samples_per_s": round(record.samples_per_s, 2),
-                "tokens_per_s": _round(record.tokens_per_s),
-                "train": record.metrics,
-                "lr": record.lr,
-            }
-        )
-        if self.tensorboard is not None:
-            step = self._step()
-            self.tensorboard.scalars("train", {**record.metrics, "lr": record.lr}, step)
-            speed = {"samples_per_s": record.samples_per_s, "tokens_per_s": record.tokens_per_s}
-            self.tensorboard.scalars("speed", speed, step)
-
-    def on_eval(self, epoch: int, batch: int, values: dict[str, float], seconds: float) -> None:
-        assert self.metrics_log is not None
-        self.metrics_log.write(
-            {
-                "event": "eval",
-                "epoch": epoch,
-                "batch": batch,
-                "eval": values,
-                "eval_seconds": round(seconds, 3),
-            }
-        )
-        self.reporter.evaluation(epoch, batch, values, seconds)
-        if self.tensorboard is not None:
-            self.tensorboard.scalars("eval", values, self._step())
-
-    def on_epoch_end(self, result: Any) -> None:
-        self.reporter.end_epoch()
-        train = result.train
-        if self.tensorboard is not None:
-            step = self._step()
-            self.tensorboard.scalars("epoch_train", train.metrics, step)
-            if result.eval is not None:
-                self.tensorboard.scalars("eval", result.eval, step)
-        if result.eval is not None:
-            self.reporter.evaluation(
-                result.epoch, train.batch, result.eval, result.eval_seconds, at_epoch_end=True
-            )
-        entry: dict[str, Any] = {
-            "event": "epoch",
-            "epoch": result.epoch,
-            "batch": train.batch,
-            "samples": train.samples,
-            "tokens": train.tokens,
-            "seconds": round(train.seconds, 3),
-            "samples_per_s": round(train.samples_per_s, 2),
-            "tokens_per_s": _round(train.tokens_per_s),
-            "train": train.metrics,
-            "eval": result.eval,
-            "eval_seconds": _round(result.eval_seconds),
-            "lr": train.lr,
-        }
-        if result.partial:
-            entry["partial"] = True
-        if result.finished:
-            entry["finished"] = result.finished
-        ckpt_cfg = self.config.checkpoint
-        new_best = False
-        tracker = self.best_tracker
-        if tracker is not None and result.eval and tracker.metric in result.eval:
-            value = result.eval[tracker.metric]
-            if tracker.update(value, result.epoch):
-                new_best = True
-                self.best = {
-                    "metric": tracker.metric,
-                    "value": value,
-                    "epoch": result.epoch,
-                    "tag": None,
-                }
-        last = result.epoch == self.config.fit.num_epoch or result.finished is not None
-        tag = None
-        if self.saves and (new_best or last or result.epoch % ckpt_cfg.period == 0):
-            from mxtrain.run.layout import checkpoint_tag
-
-            position = result.position
-            tag = checkpoint_tag(position.epoch, position.batch)
-            if new_best and self.best is not None:
-                self.best["tag"] = tag
-            entry["checkpoint"] = tag
-            if new_best:
-                entry["best"] = True
-        # The record goes out before its checkpoint: a resume from that checkpoint keeps it,
-        # a resume from an older one drops it (_truncate_metrics) and trains the epoch again,
-        # so a kill between the two never loses or repeats an epoch record.
-        assert self.metrics_log is not None
-        self.metrics_log.write(entry)
-        saved = self._save(result.position, best=new_best) if tag is not None else None
-        self.summary.epochs.append(entry)
-        self.reporter.epoch_summary(
-            result.epoch,
-            seconds=train.seconds,
-            samples_per_s=train.samples_per_s,
-            tokens_per_s=train.tokens_per_s,
-            train=train.metrics,
-            eval=result.eval,
-            lr=train.lr,
-            checkpoint=saved.tag if saved is not None else None,
-            partial=result.partial,
-        )
-        if result.finished is not None:
-            reasons = {
-                "max_updates": f"fit.max_updates ({self.config.fit.max_updates}) reached",
-                "max_time": f"fit.max_time ({self.config.fit.max_time}s) reached",
-                "early_stopping": "no improvement for fit.early_stopping.patience evaluations",
-            }
-            message = reasons.get(result.finished, result.finished)
-            self.reporter.early_stop(result.epoch, result.finished, message)
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)

@@ -297,6 +297,7 @@ def run_stock(args: argparse.Namespace, train_src: str, eval_src: str) -> dict[s
 
 def run_mxtrain(args: argparse.Namespace, train_src: str, eval_src: str) -> dict[str, Any]:
     """``mxtrain fit`` / ``score`` / ``predict`` on the default config, through the library."""
+    from mxtrain import hooks as hooks_module
     from mxtrain import train as train_module
     from mxtrain.config import load_config
     from mxtrain.inference.predict import predict_run
@@ -319,7 +320,7 @@ def run_mxtrain(args: argparse.Namespace, train_src: str, eval_src: str) -> dict
     ]
     config = load_config(DEFAULT_CONFIG, overrides)
     marks: dict[str, Any] = {"intervals": []}
-    hooks = train_module._RunHooks  # instrumented, not changed: the originals still run
+    hooks = hooks_module.RunHooks  # instrumented, not changed: the originals still run
     original_start, original_interval = hooks.on_epoch_start, hooks.on_interval
 
     def on_epoch_start(self: Any, epoch: int, num_batches: Any) -> None:

@@ -764,6 +764,18 @@ def remove_checkpoint(run: RunFolder, ckpt: Checkpoint, *, prefix: str) -> None:
         crash_point("checkpoint.delete-removed", tag=ckpt.tag)
 
 
+def settle_checkpoints(
+    run: RunFolder, *, prefix: str, keep_last: int | None, best: dict[str, Any] | None
+) -> None:
+    """After a checkpoint is saved (or a resume tidied up): point checkpoints/best at the best
+    one (``best["tag"]``), then apply ``keep_last`` (the best one is kept). In this order, a
+    kill between the two never leaves checkpoints/best naming a deleted checkpoint."""
+    tag = best.get("tag") if best else None
+    if tag:
+        record_best(run, tag)
+    prune_checkpoints(run, prefix=prefix, keep_last=keep_last, protect=[tag] if tag else [])
+
+
 def prune_checkpoints(
     run: RunFolder, *, prefix: str, keep_last: int | None, protect: Sequence[str] = ()
 ) -> list[Checkpoint]:
