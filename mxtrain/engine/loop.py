@@ -480,6 +480,93 @@ class _RunCounters:
         return None
 
 
+@dataclass
+class EpochProgress:
+    """Where one epoch's training stands: batches done, the counts of the whole epoch and of
+    the current log interval, the time it has trained and, once known, why it ends early."""
+
+    epoch: int  # 1-based
+    batch: int  # batches done in this epoch
+    totals: list[int]  # [samples, tokens, batches] of the whole epoch
+    seconds_before: float  # trained in this epoch before it was resumed
+    started: float = field(default_factory=time.perf_counter)
+    interval_started: float = field(default_factory=time.perf_counter)
+    window: list[int] = field(default_factory=lambda: [0, 0, 0])  # since the last interval
+    has_tokens: bool = True
+    pending: int = 0  # batches whose gradients are summed but not yet applied
+    finished: str | None = None  # max_updates, max_time, early_stopping, or a peer's stop
+
+    @classmethod
+    def starting(cls, epoch: int, start: Position | None) -> EpochProgress:
+        """A fresh epoch, or the rest of one resumed from ``start``. Its record's rates are
+        whole-epoch counts over the seconds that trained them: those before an interruption
+        come back from the checkpoint (time stopped is not counted); a checkpoint without
+        them leaves the counts of this part only."""
+        if start is None:
+            return cls(epoch, 0, [0, 0, 0], 0.0)
+        if start.epoch_seconds is None:
+            return cls(epoch, start.batch, [0, 0, 0], 0.0)
+        return cls(epoch, start.batch, list(start.totals), start.epoch_seconds)
+
+    def count(self, batch: Any) -> None:
+        """One more batch trained."""
+        samples, tokens = _count(batch)
+        self.has_tokens = self.has_tokens and tokens is not None
+        for acc in (self.totals, self.window):
+            acc[0] += samples
+            acc[1] += tokens or 0
+            acc[2] += 1
+        self.batch += 1
+
+    def seconds(self) -> float:
+        return self.seconds_before + time.perf_counter() - self.started
+
+    def interval_record(self, metrics: dict[str, float], lr: float | None) -> IntervalRecord:
+        """The log interval that ends here; the next one starts counting."""
+        window = self.window
+        record = IntervalRecord(
+            epoch=self.epoch,
+            batch=self.batch,
+            batches=window[2],
+            samples=window[0],
+            tokens=window[1] if self.has_tokens else None,
+            seconds=time.perf_counter() - self.interval_started,
+            metrics=metrics,
+            lr=lr,
+        )
+        self.window = [0, 0, 0]
+        return record
+
+    def epoch_record(self, metrics: dict[str, float], lr: float | None) -> IntervalRecord:
+        totals = self.totals
+        return IntervalRecord(
+            epoch=self.epoch,
+            batch=self.batch,
+            batches=totals[2],
+            samples=totals[0],
+            tokens=totals[1] if self.has_tokens else None,
+            seconds=self.seconds(),
+            metrics=metrics,
+            lr=lr,
+        )
+
+    def position(
+        self, run: _RunCounters, options: FitOptions, epoch_state: dict[str, Any]
+    ) -> Position:
+        """Where training stands now, for a mid-epoch checkpoint."""
+        stopper = options.early_stopping
+        return Position(
+            self.epoch - 1,
+            self.batch,
+            epoch_state,
+            list(self.totals),
+            run.updates,
+            run.seconds,
+            stopper.get_state() if stopper is not None else None,
+            self.seconds(),
+        )
+
+
 def _train_epoch(
     module: BucketingModule,
     train_iter: Any,
@@ -493,138 +580,126 @@ def _train_epoch(
     limit: int | None,
 ) -> tuple[IntervalRecord, Position, str | None]:
     batches, release = _batches(train_iter, options.prefetch)
-    epoch_start = interval_start = time.perf_counter()
-    # [samples, tokens, batches] of the whole epoch, and since the last log interval
-    totals = list(start.totals) if start is not None else [0, 0, 0]
-    # The epoch record's rates are its whole-epoch counts over the seconds that trained
-    # them: those before an interruption come back from the checkpoint (time spent stopped
-    # is not counted). A checkpoint without them leaves the counts of this part only.
-    seconds_before = start.epoch_seconds if start is not None else 0.0
-    if seconds_before is None:
-        seconds_before, totals = 0.0, [0, 0, 0]
-    window = [0, 0, 0]
-    has_tokens = True
-    nbatch = start.batch if start is not None else 0
-    finished: str | None = None
+    progress = EpochProgress.starting(epoch, start)
 
-    def position(batch_index: int, epoch_state: dict[str, Any]) -> Position:
-        stopper = options.early_stopping
-        return Position(
-            epoch - 1,
-            batch_index,
-            epoch_state,
-            list(totals),
-            run.updates,
-            run.seconds,
-            stopper.get_state() if stopper is not None else None,
-            seconds_before + time.perf_counter() - epoch_start,
-        )
+    def next_batch(done: int) -> Any:
+        return next(batches, None) if limit is None or done < limit else None
 
-    accumulate = options.grad_accumulation
-    pending = 0  # batches whose gradients are summed but not yet applied
     try:
-        batch = next(batches, None) if limit is None or nbatch < limit else None
+        batch = next_batch(progress.batch)
         if batch is not None:
             module.prepare(batch)
-            if accumulate > 1:
+            if options.grad_accumulation > 1:
                 module.zero_grads()
         while batch is not None:
-            if options.profiler is not None:
-                options.profiler.before_batch(run.batches_here)
-            mx.random.seed(batch_seed(options.seed, epoch - 1, nbatch))
-            module.forward_backward(batch)
-            if options.monitor is not None and options.monitor.due(run.batches_here):
-                options.monitor.record(module, epoch, nbatch + 1)  # gradients before the update
-            pending += 1
-            if pending == accumulate:
-                module.update()
-                run.updates += 1
-                pending = 0
-                if accumulate > 1:
-                    module.zero_grads()
-            upcoming = next(batches, None) if limit is None or nbatch + 1 < limit else None
+            _train_batch(module, batch, metrics, options, progress, run)
+            upcoming = next_batch(progress.batch + 1)  # (this batch is not counted yet)
             if upcoming is not None:
                 module.prepare(upcoming)  # bind its bucket while this batch computes
             module.update_metric(metrics, batch.label)
-            samples, tokens = _count(batch)
-            has_tokens = has_tokens and tokens is not None
-            for acc in (totals, window):
-                acc[0] += samples
-                acc[1] += tokens or 0
-                acc[2] += 1
-            nbatch += 1
+            progress.count(batch)
             run.batches_here += 1
             if options.profiler is not None:
                 options.profiler.after_batch(run.batches_here)
             batch = upcoming
-            crash_point("train.batch", epoch=epoch, batch=nbatch)
-            if options.log_interval > 0 and nbatch % options.log_interval == 0:
-                values = metrics.get_interval()  # the one sync point per interval
-                _check_finite(values, epoch, nbatch)
-                now = time.perf_counter()
-                hooks.on_interval(
-                    IntervalRecord(
-                        epoch=epoch,
-                        batch=nbatch,
-                        batches=window[2],
-                        samples=window[0],
-                        tokens=window[1] if has_tokens else None,
-                        seconds=now - interval_start,
-                        metrics=values,
-                        lr=_current_lr(module),
-                    )
-                )
-                metrics.reset_interval()
-                window = [0, 0, 0]
-                if options.coordinator is not None and batch is not None:
-                    # (all workers end the epoch at the same batch: the epoch end decides)
-                    finished = options.coordinator.at_interval(run.seconds) or finished
-                interval_start = time.perf_counter()
+            crash_point("train.batch", epoch=epoch, batch=progress.batch)
+            if options.log_interval > 0 and progress.batch % options.log_interval == 0:
+                _log_interval(module, metrics, options, progress, run, hooks, last=batch is None)
             if batch is None:
                 break  # the epoch is complete: limits and evaluation are handled after it
-            if pending:
+            if progress.pending:
                 continue  # between two updates of an accumulation: nothing may stop here
-            if (
-                eval_iter is not None
-                and options.eval_interval
-                and (nbatch % options.eval_interval == 0)
-            ):
-                values, seconds = _evaluate(module, eval_iter, options)
-                hooks.on_eval(epoch, nbatch, values, seconds)
-                stopper = options.early_stopping
-                if _patience_ran_out(stopper, values):
-                    finished = "early_stopping"
-            finished = finished or run.limit_reached(options)
-            if finished is not None:
+            if _stops_here(module, metrics, options, progress, run, hooks, eval_iter):
                 break
-            if options.should_stop():
-                hooks.on_stop(position(nbatch, metrics.get_state()))
-                raise PreemptedError(
-                    f"stopped on request in epoch {epoch} after batch {nbatch}; a "
-                    "checkpoint of this exact point was saved.",
-                    hint="Continue with `mxtrain resume RUN_FOLDER`.",
-                )
     finally:
         release()
-    if pending:  # the epoch ended inside an accumulation: apply what was summed
+    if progress.pending:  # the epoch ended inside an accumulation: apply what was summed
         module.update()
         run.updates += 1
         module.zero_grads()
     values = metrics.get()
-    _check_finite(values, epoch, nbatch)
-    record = IntervalRecord(
-        epoch=epoch,
-        batch=nbatch,
-        batches=totals[2],
-        samples=totals[0],
-        tokens=totals[1] if has_tokens else None,
-        seconds=seconds_before + time.perf_counter() - epoch_start,
-        metrics=values,
-        lr=_current_lr(module),
-    )
-    if finished is not None:  # stopped inside the epoch: continue from this batch later
-        return record, position(nbatch, metrics.get_state()), finished
+    _check_finite(values, epoch, progress.batch)
+    record = progress.epoch_record(values, _current_lr(module))
+    if progress.finished is not None:  # stopped inside the epoch: continue from here later
+        return record, progress.position(run, options, metrics.get_state()), progress.finished
     finished = run.limit_reached(options)
-    end = position(0, {})
-    end.epoch, end.totals, end.epoch_seconds = epoch, [0, 0, 0], 0.0
+    stopper = options.early_stopping
+    early = stopper.get_state() if stopper is not None else None
+    end = Position(epoch, 0, {}, [0, 0, 0], run.updates, run.seconds, early, 0.0)
     return record, end, finished
+
+
+def _train_batch(
+    module: BucketingModule,
+    batch: Any,
+    metrics: MetricSet,
+    options: FitOptions,
+    progress: EpochProgress,
+    run: _RunCounters,
+) -> None:
+    """Forward, backward and (every ``grad_accumulation`` batches) the update of one batch."""
+    if options.profiler is not None:
+        options.profiler.before_batch(run.batches_here)
+    mx.random.seed(batch_seed(options.seed, progress.epoch - 1, progress.batch))
+    module.forward_backward(batch)
+    if options.monitor is not None and options.monitor.due(run.batches_here):
+        # gradients before the update
+        options.monitor.record(module, progress.epoch, progress.batch + 1)
+    progress.pending += 1
+    if progress.pending == options.grad_accumulation:
+        module.update()
+        run.updates += 1
+        progress.pending = 0
+        if options.grad_accumulation > 1:
+            module.zero_grads()
+
+
+def _log_interval(
+    module: BucketingModule,
+    metrics: MetricSet,
+    options: FitOptions,
+    progress: EpochProgress,
+    run: _RunCounters,
+    hooks: FitHooks,
+    *,
+    last: bool,
+) -> None:
+    """Report the log interval that ends at this batch (the one sync point per interval)."""
+    values = metrics.get_interval()
+    _check_finite(values, progress.epoch, progress.batch)
+    hooks.on_interval(progress.interval_record(values, _current_lr(module)))
+    metrics.reset_interval()
+    if options.coordinator is not None and not last:
+        # (all workers end the epoch at the same batch: the epoch end decides)
+        progress.finished = options.coordinator.at_interval(run.seconds) or progress.finished
+    progress.interval_started = time.perf_counter()
+
+
+def _stops_here(
+    module: BucketingModule,
+    metrics: MetricSet,
+    options: FitOptions,
+    progress: EpochProgress,
+    run: _RunCounters,
+    hooks: FitHooks,
+    eval_iter: Any,
+) -> bool:
+    """Evaluate if due, then whether training ends after this batch (a limit, early
+    stopping, a peer's stop); a stop request saves a checkpoint and raises PreemptedError."""
+    batch = progress.batch
+    if eval_iter is not None and options.eval_interval and batch % options.eval_interval == 0:
+        values, seconds = _evaluate(module, eval_iter, options)
+        hooks.on_eval(progress.epoch, batch, values, seconds)
+        if _patience_ran_out(options.early_stopping, values):
+            progress.finished = "early_stopping"
+    progress.finished = progress.finished or run.limit_reached(options)
+    if progress.finished is not None:
+        return True
+    if options.should_stop():
+        hooks.on_stop(progress.position(run, options, metrics.get_state()))
+        raise PreemptedError(
+            f"stopped on request in epoch {progress.epoch} after batch {batch}; a "
+            "checkpoint of this exact point was saved.",
+            hint="Continue with `mxtrain resume RUN_FOLDER`.",
+        )
+    return False
