@@ -30,3 +30,14 @@ def check_at_least(key: str, value: float | None, low: float) -> None:
     """Refuse a number below ``low`` (None: not set, accepted)."""
     if value is not None and value < low:
         raise InvalidValue(key, f"must be at least {low:g}, got {value!r}.")
+
+
+def check_sharding(num_parts: object, part_index: object) -> None:
+    """``num_parts`` a positive integer and ``part_index`` one of its parts (0-based)."""
+    check_positive_int("num_parts", num_parts)
+    if not_int(part_index) or not 0 <= part_index < num_parts:  # type: ignore[operator]
+        raise InvalidValue(
+            "part_index",
+            f"must be in 0..{num_parts - 1} (num_parts is {num_parts}), "  # type: ignore[operator]
+            f"not {part_index!r}",
+        )

@@ -16,7 +16,7 @@ from typing import ClassVar, Literal
 
 from mxtrain.data.base import DataInfo
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_positive_int, not_int
+from mxtrain.option_checks import check_positive_int, check_sharding, not_int
 
 TASK_CLASSIFY = "classify"  # a softmax over num_classes per row; labels are class ids
 TASK_REGRESS = "regress"  # real-valued outputs per row; labels are float targets
@@ -105,13 +105,7 @@ class RowOptions:
         if self.task not in TASKS:
             raise InvalidValue("task", f"must be one of {', '.join(TASKS)}, not {self.task!r}")
         check_positive_int("batch_size", self.batch_size)
-        check_positive_int("num_parts", self.num_parts)
-        if not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
-            raise InvalidValue(
-                "part_index",
-                f"must be in 0..{self.num_parts - 1} (num_parts is "
-                f"{self.num_parts}), not {self.part_index!r}",
-            )
+        check_sharding(self.num_parts, self.part_index)
         if self.max_rows is not None:
             check_positive_int("max_rows", self.max_rows)
         if self.num_classes is not None:

@@ -7,7 +7,7 @@ from itertools import pairwise
 from typing import ClassVar, Literal
 
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_positive_int, not_int
+from mxtrain.option_checks import check_positive_int, check_sharding, not_int
 
 TREEBANK_PREFIX = "treebank:"
 LEVELS = ("word", "char")
@@ -187,12 +187,7 @@ class BucketSentenceOptions:
                 f"must be at least {reserved + 1} ({reserved} specials and one "
                 f"token), not {self.max_vocab!r}",
             )
-        check_positive_int("num_parts", self.num_parts)
-        if not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
-            raise InvalidValue(
-                "part_index",
-                f"must be from 0 to num_parts - 1 = {self.num_parts - 1}, not {self.part_index!r}",
-            )
+        check_sharding(self.num_parts, self.part_index)
         check_buckets(self.buckets)
 
     def _validate_specials(self) -> None:

@@ -17,7 +17,7 @@ from typing import Literal
 
 from mxtrain.data.array_options import TASK_CLASSIFY, RowOptions
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_positive_int, not_int
+from mxtrain.option_checks import check_positive_int, check_sharding, not_int
 
 
 @dataclass(frozen=True)
@@ -150,14 +150,8 @@ class ImageRecordOptions:
                 "num_classes", f"must be an integer of at least 2, not {self.num_classes!r}"
             )
         check_positive_int("batch_size", self.batch_size)
-        check_positive_int("num_parts", self.num_parts)
+        check_sharding(self.num_parts, self.part_index)
         check_positive_int("preprocess_threads", self.preprocess_threads)
-        if not_int(self.part_index) or not 0 <= self.part_index < self.num_parts:
-            raise InvalidValue(
-                "part_index",
-                f"must be in 0..{self.num_parts - 1} (num_parts is "
-                f"{self.num_parts}), not {self.part_index!r}",
-            )
         if not_int(self.resize) or (self.resize < 1 and self.resize != -1):
             raise InvalidValue("resize", f"must be a positive integer or -1, not {self.resize!r}")
         for name in ("std_r", "std_g", "std_b"):
