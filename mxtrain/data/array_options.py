@@ -5,7 +5,7 @@ batches for classification (``task: classify``: labels are integer class ids ``0
 regression (``task: regress``: float targets). See :mod:`mxtrain.data.arrays` for what the
 batches hold, how shuffling and sharding work and what ``mxtrain predict`` reads.
 
-Construction checks the values and raises ``ValueError`` naming the first impossible one; the
+Construction checks the values and raises ``InvalidValue`` naming the first impossible one; the
 config loader turns that into a ``ConfigError`` pointing at the YAML file and line.
 """
 
@@ -99,7 +99,7 @@ class RowOptions:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first impossible value."""
+        """Raise ``InvalidValue`` naming the first impossible value."""
         if not isinstance(self.source, str) or not self.source.strip():
             raise InvalidValue("source", "must be the path of the data file")
         if self.task not in TASKS:

@@ -20,7 +20,7 @@ DEFAULT_SPECIALS = ("<pad>", "<unk>", "<eos>")
 class BucketSentenceOptions:
     """Sentences, one per line, turned into bucketed (batch, time) next-token batches.
 
-    Construction checks the values and raises ``ValueError`` on impossible ones; the config
+    Construction checks the values and raises ``InvalidValue`` on impossible ones; the config
     loader turns that into a ``ConfigError`` pointing at the YAML file and line.
     """
 
@@ -138,7 +138,7 @@ class BucketSentenceOptions:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first impossible value."""
+        """Raise ``InvalidValue`` naming the first impossible value."""
         if not isinstance(self.source, str) or not self.source.strip():
             raise InvalidValue(
                 "source", "must be 'treebank:train|valid|test' or the path of a text file"
@@ -219,7 +219,7 @@ class BucketSentenceOptions:
 
 
 def check_buckets(buckets: object) -> None:
-    """Raise ``ValueError`` unless ``buckets`` is 'auto' or strictly increasing lengths."""
+    """Raise ``InvalidValue`` unless ``buckets`` is 'auto' or strictly increasing lengths."""
     if isinstance(buckets, str):
         if buckets != "auto":
             raise InvalidValue("buckets", f"must be 'auto' or a list of lengths, not {buckets!r}")

@@ -6,7 +6,7 @@ or regression; ``image_record`` serves images of an MXNet RecordIO file (``.rec`
 with its ``.idx``) for classification. See :mod:`mxtrain.data.libsvm` and
 :mod:`mxtrain.data.image_record` for what the batches hold.
 
-Construction checks the values and raises ``ValueError`` naming the first impossible one; the
+Construction checks the values and raises ``InvalidValue`` naming the first impossible one; the
 config loader turns that into a ``ConfigError`` pointing at the YAML file and line.
 """
 
@@ -127,7 +127,7 @@ class ImageRecordOptions:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first impossible value."""
+        """Raise ``InvalidValue`` naming the first impossible value."""
         if not isinstance(self.source, str) or not self.source.strip():
             raise InvalidValue("source", "must be the path of the .rec file")
         if self.path_imgidx is not None and (

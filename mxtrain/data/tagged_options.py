@@ -25,7 +25,7 @@ CONLLU_COLUMNS = 10
 class TaggedSequencesOptions:
     """Token/label sequences from CoNLL-style files, bucketed into (batch, time) batches.
 
-    Construction checks the values and raises ``ValueError`` on impossible ones; the config
+    Construction checks the values and raises ``InvalidValue`` on impossible ones; the config
     loader turns that into a ``ConfigError`` pointing at the YAML file and line.
     """
 
@@ -114,7 +114,7 @@ class TaggedSequencesOptions:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first impossible value."""
+        """Raise ``InvalidValue`` naming the first impossible value."""
         if not isinstance(self.source, str) or not self.source.strip():
             raise InvalidValue("source", "must be the path of a CoNLL or CoNLL-U file")
         if self.format not in FORMATS:

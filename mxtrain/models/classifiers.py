@@ -28,6 +28,7 @@ from mxtrain.errors import InvalidValue
 from mxtrain.models.rnn_common import (
     CELLS,
     MODES,
+    RecurrentOptions,
     SymGen,
     check_choice,
     check_dropout,
@@ -35,6 +36,10 @@ from mxtrain.models.rnn_common import (
     check_parameter_count,
     check_recurrent_sizes,
     check_size,
+    dropout_rate,
+    embed_size,
+    layer_count,
+    state_size,
 )
 
 ACTIVATIONS = ("relu", "tanh", "sigmoid")
@@ -122,7 +127,7 @@ class MlpOptions:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first impossible value."""
+        """Raise ``InvalidValue`` naming the first impossible value."""
         if not isinstance(self.hidden, list | tuple):
             raise InvalidValue("hidden", f"must be a list of layer sizes, not {self.hidden!r}")
         for size in self.hidden:
@@ -193,7 +198,7 @@ class LenetOptions:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first impossible value."""
+        """Raise ``InvalidValue`` naming the first impossible value."""
         channels = self.channels
         if not isinstance(channels, list | tuple) or len(channels) != 2:
             raise InvalidValue("channels", f"must be a list of two sizes, not {channels!r}")
@@ -269,7 +274,7 @@ def build_lenet(options: LenetOptions, data_info: DataInfo) -> SymGen:
 
 
 @dataclass(frozen=True)
-class RnnClassifierOptions:
+class RnnClassifierOptions(RecurrentOptions):
     """Token sequences -> embedding -> LSTM/GRU -> pooling over time -> output layer.
 
     Rows are token ids, right-padded with 0 (the ``ndarray`` iterator with an integer array:
@@ -278,9 +283,9 @@ class RnnClassifierOptions:
     change a row's output.
     """
 
-    num_embed: int = field(default=64, metadata={"doc": "size of the token embeddings"})
-    num_hidden: int = field(default=64, metadata={"doc": "size of each recurrent layer's state"})
-    num_layers: int = field(default=1, metadata={"doc": "number of stacked recurrent layers"})
+    num_embed: int = embed_size(64)
+    num_hidden: int = state_size(64)
+    num_layers: int = layer_count(1)
     mode: Literal["lstm", "gru"] = field(default="lstm", metadata={"doc": "recurrent cell type"})
     cell: Literal["auto", "fused", "unfused"] = field(
         default="auto",
@@ -303,16 +308,10 @@ class RnnClassifierOptions:
             "positions (padding is never pooled)"
         },
     )
-    dropout: float = field(
-        default=0.0,
-        metadata={"doc": "dropout after the embedding, between layers and before the output"},
-    )
-
-    def __post_init__(self) -> None:
-        self.validate()
+    dropout: float = dropout_rate()
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first impossible value."""
+        """Raise ``InvalidValue`` naming the first impossible value."""
         check_recurrent_sizes(self)
         check_choice("mode", self.mode, MODES)
         check_choice("cell", self.cell, CELLS)

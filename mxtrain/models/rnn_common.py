@@ -51,13 +51,13 @@ MAX_PARAMETERS = 2**31 - 1
 
 
 def check_layer_sizes(options: object, *names: str) -> None:
-    """Raise ``ValueError`` unless each named option is an integer in 1..MAX_LAYER_SIZE."""
+    """Raise ``InvalidValue`` unless each named option is an integer in 1..MAX_LAYER_SIZE."""
     for name in names:
         check_size(name, getattr(options, name))
 
 
 def check_size(name: str, value: object) -> None:
-    """Raise ``ValueError`` unless ``value`` is an integer in 1..MAX_LAYER_SIZE."""
+    """Raise ``InvalidValue`` unless ``value`` is an integer in 1..MAX_LAYER_SIZE."""
     check_positive_int(name, value)
     if value > MAX_LAYER_SIZE:  # type: ignore[operator]
         raise InvalidValue(name, f"must be at most {MAX_LAYER_SIZE:,} (2**20), not {value:,}")
@@ -83,7 +83,7 @@ def check_recurrent_sizes(options: Any) -> None:
 
 
 def check_dropout(value: object) -> None:
-    """Raise ``ValueError`` unless ``value`` is a probability in [0, 1)."""
+    """Raise ``InvalidValue`` unless ``value`` is a probability in [0, 1)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidValue("dropout", f"must be a number in [0, 1), not {value!r}")
     if not 0.0 <= value < 1.0:
@@ -91,7 +91,7 @@ def check_dropout(value: object) -> None:
 
 
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
-    """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
+    """Raise ``InvalidValue`` unless ``value`` is one of ``choices``."""
     if value not in choices:
         raise InvalidValue(name, f"must be one of {', '.join(choices)}, not {value!r}")
 
@@ -191,22 +191,55 @@ def rnn_layers(
 CELLS = ("auto", "fused", "unfused")
 
 
+#: what the recurrent models' dropout does, and their state size (the tagger says per direction)
+DROPOUT_DOC = "dropout after the embedding, between layers and before the output"
+STATE_DOC = "size of each recurrent layer's state"
+
+
+def embed_size(default: int) -> Any:
+    """The ``num_embed`` field of a recurrent model's options."""
+    return field(default=default, metadata={"doc": "size of the token embeddings"})
+
+
+def state_size(default: int, doc: str = STATE_DOC) -> Any:
+    """The ``num_hidden`` field of a recurrent model's options."""
+    return field(default=default, metadata={"doc": doc})
+
+
+def layer_count(default: int) -> Any:
+    """The ``num_layers`` field of a recurrent model's options."""
+    return field(default=default, metadata={"doc": "number of stacked recurrent layers"})
+
+
+def dropout_rate(doc: str = DROPOUT_DOC) -> Any:
+    """The ``dropout`` field of a recurrent model's options (0: none)."""
+    return field(default=0.0, metadata={"doc": doc})
+
+
+class RecurrentOptions:
+    """What the options of every recurrent model share: they are checked when constructed
+    (``validate``, each class's own, raising InvalidValue naming the first impossible value)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
-class LmOptions:
+class LmOptions(RecurrentOptions):
     """Sizes and regularisation of a recurrent language model (``lstm_lm``, ``gru_lm``).
 
-    Construction raises ``ValueError`` on impossible values; the config loader turns that
+    Construction raises ``InvalidValue`` on impossible values; the config loader turns that
     into a ``ConfigError`` pointing at the YAML file and line.
     """
 
-    num_embed: int = field(default=200, metadata={"doc": "size of the token embeddings"})
-    num_hidden: int = field(default=200, metadata={"doc": "size of each recurrent layer's state"})
-    num_layers: int = field(default=2, metadata={"doc": "number of stacked recurrent layers"})
-    dropout: float = field(
-        default=0.0,
-        metadata={
-            "doc": "dropout after the embedding, between recurrent layers and before the output"
-        },
+    num_embed: int = embed_size(200)
+    num_hidden: int = state_size(200)
+    num_layers: int = layer_count(2)
+    dropout: float = dropout_rate(
+        "dropout after the embedding, between recurrent layers and before the output"
     )
     cell: Literal["auto", "fused", "unfused"] = field(
         default="auto",
@@ -221,11 +254,8 @@ class LmOptions:
     )
     loss: Literal["nll", "softmax_output"] = field(default="nll", metadata={"doc": LOSS_DOC})
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first impossible value."""
+        """Raise ``InvalidValue`` naming the first impossible value."""
         check_recurrent_sizes(self)
         check_dropout(self.dropout)
         check_choice("cell", self.cell, CELLS)

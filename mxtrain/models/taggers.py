@@ -14,30 +14,32 @@ from mxtrain.errors import InvalidValue
 from mxtrain.models.rnn_common import (
     CELLS,
     MODES,
+    RecurrentOptions,
     SymGen,
     check_bucket_key,
     check_choice,
     check_dropout,
     check_recurrent_sizes,
     check_sizes,
+    dropout_rate,
+    embed_size,
+    layer_count,
     rnn_layers,
+    state_size,
 )
 
 
 @dataclass(frozen=True)
-class RnnTaggerOptions:
+class RnnTaggerOptions(RecurrentOptions):
     """Sizes and regularisation of the sequence tagger.
 
-    Construction raises ``ValueError`` on impossible values; the config loader turns that
+    Construction raises ``InvalidValue`` on impossible values; the config loader turns that
     into a ``ConfigError`` pointing at the YAML file and line.
     """
 
-    num_embed: int = field(default=100, metadata={"doc": "size of the token embeddings"})
-    num_hidden: int = field(
-        default=100,
-        metadata={"doc": "state size of each recurrent layer, per direction"},
-    )
-    num_layers: int = field(default=1, metadata={"doc": "number of stacked recurrent layers"})
+    num_embed: int = embed_size(100)
+    num_hidden: int = state_size(100, "state size of each recurrent layer, per direction")
+    num_layers: int = layer_count(1)
     bidirectional: bool = field(
         default=True,
         metadata={
@@ -53,16 +55,10 @@ class RnnTaggerOptions:
             "direction); unfused: one cell per layer and step; auto: fused"
         },
     )
-    dropout: float = field(
-        default=0.0,
-        metadata={"doc": "dropout after the embedding, between layers and before the output"},
-    )
-
-    def __post_init__(self) -> None:
-        self.validate()
+    dropout: float = dropout_rate()
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first impossible value."""
+        """Raise ``InvalidValue`` naming the first impossible value."""
         check_recurrent_sizes(self)
         if not isinstance(self.bidirectional, bool):
             raise InvalidValue(
