@@ -581,6 +581,7 @@ def _train_epoch(
 ) -> tuple[IntervalRecord, Position, str | None]:
     batches, release = _batches(train_iter, options.prefetch)
     progress = EpochProgress.starting(epoch, start)
+    work = _EpochWork(module, metrics, options, run, hooks, eval_iter)
 
     def next_batch(done: int) -> Any:
         return next(batches, None) if limit is None or done < limit else None
@@ -592,7 +593,7 @@ def _train_epoch(
             if options.grad_accumulation > 1:
                 module.zero_grads()
         while batch is not None:
-            _train_batch(module, batch, metrics, options, progress, run)
+            _train_batch(work, batch, progress)
             upcoming = next_batch(progress.batch + 1)  # (this batch is not counted yet)
             if upcoming is not None:
                 module.prepare(upcoming)  # bind its bucket while this batch computes
@@ -604,12 +605,12 @@ def _train_epoch(
             batch = upcoming
             crash_point("train.batch", epoch=epoch, batch=progress.batch)
             if options.log_interval > 0 and progress.batch % options.log_interval == 0:
-                _log_interval(module, metrics, options, progress, run, hooks, last=batch is None)
+                _log_interval(work, progress, last=batch is None)
             if batch is None:
                 break  # the epoch is complete: limits and evaluation are handled after it
             if progress.pending:
                 continue  # between two updates of an accumulation: nothing may stop here
-            if _stops_here(module, metrics, options, progress, run, hooks, eval_iter):
+            if _stops_here(work, progress):
                 break
     finally:
         release()
@@ -629,15 +630,21 @@ def _train_epoch(
     return record, end, finished
 
 
-def _train_batch(
-    module: BucketingModule,
-    batch: Any,
-    metrics: MetricSet,
-    options: FitOptions,
-    progress: EpochProgress,
-    run: _RunCounters,
-) -> None:
+@dataclass
+class _EpochWork:
+    """What one epoch's steps work with (the epoch's progress aside)."""
+
+    module: BucketingModule
+    metrics: MetricSet
+    options: FitOptions
+    run: _RunCounters
+    hooks: FitHooks
+    eval_iter: Any
+
+
+def _train_batch(work: _EpochWork, batch: Any, progress: EpochProgress) -> None:
     """Forward, backward and (every ``grad_accumulation`` batches) the update of one batch."""
+    module, options, run = work.module, work.options, work.run
     if options.profiler is not None:
         options.profiler.before_batch(run.batches_here)
     mx.random.seed(batch_seed(options.seed, progress.epoch - 1, progress.batch))
@@ -654,49 +661,34 @@ def _train_batch(
             module.zero_grads()
 
 
-def _log_interval(
-    module: BucketingModule,
-    metrics: MetricSet,
-    options: FitOptions,
-    progress: EpochProgress,
-    run: _RunCounters,
-    hooks: FitHooks,
-    *,
-    last: bool,
-) -> None:
+def _log_interval(work: _EpochWork, progress: EpochProgress, *, last: bool) -> None:
     """Report the log interval that ends at this batch (the one sync point per interval)."""
+    module, metrics, options, hooks = work.module, work.metrics, work.options, work.hooks
     values = metrics.get_interval()
     _check_finite(values, progress.epoch, progress.batch)
     hooks.on_interval(progress.interval_record(values, _current_lr(module)))
     metrics.reset_interval()
     if options.coordinator is not None and not last:
         # (all workers end the epoch at the same batch: the epoch end decides)
-        progress.finished = options.coordinator.at_interval(run.seconds) or progress.finished
+        progress.finished = options.coordinator.at_interval(work.run.seconds) or progress.finished
     progress.interval_started = time.perf_counter()
 
 
-def _stops_here(
-    module: BucketingModule,
-    metrics: MetricSet,
-    options: FitOptions,
-    progress: EpochProgress,
-    run: _RunCounters,
-    hooks: FitHooks,
-    eval_iter: Any,
-) -> bool:
+def _stops_here(work: _EpochWork, progress: EpochProgress) -> bool:
     """Evaluate if due, then whether training ends after this batch (a limit, early
     stopping, a peer's stop); a stop request saves a checkpoint and raises PreemptedError."""
-    batch = progress.batch
-    if eval_iter is not None and options.eval_interval and batch % options.eval_interval == 0:
-        values, seconds = _evaluate(module, eval_iter, options)
-        hooks.on_eval(progress.epoch, batch, values, seconds)
+    options, batch = work.options, progress.batch
+    due = options.eval_interval and batch % options.eval_interval == 0
+    if work.eval_iter is not None and due:
+        values, seconds = _evaluate(work.module, work.eval_iter, options)
+        work.hooks.on_eval(progress.epoch, batch, values, seconds)
         if _patience_ran_out(options.early_stopping, values):
             progress.finished = "early_stopping"
-    progress.finished = progress.finished or run.limit_reached(options)
+    progress.finished = progress.finished or work.run.limit_reached(options)
     if progress.finished is not None:
         return True
     if options.should_stop():
-        hooks.on_stop(progress.position(run, options, metrics.get_state()))
+        work.hooks.on_stop(progress.position(work.run, options, work.metrics.get_state()))
         raise PreemptedError(
             f"stopped on request in epoch {progress.epoch} after batch {batch}; a "
             "checkpoint of this exact point was saved.",
