@@ -252,7 +252,7 @@ def _resume(
         checkpoint.remove_checkpoint(run, stale, prefix=config.checkpoint.prefix)
         log.warning("removed checkpoint %s (newer than the resume point; --force)", stale.tag)
     if changes:
-        previous = run.path / f"config.before-resume-{int(time.time())}.yaml"
+        previous = run.config_before_resume(int(time.time()))
         # a copy first, then the new file over the old: config.yaml is never missing
         atomic_write_bytes(previous, run.config_file.read_bytes())
         atomic_write_text(run.config_file, dump_config(config))
@@ -761,7 +761,7 @@ def _profiler(fit_cfg: Any, run: RunFolder) -> Any:
         return None
     from mxtrain.engine.monitoring import BatchProfiler
 
-    return BatchProfiler(run.path / "profile", fit_cfg.profile)
+    return BatchProfiler(run.profile_dir, fit_cfg.profile)
 
 
 def _monitor(fit_cfg: Any, run: RunFolder) -> Any:
@@ -770,9 +770,7 @@ def _monitor(fit_cfg: Any, run: RunFolder) -> Any:
         return None
     from mxtrain.engine.monitoring import ParameterMonitor
 
-    return ParameterMonitor(
-        fit_cfg.monitor.pattern, fit_cfg.monitor.interval, run.path / "monitor.jsonl"
-    )
+    return ParameterMonitor(fit_cfg.monitor.pattern, fit_cfg.monitor.interval, run.monitor_file)
 
 
 def _lower_is_better(setup: _Setup, config: Config, metric: str, mode: str) -> bool:

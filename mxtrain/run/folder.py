@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from collections.abc import Mapping
@@ -17,7 +16,12 @@ from mxtrain.config.names import run_name_problem
 from mxtrain.crashpoints import crash_point
 from mxtrain.errors import ConfigError, RunFolderError
 from mxtrain.run.atomic import abandoned
-from mxtrain.run.layout import RunFolder
+from mxtrain.run.layout import (
+    RunFolder,
+    replaced_folder_name,
+    staging_folder_name,
+    staging_folder_pid,
+)
 
 
 def check_name_option(name: str | None) -> None:
@@ -52,14 +56,13 @@ def stage_run_folder(runs_dir: Path, name: str, *, force: bool) -> RunFolder:
     before :func:`publish_run_folder` renames it into place, so that a run folder never
     exists without its config. Staging folders of killed processes are removed here."""
     _check_new_run(runs_dir, name, force=force)
-    pattern = re.compile(rf"\.{re.escape(name)}\.staging-(\d+)")
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
         for entry in list(runs_dir.iterdir()):
-            match = pattern.fullmatch(entry.name)
-            if match is not None and abandoned(int(match[1])):
+            pid = staging_folder_pid(name, entry.name)
+            if pid is not None and abandoned(pid):
                 shutil.rmtree(entry, ignore_errors=True)
-        staging = runs_dir / f".{name}.staging-{os.getpid()}"
+        staging = runs_dir / staging_folder_name(name, os.getpid())
         staging.mkdir()
     except OSError as exc:
         raise RunFolderError(
@@ -81,7 +84,7 @@ def publish_run_folder(staged: RunFolder, runs_dir: Path, name: str, *, force: b
     path = _check_new_run(runs_dir, name, force=force)
     replaced = None
     if path.exists():
-        replaced = runs_dir / f".{name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}"
+        replaced = runs_dir / replaced_folder_name(name, time.strftime("%Y%m%d-%H%M%S"))
         path.rename(replaced)
     try:
         staged.path.rename(path)

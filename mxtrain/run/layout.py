@@ -37,6 +37,8 @@ METRICS_FILE = "metrics.jsonl"
 LOG_FILE = "train.log"
 PLUGINS_DIR = "plugins"
 PLUGINS_MANIFEST = "plugins.json"
+PROFILE_DIR = "profile"  # fit.profile's traces
+MONITOR_FILE = "monitor.jsonl"  # fit.monitor's statistics
 CHECKPOINTS_DIR = "checkpoints"
 PARAMS_FILE = "params.nd"
 OPTIMIZER_ARRAYS_FILE = "optimizer.nd"
@@ -66,6 +68,22 @@ def params_file_epoch(prefix: str, name: str) -> int | None:
     """The epoch of a ``<prefix>-NNNN.params`` file name, or None when it is not one."""
     match = re.fullmatch(re.escape(prefix) + r"-(\d{4,})\.params", name)
     return int(match.group(1)) if match else None
+
+
+def staging_folder_name(name: str, pid: int) -> str:
+    """``.<name>.staging-<pid>``: where a new run's first files wait, beside ``runs_dir/name``."""
+    return f".{name}.staging-{pid}"
+
+
+def staging_folder_pid(name: str, folder: str) -> int | None:
+    """The PID in a staging folder name of run ``name``, or None when it is not one."""
+    match = re.fullmatch(rf"\.{re.escape(name)}\.staging-(\d+)", folder)
+    return int(match[1]) if match else None
+
+
+def replaced_folder_name(name: str, stamp: str) -> str:
+    """``.<name>.replaced-<stamp>``: a run replaced with --force, kept until the new one ends."""
+    return f".{name}.replaced-{stamp}"
 
 
 def checkpoint_tag(epoch: int, batch: int) -> str:
@@ -124,6 +142,18 @@ class RunFolder:
     @property
     def plugins_dir(self) -> Path:
         return self.path / PLUGINS_DIR
+
+    @property
+    def profile_dir(self) -> Path:
+        return self.path / PROFILE_DIR
+
+    @property
+    def monitor_file(self) -> Path:
+        return self.path / MONITOR_FILE
+
+    def config_before_resume(self, stamp: int) -> Path:
+        """``config.before-resume-<stamp>.yaml``: the config a resume replaced."""
+        return self.path / f"config.before-resume-{stamp}.yaml"
 
     def symbol_file(self, prefix: str) -> Path:
         return self.path / f"{prefix}-symbol.json"
