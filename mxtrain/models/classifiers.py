@@ -30,7 +30,6 @@ from mxtrain.models.rnn_common import (
     MODES,
     RecurrentOptions,
     SymGen,
-    check_choice,
     check_dropout,
     check_layer_sizes,
     check_parameter_count,
@@ -41,6 +40,7 @@ from mxtrain.models.rnn_common import (
     layer_count,
     state_size,
 )
+from mxtrain.option_checks import check_choice
 
 ACTIVATIONS = ("relu", "tanh", "sigmoid")
 POOLINGS = ("last", "mean", "max")

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from mxtrain.data.base import DataInfo
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_positive_int
+from mxtrain.option_checks import CheckedOptions, check_choice, check_positive_int
 
 MODES = ("lstm", "gru")
 LOSSES = ("nll", "softmax_output")
@@ -88,12 +88,6 @@ def check_dropout(value: object) -> None:
         raise InvalidValue("dropout", f"must be a number in [0, 1), not {value!r}")
     if not 0.0 <= value < 1.0:
         raise InvalidValue("dropout", f"must be in [0, 1), not {value!r}")
-
-
-def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
-    """Raise ``InvalidValue`` unless ``value`` is one of ``choices``."""
-    if value not in choices:
-        raise InvalidValue(name, f"must be one of {', '.join(choices)}, not {value!r}")
 
 
 def check_sizes(model: str, data_info: DataInfo) -> tuple[int, int]:
@@ -216,15 +210,9 @@ def dropout_rate(doc: str = DROPOUT_DOC) -> Any:
     return field(default=0.0, metadata={"doc": doc})
 
 
-class RecurrentOptions:
-    """What the options of every recurrent model share: they are checked when constructed
-    (``validate``, each class's own, raising InvalidValue naming the first impossible value)."""
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        raise NotImplementedError
+class RecurrentOptions(CheckedOptions):
+    """What the options of every recurrent model share: the field helpers above, and a check
+    when constructed (``validate``, each class's own)."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,161 @@
+"""What the options of every data source share (no MXNet import: the config layer reads them).
+
+Each iterator's options class is a frozen dataclass built on :class:`SourceOptions`: it
+declares its keys with the field helpers below and checks them with the shared checks, so a
+key that several iterators take (``batch_size``, ``shuffle``, the sharding pair, the model's
+input names, the sentence keys of the bucketed iterators; ``source`` is checked here, but
+each iterator says what its source may be) is documented and checked the same way
+everywhere. The fields stay declared in each class, in the order ``mxtrain check --explain``
+prints them (a dataclass base would put shared fields first); only their wording and checks
+live here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from itertools import pairwise
+from typing import Any
+
+from mxtrain.errors import InvalidValue
+from mxtrain.option_checks import CheckedOptions, check_choice, check_positive_int, not_int
+
+#: what bucketed iterators do with a sentence longer than the largest bucket
+LONG_POLICIES = ("split", "truncate", "drop")
+
+
+class SourceOptions(CheckedOptions):
+    """Base of every data iterator's options: checked when constructed (each class's
+    ``validate`` raises :class:`InvalidValue` naming the first impossible value)."""
+
+
+# -- field helpers: one wording per shared key -------------------------------------------------
+
+
+def batch_size_field(items: str, note: str = "") -> Any:
+    """``batch_size`` (default 32): ``items`` per batch, e.g. ``"rows"``."""
+    suffix = f" ({note})" if note else ""
+    return field(default=32, metadata={"doc": f"{items} per batch{suffix}"})
+
+
+def shuffle_field(what: str, eval_order: str) -> Any:
+    """``shuffle`` (default true), train iterators only; ``eval_order`` says how others read."""
+    return field(
+        default=True,
+        metadata={"doc": f"train only: shuffle {what}, seeded by (seed, epoch); {eval_order}"},
+    )
+
+
+def num_parts_field(how: str) -> Any:
+    """``num_parts`` (default 1): how many workers share the data; ``how`` says how it splits."""
+    return field(default=1, metadata={"doc": how})
+
+
+def part_index_field() -> Any:
+    """``part_index`` (default 0): the part this worker reads."""
+    return field(default=0, metadata={"doc": "which part this worker reads, 0..num_parts-1"})
+
+
+def data_name_field() -> Any:
+    """``data_name``: the model's data input."""
+    return field(
+        default="data", metadata={"doc": "name of the model's data input (the symbol variable)"}
+    )
+
+
+def label_name_field() -> Any:
+    """``label_name``: the model's label input."""
+    return field(
+        default="softmax_label",
+        metadata={"doc": "name of the model's label input (the symbol variable)"},
+    )
+
+
+def buckets_field(lengths: str) -> Any:
+    """``buckets`` (default auto): the padded lengths; ``lengths`` says what is counted."""
+    return field(
+        default="auto",
+        metadata={
+            "doc": f"sorted {lengths} to pad to, or auto: quantiles of the sentence "
+            "lengths (eval iterators reuse the train iterator's buckets)"
+        },
+    )
+
+
+def long_sentences_field(note: str = "") -> Any:
+    """``long_sentences`` (default split): sentences longer than the largest bucket."""
+    return field(
+        default="split",
+        metadata={
+            "doc": "sentences longer than the largest bucket: split into chunks, truncate or "
+            f"drop (always counted and reported){note}"
+        },
+    )
+
+
+def max_sentences_field(what: str) -> Any:
+    """``max_sentences`` (default null): read only the first N of ``what``."""
+    return field(
+        default=None, metadata={"doc": f"read only the first N {what} (quick runs and tests)"}
+    )
+
+
+# -- checks of the shared keys -------------------------------------------------------------------
+
+
+def check_source(value: object, expected: str) -> None:
+    """``source`` a non-empty string; ``expected`` says what it must be."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidValue("source", f"must be {expected}")
+
+
+def check_optional_positive_int(key: str, value: object) -> None:
+    """Null, or an integer of at least 1."""
+    if value is not None:
+        check_positive_int(key, value)
+
+
+def check_num_classes(value: object) -> None:
+    """Null (taken from the data), or an integer of at least 2."""
+    if value is not None and (not_int(value) or value < 2):  # type: ignore[operator]
+        raise InvalidValue("num_classes", f"must be an integer of at least 2, not {value!r}")
+
+
+def check_input_names(data_name: object, label_name: object) -> None:
+    """The model's data and label inputs: two different non-empty names."""
+    for key, value in (("data_name", data_name), ("label_name", label_name)):
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidValue(key, f"must be a non-empty name, not {value!r}")
+    if data_name == label_name:
+        raise InvalidValue("data_name", f"and label_name must differ (both are {data_name!r})")
+
+
+def check_long_sentences(value: object) -> None:
+    """One of :data:`LONG_POLICIES`."""
+    check_choice("long_sentences", value, LONG_POLICIES)
+
+
+def check_max_vocab(value: object, reserved: int) -> None:
+    """Null, or room for the ``reserved`` special tokens and at least one real token."""
+    if value is not None and (not_int(value) or value < reserved + 1):  # type: ignore[operator]
+        raise InvalidValue(
+            "max_vocab",
+            f"must be at least {reserved + 1} ({reserved} specials and one token), not {value!r}",
+        )
+
+
+def check_buckets(buckets: object) -> None:
+    """Raise ``InvalidValue`` unless ``buckets`` is 'auto' or strictly increasing lengths."""
+    if isinstance(buckets, str):
+        if buckets != "auto":
+            raise InvalidValue("buckets", f"must be 'auto' or a list of lengths, not {buckets!r}")
+        return
+    lengths = list(buckets)  # type: ignore[call-overload]
+    if not lengths:
+        raise InvalidValue("buckets", "must not be empty: give lengths like [10, 20, 40] or 'auto'")
+    if any(not_int(b) or b < 1 for b in lengths):
+        raise InvalidValue("buckets", f"must be positive integers, got {lengths}")
+    if any(a >= b for a, b in pairwise(lengths)):
+        raise InvalidValue(
+            "buckets",
+            f"must be strictly increasing, got {lengths} (did you mean {sorted(set(lengths))}?)",
+        )
