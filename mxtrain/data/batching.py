@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from itertools import chain
 from typing import Any
 
 import mxnet as mx
@@ -100,6 +101,43 @@ def bucket_batches(
         batch.num_tokens = int(tokens[j])
         batches.append(batch)
     return batches
+
+
+def check_bucket_arguments(buckets: Sequence[int], batch_size: int, policy: str) -> list[int]:
+    """The sorted, distinct bucket lengths; ``ValueError`` on arguments no iterator can use."""
+    lengths = sorted({int(b) for b in buckets})
+    if not lengths or lengths[0] < 1:
+        raise ValueError(f"buckets must be positive lengths, got {lengths}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if policy not in ("split", "truncate", "drop", "bucket"):
+        raise ValueError(f"unknown long_sentences policy {policy!r}")
+    return lengths
+
+
+def flatten_sequences(
+    sequences: Sequence[Sequence[int]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sizes, flat ids, offsets): every sequence's ids in one int64 array and where each starts."""
+    sizes = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
+    flat = np.fromiter(chain.from_iterable(sequences), dtype=np.int64, count=int(sizes.sum()))
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    return sizes, flat, offsets
+
+
+def log_long_sentences(
+    logger: logging.Logger, source: str, stats: dict[str, Any], largest: int
+) -> None:
+    """Say how many sentences were longer than the largest bucket and what that cost."""
+    if stats["long_sentences"]:
+        logger.info(
+            "%s: %d sentences longer than %d tokens (%s), %d tokens lost",
+            source,
+            stats["long_sentences"],
+            largest,
+            stats["long_policy"],
+            stats["long_tokens_lost"],
+        )
 
 
 def chunk_sequences(

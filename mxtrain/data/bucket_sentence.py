@@ -44,7 +44,6 @@ import dataclasses
 import logging
 import math
 from collections.abc import Sequence
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +54,14 @@ from mxtrain.data.base import TASK_LM, DataContext, DataInfo
 from mxtrain.data.batching import (
     PrebuiltBatchIter,
     bucket_batches,
+    check_bucket_arguments,
     choose_buckets,
     chunk_sequences,
+    flatten_sequences,
+    log_long_sentences,
 )
 from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX, BucketSentenceOptions
+from mxtrain.data.text_files import read_data_text
 from mxtrain.data.vocab import UNK, Vocab
 from mxtrain.errors import DataError
 
@@ -167,7 +170,12 @@ def read_lines(options: BucketSentenceOptions, base_dir: Path) -> tuple[str, lis
         if not path.is_absolute():
             path = base_dir / path
         name = str(path)
-        text = _read_text(path, src)
+        text = read_data_text(
+            path,
+            src,
+            expected="a text file, one sentence per line",
+            fix_path="or use treebank:train|valid|test",
+        )
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the final newline does not start another sentence
@@ -179,36 +187,6 @@ def read_lines(options: BucketSentenceOptions, base_dir: Path) -> tuple[str, lis
             hint="Give a UTF-8 text file with one sentence per line, tokens separated by spaces.",
         )
     return name, lines
-
-
-def _read_text(path: Path, src: str) -> str:
-    where = f"The data file {path}" + (f" (source {src!r})" if str(path) != src else "")
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DataError(
-            f"{where} does not exist.",
-            hint="Relative paths are resolved against the config file's folder; fix the path "
-            "or use treebank:train|valid|test.",
-        ) from None
-    except IsADirectoryError:
-        raise DataError(
-            f"{where} is a directory.", hint="Point source at a text file, one sentence per line."
-        ) from None
-    except OSError as exc:
-        raise DataError(
-            f"{where} cannot be read: {exc.strerror or exc}.",
-            hint="Check that the file exists and that you may read it.",
-        ) from None
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise DataError(
-            f"{where} is not UTF-8 text: line {line} has an invalid byte "
-            f"{raw[exc.start : exc.start + 1]!r}.",
-            hint="Convert it, e.g. 'iconv -f latin1 -t utf-8 in.txt > out.txt'.",
-        ) from None
 
 
 def tokenize(line: str, level: str, lowercase: bool = False) -> list[str]:
@@ -443,13 +421,7 @@ class BucketSentenceIter(PrebuiltBatchIter):
         label_name: str = "softmax_label",
     ) -> None:
         super().__init__(batch_size)
-        buckets = sorted({int(b) for b in buckets})
-        if not buckets or buckets[0] < 1:
-            raise ValueError(f"buckets must be positive lengths, got {buckets}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
-        if long_sentences not in ("split", "truncate", "drop", "bucket"):
-            raise ValueError(f"unknown long_sentences policy {long_sentences!r}")
+        buckets = check_bucket_arguments(buckets, batch_size, long_sentences)
         if batch_tokens is not None and batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
         if num_parts < 1 or not 0 <= part_index < num_parts:
@@ -500,9 +472,7 @@ class BucketSentenceIter(PrebuiltBatchIter):
     def _pack(self, sentences: Sequence[Sequence[int]], policy: str) -> None:
         """Cut sentences into (start, length) chunks of one flat id array, pad into buckets."""
         num = len(sentences)
-        sizes = np.fromiter((len(s) for s in sentences), dtype=np.int64, count=num)
-        flat = np.fromiter(chain.from_iterable(sentences), dtype=np.int64, count=int(sizes.sum()))
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        sizes, flat, offsets = flatten_sequences(sentences)
         lengths = sizes - 1  # data tokens per sentence
         largest = self.default_bucket_key
 
@@ -599,15 +569,7 @@ class BucketSentenceIter(PrebuiltBatchIter):
                 self.num_batches,
                 empty_batches,
             )
-        if self.stats["long_sentences"]:
-            log.info(
-                "%s: %d sentences longer than %d tokens (%s), %d tokens lost",
-                self.source,
-                self.stats["long_sentences"],
-                largest,
-                policy,
-                lost,
-            )
+        log_long_sentences(log, self.source, self.stats, largest)
 
     def _epoch_batches(self, rng: np.random.Generator | None) -> list[Any]:
         batches = []

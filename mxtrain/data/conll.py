@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mxtrain.data.tagged_options import CONLLU_COLUMNS, TaggedSequencesOptions
+from mxtrain.data.text_files import read_data_text
 from mxtrain.errors import DataError
 
 DOCSTART = "-DOCSTART-"
@@ -40,33 +41,6 @@ class TaggedSentence:
     tokens: tuple[str, ...]
     labels: tuple[str, ...] | None
     line: int  # 1-based line of the first token in the file
-
-
-def read_text(path: Path, source: str) -> str:
-    """The UTF-8 text of a data file (a BOM is dropped); DataError if it cannot be read."""
-    where = f"The data file {path}" + (f" (source {source!r})" if str(path) != source else "")
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DataError(
-            f"{where} does not exist.",
-            hint="Relative paths are resolved against the config file's folder; fix the path.",
-        ) from None
-    except IsADirectoryError:
-        raise DataError(f"{where} is a directory.", hint="Point source at a CoNLL file.") from None
-    except OSError as exc:
-        raise DataError(
-            f"{where} cannot be read: {exc.strerror or exc}.",
-            hint="Check that the file exists and that you may read it.",
-        ) from None
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise DataError(
-            f"{path}:{line}: not UTF-8 text (invalid byte {raw[exc.start : exc.start + 1]!r}).",
-            hint="Convert it, e.g. 'iconv -f latin1 -t utf-8 in.conll > out.conll'.",
-        ) from None
 
 
 def detect_format(lines: list[str]) -> str:
@@ -214,7 +188,7 @@ def read_conll(
     if not path.is_absolute():
         path = base_dir / path
     name = str(path)
-    text = read_text(path, options.source)
+    text = read_data_text(path, options.source, expected="a CoNLL file")
     fmt, sentences = parse_conll(text, name, options, labels=labels, max_sentences=max_sentences)
     if not sentences:
         raise DataError(

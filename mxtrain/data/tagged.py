@@ -37,8 +37,11 @@ from mxtrain.data.base import TASK_TAG, DataContext, DataInfo
 from mxtrain.data.batching import (
     PrebuiltBatchIter,
     bucket_batches,
+    check_bucket_arguments,
     choose_buckets,
     chunk_sequences,
+    flatten_sequences,
+    log_long_sentences,
 )
 from mxtrain.data.bucket_sentence import auto_buckets
 from mxtrain.data.conll import TaggedSentence, read_conll
@@ -227,13 +230,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
         label_name: str = "softmax_label",
     ) -> None:
         super().__init__(batch_size)
-        buckets = sorted({int(b) for b in buckets})
-        if not buckets or buckets[0] < 1:
-            raise ValueError(f"buckets must be positive lengths, got {buckets}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
-        if long_sentences not in ("split", "truncate", "drop", "bucket"):
-            raise ValueError(f"unknown long_sentences policy {long_sentences!r}")
+        buckets = check_bucket_arguments(buckets, batch_size, long_sentences)
         if label_ids is not None and len(label_ids) != len(token_ids):
             raise ValueError(f"{len(token_ids)} token sequences but {len(label_ids)} label ones")
         self.batch_size = batch_size
@@ -280,9 +277,8 @@ class TaggedSequenceIter(PrebuiltBatchIter):
     ) -> None:
         """Cut sentences into (start, length) chunks of flat id arrays, pad into buckets."""
         num = len(token_ids)
-        sizes = np.fromiter((len(s) for s in token_ids), dtype=np.int64, count=num)
-        total_tokens = int(sizes.sum())
-        flat = np.fromiter(chain.from_iterable(token_ids), dtype=np.int64, count=total_tokens)
+        sizes, flat, offsets = flatten_sequences(token_ids)
+        total_tokens = flat.size
         if label_ids is None:
             flat_labels = np.full(total_tokens, self.label_vocab.pad_id, dtype=np.int64)
         else:
@@ -291,7 +287,6 @@ class TaggedSequenceIter(PrebuiltBatchIter):
             )
             if flat_labels.size != total_tokens:
                 raise ValueError("every sentence needs as many labels as tokens")
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         largest = self.default_bucket_key
 
         long = sizes > largest
@@ -358,15 +353,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
             "bucket_counts": counts,
             "bucket_batches": batches_per_bucket,
         }
-        if self.stats["long_sentences"]:
-            log.info(
-                "%s: %d sentences longer than %d tokens (%s), %d tokens lost",
-                self.source,
-                self.stats["long_sentences"],
-                largest,
-                policy,
-                lost,
-            )
+        log_long_sentences(log, self.source, self.stats, largest)
 
     def _epoch_batches(self, rng: np.random.Generator | None) -> list[Any]:
         batches = []
