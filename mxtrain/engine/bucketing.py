@@ -26,11 +26,13 @@ import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import mxnet as mx
 import numpy as np
 
+from mxtrain.run.atomic import save_atomically
 from mxtrain.run.params import ParamsFileError, read_params
 
 __all__ = ["BucketingModule", "key_fits", "largest_key", "split_batch"]
@@ -1091,14 +1093,13 @@ class BucketingModule:
         return total / len(arrays)
 
     def save_params(self, fname: str | os.PathLike) -> None:
-        """Save parameters in MXNet's format (``arg:NAME``/``aux:NAME``), atomically."""
+        """Save parameters in MXNet's format (``arg:NAME``/``aux:NAME``), atomically and
+        durably (:func:`mxtrain.run.atomic.save_atomically`: the old file or the whole new one
+        survives a crash)."""
         arg, aux = self.get_params()
         data = {f"arg:{k}": v for k, v in arg.items()}
         data.update({f"aux:{k}": v for k, v in aux.items()})
-        fname = os.fspath(fname)
-        tmp = f"{fname}.tmp-{os.getpid()}"
-        mx.nd.save(tmp, data)
-        os.replace(tmp, fname)
+        save_atomically(Path(os.fspath(fname)), lambda tmp: mx.nd.save(str(tmp), data))
 
     def load_params(self, fname: str | os.PathLike) -> None:
         """Load a file written by :meth:`save_params` (or MXNet's ``save_params``)."""

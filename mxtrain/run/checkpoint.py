@@ -806,5 +806,5 @@ def save_symbol(module: Any, run: RunFolder, prefix: str) -> Path:
 def save_params(module: Any, run: RunFolder, prefix: str, epoch: int) -> Path:
     """Save only the parameters as ``<prefix>-<epoch:04d>.params`` (no checkpoint folder)."""
     path = run.params_file(prefix, epoch)
-    save_atomically(path, lambda tmp: module.save_params(str(tmp)))
+    module.save_params(path)  # atomic and durable by itself (save_atomically)
     return path

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from mxtrain.errors import DataError, RunFolderError
 from mxtrain.registry import plugin_file_path, redirected_plugin_files
 from mxtrain.run.atomic import atomic_write_bytes, atomic_write_text
-from mxtrain.run.layout import PLUGINS_DIR, PLUGINS_MANIFEST, RunFolder
+from mxtrain.run.layout import PLUGINS_DIR, PLUGINS_MANIFEST, RUN_FILE, RunFolder
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 
@@ -121,7 +121,7 @@ def run_folder_of(ref: Any) -> Path | None:
     """The run folder named by ``RUN`` or ``RUN:SUFFIX`` (an epoch, a tag), if it exists."""
     text = os.fspath(ref)
     for candidate in (text, text.rpartition(":")[0]):
-        if candidate and (Path(candidate) / "run.json").is_file():
+        if candidate and (Path(candidate) / RUN_FILE).is_file():
             return Path(candidate)
     return None
 
