@@ -19,8 +19,9 @@ import numpy as np
 _Sums = dict[tuple[str, int], list[Any]]  # device -> [numerator, denominator] float64 NDArrays
 
 
-class _DeviceMetric:
-    """Sums of a per-position numerator over non-padding positions, per device."""
+class _AccumulatingMetric:
+    """What the device metrics share: per-device epoch and interval accumulators (their
+    contents are each metric's own), state restored from a checkpoint, and the resets."""
 
     name = "metric"
     #: whether smaller values are better (mxtrain.metric_tracker); None: judged by name
@@ -30,11 +31,33 @@ class _DeviceMetric:
         self.pad_id = pad_id
         if name is not None:
             self.name = name
-        self._epoch: _Sums = {}
-        self._interval: _Sums = {}
+        self._epoch: dict[tuple[str, int], Any] = {}
+        self._interval: dict[tuple[str, int], Any] = {}
         # Sums restored from a checkpoint, folded into the first device's sums at its next
         # update so that a resumed run adds in the same order as an uninterrupted one.
-        self._restored: dict[str, tuple[float, float]] = {}
+        self._restored: dict[str, Any] = {}
+
+    def update(self, labels: Sequence[Any], preds: Sequence[Any]) -> None:
+        raise NotImplementedError
+
+    def update_dict(self, label_dict: Mapping[str, Any], pred_dict: Mapping[str, Any]) -> None:
+        """``update`` with the label and output dicts stock modules pass around."""
+        self.update(list(label_dict.values()), list(pred_dict.values()))
+
+    def reset(self) -> None:
+        """Start a new epoch (the interval too)."""
+        self._epoch = {}
+        self._interval = {}
+        self._restored = {}
+
+    def reset_interval(self) -> None:
+        """Start a new log interval; the epoch's accumulators go on."""
+        self._interval = {}
+        self._restored.pop("interval", None)
+
+
+class _DeviceMetric(_AccumulatingMetric):
+    """Sums of a per-position numerator over non-padding positions, per device."""
 
     def _batch(self, label: Any, pred: Any) -> tuple[Any, Any]:
         """(numerator, denominator) of one batch as 1-element NDArrays on pred's device."""
@@ -73,10 +96,6 @@ class _DeviceMetric:
                     slot[0] += numerator
                     slot[1] += denominator
 
-    def update_dict(self, label_dict: Mapping[str, Any], pred_dict: Mapping[str, Any]) -> None:
-        """``update`` with the label and output dicts stock modules pass around."""
-        self.update(list(label_dict.values()), list(pred_dict.values()))
-
     def _read(self, sums: _Sums, which: str) -> tuple[float, float]:
         numerator = sum(float(slot[0].asscalar()) for slot in sums.values())
         denominator = sum(float(slot[1].asscalar()) for slot in sums.values())
@@ -109,17 +128,6 @@ class _DeviceMetric:
     def get_interval(self) -> dict[str, float]:
         """The value since ``reset_interval()`` (synchronises with the devices)."""
         return {self.name: self._value(*self._read(self._interval, "interval"))}
-
-    def reset(self) -> None:
-        """Start a new epoch (the interval too)."""
-        self._epoch = {}
-        self._interval = {}
-        self._restored = {}
-
-    def reset_interval(self) -> None:
-        """Start a new log interval; the epoch sums go on."""
-        self._interval = {}
-        self._restored.pop("interval", None)
 
     @property
     def total_tokens(self) -> int:
@@ -281,7 +289,7 @@ class DeviceRMSE(DeviceMSE):
 _Counts = dict[tuple[str, int], Any]  # device -> (3, classes) float64 NDArray: TP, FP, FN
 
 
-class DeviceF1:
+class DeviceF1(_AccumulatingMetric):
     """Macro-averaged F1 over classes, from per-class TP/FP/FN counted on the device.
 
     Per class c, ``F1_c = 2 TP / (2 TP + FP + FN)`` (the predicted class is the arg-max);
@@ -292,14 +300,6 @@ class DeviceF1:
 
     name = "f1"
     lower_is_better = False
-
-    def __init__(self, pad_id: int | None = 0, *, name: str | None = None) -> None:
-        self.pad_id = pad_id
-        if name is not None:
-            self.name = name
-        self._epoch: _Counts = {}
-        self._interval: _Counts = {}
-        self._restored: dict[str, np.ndarray] = {}
 
     def _batch(self, label: Any, pred: Any) -> Any:
         classes = int(pred.shape[-1])
@@ -331,10 +331,6 @@ class DeviceF1:
                         slot += counts
                 else:
                     slot += counts
-
-    def update_dict(self, label_dict: Mapping[str, Any], pred_dict: Mapping[str, Any]) -> None:
-        """``update`` with the label and output dicts stock modules pass around."""
-        self.update(list(label_dict.values()), list(pred_dict.values()))
 
     def _read(self, sums: _Counts, which: str) -> np.ndarray | None:
         total: np.ndarray | None = None
@@ -382,17 +378,6 @@ class DeviceF1:
             for which in ("epoch", "interval")
             if state.get(which) is not None
         }
-
-    def reset(self) -> None:
-        """Start a new epoch (the interval too)."""
-        self._epoch = {}
-        self._interval = {}
-        self._restored = {}
-
-    def reset_interval(self) -> None:
-        """Start a new log interval; the epoch counts go on."""
-        self._interval = {}
-        self._restored.pop("interval", None)
 
 
 class StockMetric:

@@ -1101,40 +1101,34 @@ class _Builder:
             )
         early = config.fit.early_stopping
         if early is not None:
-            if config.data.eval is None:
-                self.fail(
-                    ("fit", "early_stopping"),
-                    "fit.early_stopping needs evaluation data, but data.eval is not set",
-                    hint="Add a data.eval section, or remove fit.early_stopping.",
-                )
-            if early.metric not in config.fit.metrics:
-                self.fail(
-                    ("fit", "early_stopping", "metric"),
-                    f"fit.early_stopping.metric {early.metric!r} is not one of fit.metrics "
-                    f"({', '.join(config.fit.metrics)})",
-                    hint="Pick one of fit.metrics, or add it there.",
-                )
-        if config.fit.eval_interval is not None and config.data.eval is None:
-            self.fail(
-                ("fit", "eval_interval"),
-                "fit.eval_interval needs evaluation data, but data.eval is not set",
-                hint="Add a data.eval section, or remove fit.eval_interval.",
-            )
+            self._needs_eval_data(config, ("fit", "early_stopping"))
+            self._is_a_fit_metric(config, ("fit", "early_stopping", "metric"), early.metric)
+        if config.fit.eval_interval is not None:
+            self._needs_eval_data(config, ("fit", "eval_interval"))
         best = config.checkpoint.best_metric
         if best is not None:
-            if config.data.eval is None:
-                self.fail(
-                    ("checkpoint", "best_metric"),
-                    "checkpoint.best_metric needs evaluation data, but data.eval is not set",
-                    hint="Add a data.eval section, or remove checkpoint.best_metric.",
-                )
-            if best not in config.fit.metrics:
-                self.fail(
-                    ("checkpoint", "best_metric"),
-                    f"checkpoint.best_metric {best!r} is not one of fit.metrics "
-                    f"({', '.join(config.fit.metrics)})",
-                    hint="Pick one of fit.metrics, or add it there.",
-                )
+            self._needs_eval_data(config, ("checkpoint", "best_metric"))
+            self._is_a_fit_metric(config, ("checkpoint", "best_metric"), best)
+
+    def _needs_eval_data(self, config: Config, path: KeyPath) -> None:
+        """``path`` is set, which only means something when there is a data.eval section."""
+        if config.data.eval is None:
+            key = ".".join(map(str, path))
+            self.fail(
+                path,
+                f"{key} needs evaluation data, but data.eval is not set",
+                hint=f"Add a data.eval section, or remove {key}.",
+            )
+
+    def _is_a_fit_metric(self, config: Config, path: KeyPath, metric: str) -> None:
+        """The metric named at ``path`` must be one that fit computes."""
+        if metric not in config.fit.metrics:
+            self.fail(
+                path,
+                f"{'.'.join(map(str, path))} {metric!r} is not one of fit.metrics "
+                f"({', '.join(config.fit.metrics)})",
+                hint="Pick one of fit.metrics, or add it there.",
+            )
 
 
 def _dc_field(cls: type, name: str) -> dataclasses.Field[Any]:

@@ -56,6 +56,7 @@ from mxtrain.data.array_options import (
     ArrayDataInfo,
     CsvOptions,
     NDArrayOptions,
+    RowOptions,
 )
 from mxtrain.data.base import DataContext
 from mxtrain.errors import DataError
@@ -239,12 +240,7 @@ def _finish(
     if prior is None:
         prior = prior_meta(context, source)
     task = options.task
-    if prior is not None and prior.task != task:
-        raise DataError(
-            f"The data {source} is read with task: {task}, but the model was trained with "
-            f"task: {prior.task}.",
-            hint=f"Use task: {prior.task} for all data of one model.",
-        )
+    check_same_task(prior, task, source)
     integer = data.dtype.kind in "iu"
     if integer:
         data = _check_ids(data, source)
@@ -284,20 +280,35 @@ def _finish(
         feature_columns=feature_columns,
         label_column=label_column,
     )
-    predict = role == "predict"
     return RowIter(
-        data,
-        labels,
-        meta=meta,
-        batch_size=options.batch_size,
-        shuffle=options.shuffle and role == "train",
-        seed=context.seed,
-        num_parts=1 if predict else options.num_parts,
-        part_index=0 if predict else options.part_index,
-        source=source,
-        data_name=options.data_name,
-        label_name=options.label_name,
+        data, labels, meta=meta, **row_iter_settings(options, role, context.seed, source)
     )
+
+
+def check_same_task(prior: RowMeta | None, task: str, source: str) -> None:
+    """Data read for a trained model must use the task it was trained with."""
+    if prior is not None and prior.task != task:
+        raise DataError(
+            f"The data {source} is read with task: {task}, but the model was trained with "
+            f"task: {prior.task}.",
+            hint=f"Use task: {prior.task} for all data of one model.",
+        )
+
+
+def row_iter_settings(options: RowOptions, role: str, seed: int, source: str) -> dict[str, Any]:
+    """What every row iterator takes from its options and role: train shuffles, predict reads
+    every row (one part), the others read their part."""
+    predict = role == "predict"
+    return {
+        "batch_size": options.batch_size,
+        "shuffle": options.shuffle and role == "train",
+        "seed": seed,
+        "num_parts": 1 if predict else options.num_parts,
+        "part_index": 0 if predict else options.part_index,
+        "source": source,
+        "data_name": options.data_name,
+        "label_name": options.label_name,
+    }
 
 
 # --------------------------------------------------------------------------------------------

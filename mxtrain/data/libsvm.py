@@ -34,12 +34,14 @@ from mxtrain.data.array_options import TASK_CLASSIFY
 from mxtrain.data.arrays import (
     RowIter,
     RowMeta,
+    check_same_task,
     class_labels,
     num_classes_of,
     prior_meta,
     regression_targets,
     require_file,
     resolve_source,
+    row_iter_settings,
 )
 from mxtrain.data.base import DataContext
 from mxtrain.data.sparse_image_options import LibsvmOptions
@@ -217,12 +219,7 @@ def build_libsvm_iter(options: LibsvmOptions, context: DataContext) -> LibsvmIte
     source = str(path)
     prior = prior_meta(context, source)
     task = options.task
-    if prior is not None and prior.task != task:
-        raise DataError(
-            f"The data {source} is read with task: {task}, but the model was trained with "
-            f"task: {prior.task}.",
-            hint=f"Use task: {prior.task} for all data of one model.",
-        )
+    check_same_task(prior, task, source)
     sparse = read_libsvm(
         path,
         zero_based=options.zero_based,
@@ -287,19 +284,8 @@ def build_libsvm_iter(options: LibsvmOptions, context: DataContext) -> LibsvmIte
         label_shape=(),
         integer_data=False,
     )
-    return LibsvmIter(
-        sparse,
-        labels,
-        meta=meta,
-        batch_size=options.batch_size,
-        shuffle=options.shuffle and context.role == "train",
-        seed=context.seed,
-        num_parts=1 if predict else options.num_parts,
-        part_index=0 if predict else options.part_index,
-        source=source,
-        data_name=options.data_name,
-        label_name=options.label_name,
-    )
+    settings = row_iter_settings(options, context.role, context.seed, source)
+    return LibsvmIter(sparse, labels, meta=meta, **settings)
 
 
 def _line_of_column(sparse: SparseRows, column: int) -> int:

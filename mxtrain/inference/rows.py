@@ -18,7 +18,7 @@ classes)`` softmax does (a classifier's class count is small).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,23 @@ def _check_all(seen: np.ndarray) -> None:
     if not seen.all():
         missing = np.flatnonzero(~seen)
         raise RuntimeError(f"no prediction for input rows {missing[:10].tolist()}")
+
+
+def _predict_rows(
+    opened: Any,
+    reduce: Callable[[Any], Any],
+    collect: Callable[[np.ndarray, Any], None],
+    seen: np.ndarray,
+) -> None:
+    """Run every batch: ``reduce`` the first output on the device, ``collect`` it into the
+    rows of ``seen`` (one batch in flight); every input row must get its prediction."""
+    predict_batches(
+        opened,
+        lambda module, batch: reduce(module.get_outputs()[0]),
+        collect,
+        unit="the input row of each batch row",
+    )
+    _check_all(seen)
 
 
 # --------------------------------------------------------------------------------------------
@@ -158,13 +175,7 @@ def predict_classes(opened: Any, top_k: int) -> ClassPredictions:
         if top_labels is not None:
             top_labels[where] = np.rint(ids.asnumpy()[real]).astype(np.int64)
 
-    predict_batches(
-        opened,
-        lambda module, batch: reduce(module.get_outputs()[0]),
-        collect,
-        unit="the input row of each batch row",
-    )
-    _check_all(seen)
+    _predict_rows(opened, reduce, collect, seen)
     return ClassPredictions(labels, probs, top_labels, top_k)
 
 
@@ -240,11 +251,5 @@ def predict_values(opened: Any, top_k: int) -> ValuePredictions:
         real, where = _place(seen, index)
         values[where] = out.asnumpy()[real]
 
-    predict_batches(
-        opened,
-        lambda module, batch: reduce(module.get_outputs()[0]),
-        collect,
-        unit="the input row of each batch row",
-    )
-    _check_all(seen)
+    _predict_rows(opened, reduce, collect, seen)
     return ValuePredictions(values)
