@@ -187,6 +187,7 @@ def build_module(
                 fixed_param_patterns=tuple(fit_cfg.fixed_params) if for_training else (),
                 fixed_param_exclude=tuple(fit_cfg.fixed_params_exclude) if for_training else (),
                 logger=logger,
+                bucket_memory=fit_cfg.bucket_memory,
             )
             # Labels are bound for inference too: the loss layers take them.
             module.bind(

@@ -32,6 +32,7 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
+from mxtrain.engine.allocator import return_freed_memory
 from mxtrain.run.atomic import save_atomically
 from mxtrain.run.params import ParamsFileError, read_params
 
@@ -164,7 +165,13 @@ def _batch_axis(layout: str | None) -> int:
 
 
 def _elements(descs: Sequence[Any] | None) -> int:
-    return sum(int(np.prod(d.shape)) for d in descs or ())
+    return sum(int(np.prod(d[1] if isinstance(d, tuple) else d.shape)) for d in descs or ())
+
+
+def _bucket_elements(bucket: _Bucket) -> int:
+    """Input positions a bound bucket's executors were sized for (its reshape's too)."""
+    own = _elements(bucket.data_descs)
+    return own if bucket.origin is bucket else own + _elements(bucket.origin.data_descs)
 
 
 class _Bucket:
@@ -189,8 +196,9 @@ class _Bucket:
         self.label_descs = label_descs
         self.execs = execs
         # the bucket first bound for this key: reshapes start from its executors, and the
-        # default bucket's are what the other buckets share memory with
-        self.origin: _Bucket = origin if origin is not None else self
+        # default bucket's are what the other buckets share memory with. Not a reference to
+        # self: a cycle would keep unbound executors (and their memory) until the cyclic GC.
+        self._origin = origin
         self.base_execs = self.origin.execs
         self.slices = slices
         self.batch_size = batch_size
@@ -208,6 +216,10 @@ class _Bucket:
         ]
         self.data_targets = self._targets(data_descs)
         self.label_targets = self._targets(label_descs) if label_descs else None
+
+    @property
+    def origin(self) -> _Bucket:
+        return self._origin if self._origin is not None else self
 
     def _targets(self, descs: list[Any]) -> list[list[tuple[int, slice | None, Any]]]:
         """Per input, per device: (batch axis, slice of the batch or None for all, dest)."""
@@ -354,6 +366,15 @@ class BucketingModule:
     ``sym_gen(bucket_key) -> (symbol, data_names, label_names)`` as for MXNet's module.
     ``fixed_param_patterns`` are fnmatch globs of parameters to freeze (minus those matching
     ``fixed_param_exclude``); a glob that matches no parameter raises ``ValueError``.
+
+    ``bucket_memory`` bounds what stays bound. Every bound bucket keeps memory of its own
+    that executors cannot share (operator state such as a fused RNN's workspace, which grows
+    with the bucket's length), so keeping every bucket bound costs memory in proportion to
+    the number of buckets. With ``bucket_memory = f`` the buckets bound at once hold at most
+    ``f`` times the default bucket's input positions: binding another one first unbinds the
+    buckets used least recently (rebinding later costs a bind and a slower first batch).
+    The default bucket's first executors then only hold the parameters and the shared
+    memory pool and never run. ``None`` keeps every bucket bound.
     """
 
     def __init__(
@@ -366,9 +387,18 @@ class BucketingModule:
         fixed_param_patterns: Sequence[str] = (),
         fixed_param_exclude: Sequence[str] = (),
         logger: logging.Logger | None = None,
+        bucket_memory: float | None = None,
     ) -> None:
         if default_bucket_key is None:
             raise ValueError("default_bucket_key is required")
+        if bucket_memory is not None and not bucket_memory >= 1:
+            raise ValueError(
+                f"bucket_memory must be at least 1 (the default bucket must fit), "
+                f"not {bucket_memory!r}"
+            )
+        self._bucket_memory = bucket_memory
+        if bucket_memory is not None:
+            return_freed_memory()  # unbound executors' memory must leave the process
         if context is None:
             context = mx.cpu()
         contexts = [context] if isinstance(context, mx.Context) else list(context)
@@ -445,8 +475,11 @@ class BucketingModule:
         self.inputs_need_grad = False
         self._grad_req: Any = "write"
         self._with_labels = False
-        self._buckets: dict[Any, _Bucket] = {}
+        self._buckets: dict[Any, _Bucket] = {}  # runnable buckets, least recently used first
         self._curr: _Bucket | None = None
+        self._budget: int | None = None  # input positions the bound buckets may hold
+        self._unbound: set[Any] = set()  # keys unbound for bucket_memory (rebinds are counted)
+        self.rebinds = 0  # buckets bound again after bucket_memory unbound them
         self._default: _Bucket | None = None
         self._shared_buffers: list[dict[str, Any]] = []
         self._params: dict[str, list[Any]] = {}
@@ -612,7 +645,12 @@ class BucketingModule:
             self._default_key, self._default_symbol, data_shapes, label_shapes, default=True
         )
         self._default = self._curr = bucket
-        self._buckets[self._default_key] = bucket
+        if self._bucket_memory is None:
+            self._buckets[self._default_key] = bucket
+        else:
+            # the first executors only hold the store and the memory pool: a runnable copy of
+            # the default bucket is bound on first use and can be unbound like any other
+            self._budget = int(self._bucket_memory * _bucket_elements(bucket))
         self.binded = True
 
         # CPU staging copies, as MXNet's module keeps them: init_params fills these in sorted
@@ -889,7 +927,11 @@ class BucketingModule:
         return out
 
     def _get_bucket(
-        self, key: Any, data_shapes: ShapeList | None, label_shapes: ShapeList | None
+        self,
+        key: Any,
+        data_shapes: ShapeList | None,
+        label_shapes: ShapeList | None,
+        keep: Sequence[Any] = (),
     ) -> _Bucket:
         if not self.binded:
             raise RuntimeError("call bind() first")
@@ -900,12 +942,17 @@ class BucketingModule:
         bucket = self._buckets.get(key)
         if bucket is not None:
             if bucket.matches(data_shapes, label_shapes):
+                self._touch(key)
                 return bucket
             assert data_shapes is not None
+            self._make_room(_elements(data_shapes), keep=(key, *keep))
             bucket = self._reshape_bucket(bucket, data_shapes, label_shapes or None)
         else:
             if data_shapes is None:
                 raise ValueError(f"bucket {key!r} is not bound yet: its data shapes are needed")
+            self._make_room(_elements(data_shapes), keep=keep)
+            if key in self._unbound:
+                self.rebinds += 1
             symbol, data_names, label_names = self._call_sym_gen(key)
             bucket = self._bind_bucket(
                 key,
@@ -918,7 +965,53 @@ class BucketingModule:
         # a reshaped default bucket replaces the entry but not self._default: sharing, size
         # checks and rescale_grad keep referring to the executors bound first
         self._buckets[key] = bucket
+        self._touch(key)
         return bucket
+
+    # -- bounded memory (bucket_memory) -----------------------------------------------------
+
+    def _touch(self, key: Any) -> None:
+        """Mark ``key`` as the most recently used bucket (the dict keeps use order)."""
+        if self._budget is not None:
+            self._buckets[key] = self._buckets.pop(key)
+
+    def _room_for(self, needed: int, keep: Sequence[Any]) -> bool:
+        """Whether ``needed`` more positions fit once every bucket not in ``keep`` is gone."""
+        if self._budget is None:
+            return True
+        kept = sum(_bucket_elements(b) for k, b in self._buckets.items() if k in keep)
+        return kept + needed <= self._budget
+
+    def _make_room(self, needed: int, keep: Sequence[Any] = ()) -> None:
+        """Unbind the least recently used buckets (not those in ``keep``) until ``needed``
+        more input positions fit in the budget, or nothing more can go."""
+        if self._budget is None:
+            return
+        held = sum(_bucket_elements(b) for b in self._buckets.values())
+        if held + needed <= self._budget:
+            return
+        # let queued work on the executors finish, so their memory is free before the new
+        # bucket allocates its own (the engine would otherwise release it later)
+        mx.nd.waitall()
+        for key in [k for k in self._buckets if k not in keep]:
+            if held + needed <= self._budget:
+                break
+            held -= _bucket_elements(self._buckets.pop(key))
+            if not self._unbound:
+                self.logger.info(
+                    "unbinding bucket %r, the least recently used: bound buckets may hold "
+                    "%d input positions (bucket_memory %g x the default bucket); buckets are "
+                    "rebound when needed",
+                    key,
+                    self._budget,
+                    self._bucket_memory,
+                )
+            self._unbound.add(key)
+
+    @property
+    def bound_positions(self) -> int:
+        """Input positions (batch x length) of every runnable bucket bound now."""
+        return sum(_bucket_elements(b) for b in self._buckets.values())
 
     def switch_bucket(
         self, bucket_key: Any, data_shapes: ShapeList | None, label_shapes: ShapeList | None = None
@@ -927,10 +1020,17 @@ class BucketingModule:
         self._curr = self._get_bucket(bucket_key, data_shapes, label_shapes)
 
     def prepare(self, data_batch: Any) -> None:
-        """Bind the batch's bucket ahead of its forward; the current bucket does not change."""
-        self._bucket_for(data_batch)
+        """Bind the batch's bucket ahead of its forward; the current bucket does not change.
 
-    def _bucket_for(self, batch: Any) -> _Bucket:
+        Under ``bucket_memory`` the current bucket stays bound, and binding waits for the
+        forward when it would not fit beside the current bucket.
+        """
+        keep = () if self._curr is None or self._curr is self._default else (self._curr.key,)
+        self._bucket_for(data_batch, keep=keep, ahead=True)
+
+    def _bucket_for(
+        self, batch: Any, keep: Sequence[Any] = (), ahead: bool = False
+    ) -> _Bucket | None:
         key = getattr(batch, "bucket_key", None)
         if key is None:
             key = self._default_key
@@ -938,11 +1038,14 @@ class BucketingModule:
         data_descs = getattr(batch, "provide_data", None)
         label_descs = getattr(batch, "provide_label", None)
         if bucket is not None and bucket.matches(data_descs, label_descs):
+            self._touch(key)
             return bucket
         if not data_descs:
             names = bucket.data_names if bucket is not None else self._call_sym_gen(key)[1]
             data_descs = [(n, a.shape) for n, a in zip(names or [], batch.data, strict=True)]
-        return self._get_bucket(key, data_descs, label_descs)
+        if ahead and not self._room_for(_elements(data_descs), (key, *keep)):
+            return None  # bound by forward(), once the current bucket may go
+        return self._get_bucket(key, data_descs, label_descs, keep=keep)
 
     # -- parameters -------------------------------------------------------------------------
 
@@ -1442,6 +1545,7 @@ class BucketingModule:
         if not self.params_initialized:
             raise RuntimeError("call init_params() or set_params() first")
         bucket = self._bucket_for(data_batch)
+        assert bucket is not None
         self._curr = bucket
         _copy_in(data_batch.data, bucket.data_targets)
         if bucket.label_targets is not None and data_batch.label:

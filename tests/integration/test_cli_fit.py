@@ -199,3 +199,49 @@ def test_gpu_request_on_cpu_only_mxnet_is_a_clear_error(
     assert "CPU-only build" in result.output and "mxnet-cu" in result.output
     assert "Traceback" not in result.output
     assert not (tiny_config.parent / "runs" / "tiny").exists()
+
+
+@pytest.mark.parametrize("cell", ["fused", "unfused"])
+def test_bucket_memory_trains_the_same_run_in_less_bound_memory(
+    runner: CliRunner, tiny_config: Path, cell: str
+) -> None:
+    """fit.bucket_memory unbinds and rebinds buckets; the run's numbers do not change, and
+    score on the run folder uses the same bound."""
+    from conftest import metric_trace, params
+
+    runs = tiny_config.parent / "runs"
+    common = ["--set", f"model.cell={cell}", "--progress", "plain"]
+    full = run_cli(runner, "fit", str(tiny_config), "--name", "all", *common)
+    assert full.exit_code == 0, full.output
+    bounded = run_cli(
+        runner,
+        "fit",
+        str(tiny_config),
+        "--name",
+        "bounded",
+        "--set",
+        "fit.bucket_memory=1.0",
+        *common,
+    )
+    assert bounded.exit_code == 0, bounded.output
+    assert "unbinding bucket" in bounded.output
+    assert metric_trace(runs / "bounded") == metric_trace(runs / "all")
+    for name, value in params(runs / "all", 2).items():
+        assert (params(runs / "bounded", 2)[name] == value).all(), name
+
+    scores = [
+        run_cli(runner, "score", str(runs / run), "--json").output for run in ("all", "bounded")
+    ]
+    assert (
+        json.loads(scores[0].splitlines()[-1])["metrics"]
+        == json.loads(scores[1].splitlines()[-1])["metrics"]
+    )
+
+
+def test_bucket_memory_below_one_is_refused_with_its_key(
+    runner: CliRunner, tiny_config: Path
+) -> None:
+    result = run_cli(runner, "check", str(tiny_config), "--set", "fit.bucket_memory=0.5")
+    assert result.exit_code != 0
+    assert "bucket_memory" in result.output and "at least 1" in result.output
+    assert "Traceback" not in result.output

@@ -67,9 +67,9 @@ def shapes(key: int, batch: int = BATCH) -> tuple[list[Any], list[Any]]:
     return [("data", (batch, key))], [("softmax_label", (batch, key))]
 
 
-def initial_params(seed: int = 7) -> tuple[dict[str, Any], dict[str, Any]]:
+def initial_params(seed: int = 7, sym_gen: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
     mx.random.seed(seed)
-    mod = mx.mod.Module(*lstm_sym_gen(12))
+    mod = mx.mod.Module(*(sym_gen or lstm_sym_gen)(12))
     mod.bind(*shapes(12))
     mod.init_params(mx.init.Xavier(magnitude=2.5))
     arg, aux = mod.get_params()
@@ -525,3 +525,103 @@ def test_kvstore_choices(monkeypatch: pytest.MonkeyPatch) -> None:
         module(TWO).init_optimizer(42)
     with pytest.raises(TypeError):
         module(TWO).init_optimizer("local", optimizer=object())
+
+
+# -- bucket_memory: a bound on what stays bound ---------------------------------------------
+
+
+def _fused_lm_sym_gen(seq_len: int) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
+    """The fused-RNN LM shape whose per-bucket operator state motivated bucket_memory."""
+    data = mx.sym.Variable("data")
+    label = mx.sym.Variable("softmax_label")
+    embed = mx.sym.Embedding(data, input_dim=VOCAB, output_dim=HIDDEN, name="embed")
+    rnn = mx.sym.RNN(
+        mx.sym.swapaxes(embed, dim1=0, dim2=1),
+        mx.sym.Variable("lstm_parameters", init=mx.init.Uniform(0.1)),
+        mx.sym.zeros((1, 0, HIDDEN)),
+        mx.sym.zeros((1, 0, HIDDEN)),
+        state_size=HIDDEN,
+        num_layers=1,
+        mode="lstm",
+        name="lstm",
+    )
+    pred = mx.sym.Reshape(mx.sym.swapaxes(rnn, dim1=0, dim2=1), shape=(-1, HIDDEN))
+    pred = mx.sym.FullyConnected(pred, num_hidden=VOCAB, name="pred")
+    out = mx.sym.SoftmaxOutput(pred, mx.sym.Reshape(label, shape=(-1,)), name="softmax")
+    return out, ("data",), ("softmax_label",)
+
+
+@pytest.mark.parametrize("sym_gen", [lstm_sym_gen, _fused_lm_sym_gen], ids=["unfused", "fused"])
+def test_bucket_memory_bounds_bound_buckets_and_keeps_the_numbers(sym_gen: Any) -> None:
+    """Unbinding and rebinding buckets changes no number: same parameters and outputs."""
+    batches = make_batches(24)
+    reference = BucketingModule(sym_gen, 12, ONE)
+    train(reference, batches, initial_params(sym_gen=sym_gen), "local", "adam", OPTIMIZERS["adam"])
+
+    bounded = BucketingModule(sym_gen, 12, ONE, bucket_memory=1.5)
+    budget = int(1.5 * BATCH * 12)
+    bounded.bind(*shapes(12))
+    bounded.set_params(*initial_params(sym_gen=sym_gen))
+    bounded.init_optimizer(kvstore="local", optimizer="adam", optimizer_params=OPTIMIZERS["adam"])
+    for batch in batches:
+        bounded.prepare(batch)
+        assert bounded.bound_positions <= budget
+        bounded.forward_backward(batch)
+        bounded.update()
+        assert bounded.bound_positions <= budget
+    # the buckets came back after being unbound (24 batches over three buckets)
+    assert bounded.rebinds > 0
+    assert_params_close(bounded.get_params()[0], reference.get_params()[0], rtol=0, atol=0)
+
+    for batch in make_batches(3, seed=1)[:3]:
+        reference.forward(batch, is_train=False)
+        bounded.forward(batch, is_train=False)
+        np.testing.assert_array_equal(
+            bounded.get_outputs()[0].asnumpy(), reference.get_outputs()[0].asnumpy()
+        )
+
+
+def test_bucket_memory_keeps_the_current_bucket_and_defers_binding_ahead(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    mod = BucketingModule(lstm_sym_gen, 12, ONE, bucket_memory=1.0)
+    mod.bind(*shapes(12))
+    mod.init_params(mx.init.Xavier())
+    rng = np.random.RandomState(0)
+    big, small = make_batch(rng, 12), make_batch(rng, 5)
+    assert mod.bound_positions == 0  # the first executors hold the store and never run
+    mod.forward(big, is_train=False)
+    assert mod.bucket_keys == [12]
+    # binding ahead would need 12 + 5 positions of 12: it waits for forward
+    mod.prepare(small)
+    assert mod.bucket_keys == [12] and mod.curr_bucket_key == 12
+    with caplog.at_level(logging.INFO, logger="mxtrain.engine.bucketing"):
+        mod.forward(small, is_train=False)
+    assert mod.bucket_keys == [5]
+    assert "unbinding bucket 12, the least recently used" in caplog.text
+    mod.forward(big, is_train=False)
+    assert mod.bucket_keys == [12] and mod.rebinds == 1
+
+
+def test_bucket_memory_must_fit_the_default_bucket() -> None:
+    with pytest.raises(ValueError, match="bucket_memory must be at least 1"):
+        BucketingModule(lstm_sym_gen, 12, ONE, bucket_memory=0.5)
+
+
+def test_unbound_executors_are_freed_without_the_cyclic_gc() -> None:
+    """A bucket that referred to itself stayed alive (with its memory) until a GC pass."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        mod = BucketingModule(lstm_sym_gen, 12, ONE, bucket_memory=1.0)
+        mod.bind(*shapes(12))
+        mod.init_params(mx.init.Xavier())
+        rng = np.random.RandomState(0)
+        mod.forward(make_batch(rng, 8), is_train=False)
+        gone = weakref.ref(mod._buckets[8])
+        mod.forward(make_batch(rng, 12), is_train=False)
+        assert gone() is None
+    finally:
+        gc.enable()
