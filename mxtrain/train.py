@@ -538,6 +538,14 @@ class _Setup:
     coordinator: Any = None  # distributed.Coordinator for dist_sync kvstores
 
 
+def _recorded_buckets(restore: Any) -> tuple[int, ...] | None:
+    """The bucket lengths a resumed run's checkpoint recorded (None: fresh run, or none)."""
+    keys = getattr(restore, "bucket_keys", None)
+    if not keys or not all(isinstance(k, int) for k in keys):
+        return None
+    return tuple(keys)
+
+
 def _prepare(
     config: Config,
     threads: dict[str, str],
@@ -580,7 +588,13 @@ def _prepare(
 
     train_iter = build_data_iter(
         train_section,
-        DataContext(role="train", seed=seed, base_dir=base_dir, vocab_file=vocab_file),
+        DataContext(
+            role="train",
+            seed=seed,
+            base_dir=base_dir,
+            vocab_file=vocab_file,
+            buckets=_recorded_buckets(restore),
+        ),
         base_dir,
         "data.train",
     )

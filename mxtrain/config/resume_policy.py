@@ -21,6 +21,7 @@ MAY_CHANGE: tuple[str, ...] = (
     "fit.num_epoch",
     "fit.log_interval",
     "fit.prefetch",
+    "fit.bucket_memory",
     "fit.eval_max_batches",
     "fit.metrics",
     "fit.eval_interval",

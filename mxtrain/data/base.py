@@ -39,10 +39,10 @@ class DataContext:
     paths in the config are resolved against (the config file's folder). ``vocab_file``, when
     set, is a saved vocabulary to load instead of building one. ``buckets``, when set, are the
     bucket keys the model was trained with, for iterators built without ``train`` (scoring or
-    predicting from a run folder). ``artifacts_dir``, when set, is the folder (the run folder)
-    holding the extra files a train iterator wrote through its optional ``artifacts()``
-    method (``{file name: save(path)}``, e.g. a tagger's ``label_vocab.json``); when it is
-    None, iterators look for them beside ``vocab_file``.
+    predicting from a run folder) and for a resumed run's train iterator. ``artifacts_dir``,
+    when set, is the folder (the run folder) holding the extra files a train iterator wrote
+    through its optional ``artifacts()`` method (``{file name: save(path)}``, e.g. a tagger's
+    ``label_vocab.json``); when it is None, iterators look for them beside ``vocab_file``.
     """
 
     role: str

@@ -154,3 +154,27 @@ def test_resume_falls_back_when_the_newest_checkpoint_is_corrupt(tmp_path: Path)
 def test_missing_run_folder_is_a_clear_error(tmp_path: Path) -> None:
     code, out = invoke("resume", str(tmp_path / "nope"))
     assert code == 5 and "nope" in out and "Traceback" not in out
+
+
+def test_resume_keeps_the_recorded_buckets_when_the_rule_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run started by one mxtrain and resumed by a newer one whose ``buckets: auto`` rule
+    derives other buckets still sees the batches it started with."""
+    straight = make_config(tmp_path, "straight", 2)
+    auto = straight.read_text().replace("buckets: [5, 9, 13]", "buckets: auto, num_buckets: 3")
+    straight.write_text(auto)
+    assert invoke("fit", str(straight))[0] == 0
+    short = make_config(tmp_path, "split", 1)
+    short.write_text(auto.replace("num_epoch: 2", "num_epoch: 1").replace("straight", "split"))
+    assert invoke("fit", str(short))[0] == 0
+
+    import mxtrain.data.bucket_sentence as bucket_sentence
+
+    def other_rule(lengths: np.ndarray, options: object) -> list[int]:
+        return [4, int(lengths.max())]  # what a different rule might choose
+
+    monkeypatch.setattr(bucket_sentence, "derive_buckets", other_rule)
+    code, out = invoke("resume", str(tmp_path / "runs" / "split"), "--set", "fit.num_epoch=2")
+    assert code == 0, out
+    assert_same_run(tmp_path / "runs" / "straight", tmp_path / "runs" / "split", 2)
