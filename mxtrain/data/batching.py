@@ -25,9 +25,10 @@ def choose_buckets(
     derive: Callable[[], list[int]],
 ) -> list[int]:
     """The buckets of a sequence iterator: the config's list (``explicit``), else for eval and
-    predict the train iterator's (or the run's recorded ones, ``context.buckets``), else
-    ``derive()`` from the data. An explicit list whose largest bucket exceeds the train
-    iterator's is warned about: the model then binds a shape bigger than its default bucket.
+    predict the train iterator's (or the run's recorded ones, ``context.buckets``), for a
+    resumed train iterator the recorded ones, else ``derive()`` from the data. An explicit list
+    whose largest bucket exceeds the train iterator's is warned about: the model then binds a
+    shape bigger than its default bucket.
     """
     train = context.train if context.role != "train" else None
     if not isinstance(explicit, str):  # a list of lengths; otherwise "auto"
@@ -50,6 +51,10 @@ def choose_buckets(
             known = list(context.buckets)
         if known:
             return sorted(int(b) for b in known)
+    elif context.buckets:
+        # a resumed run keeps the buckets it was trained with, even where a newer mxtrain
+        # derives other ones: its batches, and so its saved position, stay the same
+        return sorted(int(b) for b in context.buckets)
     return derive()
 
 
@@ -138,6 +143,44 @@ def log_long_sentences(
             stats["long_policy"],
             stats["long_tokens_lost"],
         )
+
+
+#: a train iterator whose batches are more padding than this says so, with the key to change
+PADDING_WARNING = 0.2
+
+
+def warn_about_padding(
+    logger: logging.Logger,
+    source: str,
+    stats: dict[str, Any],
+    *,
+    buckets: Sequence[int] | str,
+    rule: str,
+    batch_key: str = "batch_size",
+) -> None:
+    """Warn when more than :data:`PADDING_WARNING` of the positions a train iterator computes
+    are padding, naming the data.train key that would lower it."""
+    share = float(stats["padding_ratio"])
+    if share <= PADDING_WARNING:
+        return
+    rounding = stats.get("bucket_padding")
+    if not isinstance(buckets, str):
+        advice = "set data.train.buckets: auto with auto_buckets: padding"
+    elif rule != "padding":
+        advice = "set data.train.auto_buckets: padding (the fewest buckets within max_padding)"
+    elif rounding is not None and rounding > share / 2:
+        advice = "raise data.train.num_buckets (or set it to null)"
+    else:
+        advice = f"most of it fills each bucket's last batch: lower data.train.{batch_key}"
+    where = "" if rounding is None else f" ({rounding:.1%} from rounding lengths up to buckets)"
+    logger.warning(
+        "%s: %.1f%% of the positions computed are padding%s, which costs as much time as "
+        "real tokens; %s",
+        source,
+        100 * share,
+        where,
+        advice,
+    )
 
 
 def chunk_sequences(

@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ from mxtrain.data.batching import (
     chunk_sequences,
     flatten_sequences,
     log_long_sentences,
+    warn_about_padding,
 )
 from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX, BucketSentenceOptions
 from mxtrain.data.text_files import read_data_text
@@ -101,7 +102,7 @@ def build_bucket_sentence_iter(
         return derive_buckets(lengths, options)
 
     buckets = choose_buckets(options.buckets, context, source, from_lengths)
-    return BucketSentenceIter(
+    data_iter = BucketSentenceIter(
         encoded,
         vocab=vocab,
         buckets=buckets,
@@ -116,6 +117,17 @@ def build_bucket_sentence_iter(
         level=options.level,
         add_eos=options.add_eos,
     )
+    if context.role == "train":
+        batch_key = "batch_tokens" if options.batch_tokens is not None else "batch_size"
+        warn_about_padding(
+            log,
+            source,
+            data_iter.stats,
+            buckets=options.buckets,
+            rule=options.auto_buckets,
+            batch_key=batch_key,
+        )
+    return data_iter
 
 
 def train_buckets(options: BucketSentenceOptions, base_dir: Path) -> list[int]:
@@ -139,10 +151,34 @@ def train_buckets(options: BucketSentenceOptions, base_dir: Path) -> list[int]:
 
 def derive_buckets(lengths: np.ndarray, options: BucketSentenceOptions) -> list[int]:
     """``buckets: auto`` for sentences of ``lengths`` data tokens, by ``options.auto_buckets``."""
-    if options.auto_buckets == "padding":
-        return padding_buckets(lengths, options.max_padding, options.num_buckets)
-    assert options.num_buckets is not None  # options refuse null with the quantile rule
-    return auto_buckets(lengths, options.num_buckets)
+    return automatic_buckets(
+        lengths,
+        rule=options.auto_buckets,
+        num_buckets=options.num_buckets,
+        max_padding=options.max_padding,
+        batch_size=options.batch_size,
+        batch_tokens=options.batch_tokens,
+        num_parts=options.num_parts,
+    )
+
+
+def automatic_buckets(
+    lengths: np.ndarray,
+    *,
+    rule: str,
+    num_buckets: int | None,
+    max_padding: float,
+    batch_size: int,
+    batch_tokens: int | None = None,
+    num_parts: int = 1,
+) -> list[int]:
+    """The buckets of ``buckets: auto`` (both sequence iterators): length quantiles, or the
+    padding rule counting the batches as the iterator packs them."""
+    if rule == "padding":
+        rows = whole_batch_rows(batch_size, batch_tokens, _outlier_cap(lengths), num_parts)
+        return padding_buckets(lengths, max_padding, num_buckets, rows=rows)
+    assert num_buckets is not None  # options refuse null with the quantile rule
+    return auto_buckets(lengths, num_buckets)
 
 
 def read_lines(options: BucketSentenceOptions, base_dir: Path) -> tuple[str, list[str]]:
@@ -242,8 +278,36 @@ def bucket_padding(lengths: np.ndarray, buckets: Sequence[int]) -> float:
     return 1.0 - float(lens.sum()) / float(padded.sum())
 
 
+#: the padding rule stops adding buckets once this many more have not lowered the padding
+#: (counting whole batches, more buckets eventually add partly filled last batches)
+PADDING_PATIENCE = 4
+
+
+def whole_batch_rows(
+    batch_size: int, batch_tokens: int | None, largest: int, num_parts: int = 1
+) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``rows(counts, lengths)``: rows the iterator computes for buckets of ``lengths`` holding
+    ``counts`` sequences, its whole batches (and every part's) included, as it packs them."""
+    budget = None
+    if batch_tokens is not None:
+        budget = min(batch_tokens, max(1, batch_tokens // largest) * largest)
+
+    def rows(counts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        per_batch = np.full_like(lengths, batch_size, dtype=np.float64)
+        if budget is not None:
+            per_batch = np.maximum(1, budget // np.maximum(lengths, 1)).astype(np.float64)
+        per_part = np.ceil(counts / num_parts)
+        return num_parts * np.ceil(per_part / per_batch) * per_batch
+
+    return rows
+
+
 def padding_buckets(
-    lengths: np.ndarray, max_padding: float, num_buckets: int | None = None
+    lengths: np.ndarray,
+    max_padding: float,
+    num_buckets: int | None = None,
+    *,
+    rows: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> list[int]:
     """The fewest bucket boundaries whose padding share stays within ``max_padding``.
 
@@ -258,8 +322,14 @@ def padding_buckets(
     left-to-right cut would also meet the budget but may use more buckets; with ``n`` in the
     hundreds the DP costs ``O(k n^2)`` vectorized, well under a second.
 
-    ``num_buckets`` caps ``k`` (None: no cap). If the cap is reached first the cap's best
-    boundaries are returned and a warning says which padding they leave.
+    ``rows(counts, lengths)`` (see :func:`whole_batch_rows`) counts what is computed: the
+    all-padding rows that fill each bucket's last batch too, which dominate on small or
+    heavy-tailed data (a rare long bucket is mostly empty rows). Padding is then not
+    monotone in ``k``: the search stops :data:`PADDING_PATIENCE` buckets after its best and
+    returns the fewest buckets within the budget, else the least padded choice.
+
+    ``num_buckets`` caps ``k`` (None: no cap). If the budget is not met the best boundaries
+    found are returned and a warning says which padding they leave.
     """
     if lengths.size == 0:
         raise ValueError("no lengths to derive buckets from")
@@ -270,33 +340,48 @@ def padding_buckets(
     tokens = float(lens.sum())
     limit = max_padding / (1.0 - max_padding) * tokens + 1e-9  # pad <= limit <=> share <= m
     cap = n if num_buckets is None else min(n, num_buckets)
-    if max_padding == 0 and cap == n:
+    if max_padding == 0 and cap == n and rows is None:
         return [int(x) for x in u]
     counts = np.concatenate([[0.0], np.cumsum(c, dtype=np.float64)])
     sums = np.concatenate([[0.0], np.cumsum(c * u, dtype=np.float64)])
     # cost[i, j]: pad the distinct lengths i..j-1 (0-based) to u[j-1]; i < j
     ends = np.concatenate([[0.0], u.astype(np.float64)])
-    cost = ends[None, :] * (counts[None, :] - counts[:, None]) - (sums[None, :] - sums[:, None])
+    held = counts[None, :] - counts[:, None]  # sequences in (u_i, u_j]
+    if rows is not None:
+        held = np.where(held > 0, rows(np.maximum(held, 0), np.broadcast_to(ends, held.shape)), 0)
+    cost = ends[None, :] * held - (sums[None, :] - sums[:, None])
     cost[np.tril_indices(n + 1)] = np.inf
     best = cost[0].copy()  # k = 1: one bucket ending at u[j-1] covers 1..j
     parents: list[np.ndarray] = []
+    chosen_k, chosen_pad = 1, best[n]
     k = 1
-    while best[n] > limit and k < cap:
+    while best[n] > limit and k < cap and k < chosen_k + PADDING_PATIENCE:
         total = best[:, None] + cost
         parents.append(np.argmin(total, axis=0))
         best = total[parents[-1], np.arange(n + 1)]
         k += 1
+        if best[n] < chosen_pad:
+            chosen_k, chosen_pad = k, best[n]
     bounds = [n]
-    for parent in reversed(parents):
+    for parent in reversed(parents[: chosen_k - 1]):
         bounds.append(int(parent[bounds[-1]]))
     buckets = sorted(int(u[j - 1]) for j in bounds if j > 0)
-    if best[n] > limit:
+    if chosen_pad > limit:
+        share = chosen_pad / (tokens + chosen_pad)
+        if k >= cap and k < chosen_k + PADDING_PATIENCE:
+            advice = "allow more buckets (or num_buckets: null) to meet it"
+        else:
+            advice = (
+                "more buckets would not lower it: the rest fills the last batch of each "
+                "bucket; a smaller batch_size or batch_tokens lowers it"
+            )
         log.warning(
-            "auto_buckets: padding: %d buckets (num_buckets) leave %.1f%% padding, more than "
-            "max_padding %.1f%%; allow more buckets (or num_buckets: null) to meet it",
+            "auto_buckets: padding: %d buckets leave %.1f%% padding, more than max_padding "
+            "%.1f%%; %s",
             len(buckets),
-            100 * bucket_padding(lens, buckets),
+            100 * share,
             100 * max_padding,
+            advice,
         )
     return buckets
 

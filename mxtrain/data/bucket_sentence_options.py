@@ -7,15 +7,19 @@ from typing import ClassVar, Literal
 
 from mxtrain.data.source_options import (
     SourceOptions,
+    auto_buckets_field,
     batch_size_field,
     buckets_field,
+    check_auto_buckets,
     check_buckets,
     check_long_sentences,
     check_max_vocab,
     check_optional_positive_int,
     check_source,
     long_sentences_field,
+    max_padding_field,
     max_sentences_field,
+    num_buckets_field,
     num_parts_field,
     part_index_field,
     shuffle_field,
@@ -25,7 +29,6 @@ from mxtrain.option_checks import check_choice, check_positive_int, check_shardi
 
 TREEBANK_PREFIX = "treebank:"
 LEVELS = ("word", "char")
-AUTO_BUCKET_RULES = ("quantile", "padding")
 DEFAULT_SPECIALS = ("<pad>", "<unk>", "<eos>")
 
 
@@ -63,27 +66,9 @@ class BucketSentenceOptions(SourceOptions):
         },
     )
     buckets: list[int] | Literal["auto"] = buckets_field("sequence lengths")
-    num_buckets: int | None = field(
-        default=8,
-        metadata={
-            "doc": "how many buckets 'buckets: auto' derives at most (null: no limit, "
-            "auto_buckets: padding only)"
-        },
-    )
-    auto_buckets: Literal["quantile", "padding"] = field(
-        default="quantile",
-        metadata={
-            "doc": "how 'buckets: auto' places boundaries: quantile (length quantiles) or "
-            "padding (the fewest buckets whose padding stays within max_padding)"
-        },
-    )
-    max_padding: float = field(
-        default=0.1,
-        metadata={
-            "doc": "auto_buckets: padding: largest share of padded positions from rounding "
-            "lengths up to buckets (0 to 1, exclusive)"
-        },
-    )
+    num_buckets: int | None = num_buckets_field()
+    auto_buckets: Literal["quantile", "padding"] = auto_buckets_field()
+    max_padding: float = max_padding_field()
     shuffle: bool = shuffle_field(
         "sentences and batches", "eval iterators always read in a fixed order"
     )
@@ -129,19 +114,7 @@ class BucketSentenceOptions(SourceOptions):
         check_long_sentences(self.long_sentences)
         check_positive_int("batch_size", self.batch_size)
         check_optional_positive_int("batch_tokens", self.batch_tokens)
-        check_choice("auto_buckets", self.auto_buckets, AUTO_BUCKET_RULES)
-        if self.num_buckets is None:
-            if self.auto_buckets != "padding":
-                raise InvalidValue(
-                    "num_buckets",
-                    "may be null only with auto_buckets: padding (the quantile "
-                    "rule needs a number of buckets)",
-                )
-        else:
-            check_positive_int("num_buckets", self.num_buckets)
-        mp = self.max_padding
-        if isinstance(mp, bool) or not isinstance(mp, int | float) or not 0 <= mp < 1:
-            raise InvalidValue("max_padding", f"must be a number from 0 to below 1, not {mp!r}")
+        check_auto_buckets(self.auto_buckets, self.num_buckets, self.max_padding)
         check_positive_int("min_count", self.min_count)
         check_optional_positive_int("max_sentences", self.max_sentences)
         if self.vocab is not None and (not isinstance(self.vocab, str) or not self.vocab.strip()):

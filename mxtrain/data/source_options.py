@@ -21,6 +21,8 @@ from mxtrain.option_checks import CheckedOptions, check_choice, check_positive_i
 
 #: what bucketed iterators do with a sentence longer than the largest bucket
 LONG_POLICIES = ("split", "truncate", "drop")
+#: how ``buckets: auto`` places boundaries
+AUTO_BUCKET_RULES = ("quantile", "padding")
 
 
 class SourceOptions(CheckedOptions):
@@ -81,6 +83,40 @@ def buckets_field(lengths: str) -> Any:
     )
 
 
+def num_buckets_field(default: int = 8) -> Any:
+    """``num_buckets``: at most this many automatic buckets."""
+    return field(
+        default=default,
+        metadata={
+            "doc": "how many buckets 'buckets: auto' derives at most (null: no limit, "
+            "auto_buckets: padding only)"
+        },
+    )
+
+
+def auto_buckets_field() -> Any:
+    """``auto_buckets`` (default quantile): the rule of ``buckets: auto``."""
+    return field(
+        default="quantile",
+        metadata={
+            "doc": "how 'buckets: auto' places boundaries: quantile (length quantiles) or "
+            "padding (the fewest buckets whose padding stays within max_padding)"
+        },
+    )
+
+
+def max_padding_field() -> Any:
+    """``max_padding`` (default 0.1): the padding rule's budget."""
+    return field(
+        default=0.1,
+        metadata={
+            "doc": "auto_buckets: padding: largest share of padded positions in the batches "
+            "computed, from rounding lengths up to buckets and from filling each bucket's "
+            "last batch (0 to 1, exclusive)"
+        },
+    )
+
+
 def long_sentences_field(note: str = "") -> Any:
     """``long_sentences`` (default split): sentences longer than the largest bucket."""
     return field(
@@ -132,6 +168,24 @@ def check_input_names(data_name: object, label_name: object) -> None:
 def check_long_sentences(value: object) -> None:
     """One of :data:`LONG_POLICIES`."""
     check_choice("long_sentences", value, LONG_POLICIES)
+
+
+def check_auto_buckets(auto_buckets: object, num_buckets: object, max_padding: object) -> None:
+    """The rule of ``buckets: auto``, its bucket cap (null only with the padding rule) and
+    its padding budget (0 to below 1)."""
+    check_choice("auto_buckets", auto_buckets, AUTO_BUCKET_RULES)
+    if num_buckets is None:
+        if auto_buckets != "padding":
+            raise InvalidValue(
+                "num_buckets",
+                "may be null only with auto_buckets: padding (the quantile "
+                "rule needs a number of buckets)",
+            )
+    else:
+        check_positive_int("num_buckets", num_buckets)
+    mp = max_padding
+    if isinstance(mp, bool) or not isinstance(mp, int | float) or not 0 <= mp < 1:
+        raise InvalidValue("max_padding", f"must be a number from 0 to below 1, not {mp!r}")
 
 
 def check_max_vocab(value: object, reserved: int) -> None:

@@ -42,8 +42,9 @@ from mxtrain.data.batching import (
     chunk_sequences,
     flatten_sequences,
     log_long_sentences,
+    warn_about_padding,
 )
-from mxtrain.data.bucket_sentence import auto_buckets
+from mxtrain.data.bucket_sentence import automatic_buckets
 from mxtrain.data.conll import TaggedSentence, read_conll
 from mxtrain.data.label_vocab import FILE_NAME as LABEL_VOCAB_FILE
 from mxtrain.data.label_vocab import LabelVocab
@@ -98,9 +99,15 @@ def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> 
         options.buckets,
         context,
         source,
-        lambda: auto_buckets(lengths, options.num_buckets),
+        lambda: automatic_buckets(
+            lengths,
+            rule=options.auto_buckets,
+            num_buckets=options.num_buckets,
+            max_padding=options.max_padding,
+            batch_size=options.batch_size,
+        ),
     )
-    return TaggedSequenceIter(
+    data_iter = TaggedSequenceIter(
         token_ids,
         label_ids,
         vocab=vocab,
@@ -115,6 +122,11 @@ def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> 
         unknown_labels=unknown,
         sentences=sentences if predict else None,
     )
+    if context.role == "train":
+        warn_about_padding(
+            log, source, data_iter.stats, buckets=options.buckets, rule=options.auto_buckets
+        )
+    return data_iter
 
 
 def _lowered(tokens: Sequence[str], lowercase: bool) -> Sequence[str]:

@@ -8,15 +8,19 @@ from typing import Literal
 from mxtrain.data.bucket_sentence_options import DEFAULT_SPECIALS
 from mxtrain.data.source_options import (
     SourceOptions,
+    auto_buckets_field,
     batch_size_field,
     buckets_field,
+    check_auto_buckets,
     check_buckets,
     check_long_sentences,
     check_max_vocab,
     check_optional_positive_int,
     check_source,
     long_sentences_field,
+    max_padding_field,
     max_sentences_field,
+    num_buckets_field,
     shuffle_field,
 )
 from mxtrain.errors import InvalidValue
@@ -79,9 +83,9 @@ class TaggedSequencesOptions(SourceOptions):
     )
     batch_size: int = batch_size_field("sentences")
     buckets: list[int] | Literal["auto"] = buckets_field("sentence lengths (tokens)")
-    num_buckets: int = field(
-        default=8, metadata={"doc": "how many buckets 'buckets: auto' derives at most"}
-    )
+    num_buckets: int | None = num_buckets_field()
+    auto_buckets: Literal["quantile", "padding"] = auto_buckets_field()
+    max_padding: float = max_padding_field()
     shuffle: bool = shuffle_field(
         "sentences and batches", "eval iterators always read in a fixed order"
     )
@@ -135,7 +139,7 @@ class TaggedSequencesOptions(SourceOptions):
                 f"and label_column are both {self.token_column}: the labels would be the tokens",
             )
         check_positive_int("batch_size", self.batch_size)
-        check_positive_int("num_buckets", self.num_buckets)
+        check_auto_buckets(self.auto_buckets, self.num_buckets, self.max_padding)
         check_positive_int("min_count", self.min_count)
         check_optional_positive_int("max_sentences", self.max_sentences)
         check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS))

