@@ -52,3 +52,6 @@ class DataContext:
     vocab_file: Path | None = None
     buckets: tuple[int, ...] | None = None
     artifacts_dir: Path | None = None
+    #: the fewest rows a batch may have: a batch is split over the devices, one row at least
+    #: each (iterators that size some batches to their content, as predict's long lines)
+    min_batch: int = 1

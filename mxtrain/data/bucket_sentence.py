@@ -116,6 +116,7 @@ def build_bucket_sentence_iter(
         source=source,
         level=options.level,
         add_eos=options.add_eos,
+        min_batch=context.min_batch,
     )
     if context.role == "train":
         batch_key = "batch_tokens" if options.batch_tokens is not None else "batch_size"
@@ -504,9 +505,11 @@ class BucketSentenceIter(PrebuiltBatchIter):
         add_eos: bool = True,
         data_name: str = "data",
         label_name: str = "softmax_label",
+        min_batch: int = 1,
     ) -> None:
         super().__init__(batch_size)
         buckets = check_bucket_arguments(buckets, batch_size, long_sentences)
+        self.min_batch = max(1, int(min_batch))
         if batch_tokens is not None and batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
         if num_parts < 1 or not 0 <= part_index < num_parts:
@@ -550,9 +553,9 @@ class BucketSentenceIter(PrebuiltBatchIter):
         return max(1, budget // length)
 
     def _desc(self, name: str, length: int) -> Any:
-        return mx.io.DataDesc(
-            name, (self.bucket_batch_size(length), length), np.float32, layout="NT"
-        )
+        sizes = getattr(self, "bucket_batch_sizes", {})
+        rows = sizes.get(length) or self.bucket_batch_size(length)
+        return mx.io.DataDesc(name, (rows, length), np.float32, layout="NT")
 
     def _pack(self, sentences: Sequence[Sequence[int]], policy: str) -> None:
         """Cut sentences into (start, length) chunks of one flat id array, pad into buckets."""
@@ -591,6 +594,17 @@ class BucketSentenceIter(PrebuiltBatchIter):
         self.bucket_batch_sizes = {
             length: self.bucket_batch_size(length) for length in self.buckets
         }
+        if extra:
+            # predict's buckets beyond the largest hold a few long lines each: one batch of
+            # just those rows, no more positions than the default bucket (so it binds in its
+            # memory) rather than batch_size rows that would be mostly padding
+            room = self.bucket_batch_size(largest) * largest
+            found = np.bincount(which, minlength=len(self.buckets))
+            for b, length in enumerate(self.buckets):
+                if length > largest:
+                    fill = math.ceil(int(found[b]) / parts)
+                    rows = max(1, min(fill, room // length))
+                    self.bucket_batch_sizes[length] = max(rows, self.min_batch)
         counts: dict[int, int] = {}
         batches_per_bucket: dict[int, int] = {}
         unk = 0

@@ -121,3 +121,28 @@ def test_train_buckets_match_the_train_iterator(tmp_path: Path, buckets, add_eos
     )
     it = build_bucket_sentence_iter(options, DataContext(role="train", seed=0, base_dir=tmp_path))
     assert train_buckets(options, tmp_path) == it.buckets
+
+
+def test_long_predict_lines_get_batches_of_their_own_size(tmp_path: Path) -> None:
+    """A bucket beyond the largest holds a few long lines: its batch has just those rows (at
+    least min_batch, one per device), within the default bucket's positions, so predicting
+    a file with a few long lines costs about what scoring it does."""
+    lines = [sentence(4, i) for i in range(20)] + [sentence(30), sentence(31), sentence(45)]
+    it = build(tmp_path, lines, "predict", buckets=[5, 9, 13], batch_size=8)
+    long_sizes = {k: v for k, v in it.bucket_batch_sizes.items() if k > 13}
+    assert long_sizes == {long_bucket(30, 13): 2, long_bucket(45, 13): 1}
+    for batch in it:
+        rows_here = batch.data[0].shape[0]
+        assert rows_here == it.bucket_batch_sizes[batch.bucket_key]
+        assert batch.provide_data[0].shape == (rows_here, batch.bucket_key)
+        if batch.bucket_key > 13:
+            assert rows_here * batch.bucket_key <= 8 * 13 or rows_here == 1
+    assert sorted(rows(it)) == list(range(len(lines)))
+
+    # split over two devices, a batch needs two rows at least
+    options = BucketSentenceOptions(source=str(tmp_path / "data.txt"), buckets=[5, 9, 13])
+    context = DataContext(
+        role="predict", seed=0, base_dir=tmp_path, vocab_file=vocab_file(tmp_path), min_batch=2
+    )
+    two = build_bucket_sentence_iter(options, context)
+    assert min(two.bucket_batch_sizes[k] for k in two.bucket_batch_sizes if k > 13) == 2
