@@ -216,6 +216,10 @@ def render(report: dict[str, Any]) -> str:
                 else ""
             ),
             "",
+            "Memory against the number of buckets (1 to 32, a character LM up to 2,048 steps and "
+            "the word LM; with and without `fit.bucket_memory`): "
+            "[BENCHMARKS-memory.md](BENCHMARKS-memory.md), from `scripts/bench_memory.py`.",
+            "",
         ]
     out += _reading(report)
     cli = report.get("cli_seconds", {})

@@ -59,3 +59,25 @@ def test_bench_runs_every_side_and_writes_json_and_markdown(tmp_path: Path) -> N
         check=True, timeout=60,
     )  # fmt: skip
     assert again.read_text() == text
+
+
+def test_bench_memory_runs_every_side_and_reports_the_cap(tmp_path: Path) -> None:
+    script = BENCH.parent / "bench_memory.py"
+    out, md = tmp_path / "memory.json", tmp_path / "memory.md"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--model", "char", "--counts", "1,3", "--largest", "24",
+         "--batch-size", "4", "--omp-threads", "1", "--json", str(out), "--markdown", str(md)],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert [row["count"] for row in report["rows"]] == [1, 3]
+    for row in report["rows"]:
+        assert set(row["sides"]) == {"stock", "mxtrain", "mxtrain-capped"}
+        for figures in row["sides"].values():
+            assert figures["peak_rss_mb"] > 0 and figures["tokens_per_s"] > 0
+            assert figures["rss_largest_alone_mb"] > 0
+        assert all(0 <= share < 1 for share in row["padding"].values())
+    three = report["rows"][1]["sides"]
+    assert three["mxtrain-capped"]["rebinds"] > 0 and three["mxtrain"]["rebinds"] == 0
+    assert "| 3 |" in md.read_text()
