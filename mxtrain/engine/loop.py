@@ -420,9 +420,13 @@ def _fit_epochs(
         if limit is not None:
             num_batches = min(num_batches, limit) if num_batches is not None else limit
         hooks.on_epoch_start(epoch, num_batches)
+        rebinds = getattr(module, "rebinds", 0)
         record, position, finished = _train_epoch(
             module, train_iter, metrics, options, epoch, hooks, start, run, eval_iter, limit
         )
+        rebound = getattr(module, "rebinds", 0) - rebinds
+        if rebound:  # the price of fit.bucket_memory, where users look for it
+            module.logger.info("epoch %d: %d buckets rebound (fit.bucket_memory)", epoch, rebound)
         if options.coordinator is not None:
             finished = options.coordinator.at_epoch_end(run.seconds) or finished
         result = EpochResult(epoch=epoch, train=record, position=position, finished=finished)

@@ -225,6 +225,7 @@ def test_bucket_memory_trains_the_same_run_in_less_bound_memory(
     )
     assert bounded.exit_code == 0, bounded.output
     assert "unbinding bucket" in bounded.output
+    assert "buckets rebound (fit.bucket_memory)" in bounded.output
     assert metric_trace(runs / "bounded") == metric_trace(runs / "all")
     for name, value in params(runs / "all", 2).items():
         assert (params(runs / "bounded", 2)[name] == value).all(), name
