@@ -211,8 +211,9 @@ class ContextSection:
     omp_threads: int | Literal["auto"] = field(
         default="auto",
         metadata={
-            "doc": "OpenMP threads per operator; auto: chosen per model (MXNet itself would use "
-            "half the cores)"
+            "doc": "OpenMP threads per operator; auto: an exported OMP_NUM_THREADS, else the "
+            "usable cores less those other processes keep busy at start (logged; MXNet itself "
+            "would use half the cores)"
         },
     )
     engine_threads: int | Literal["auto"] = field(

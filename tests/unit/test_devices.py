@@ -1,0 +1,45 @@
+"""context.omp_threads: auto takes the free cores; explicit and exported values win."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from mxtrain import devices
+
+
+@dataclass
+class Context:
+    omp_threads: int | str = "auto"
+    engine_threads: int | str = "auto"
+
+
+@pytest.mark.parametrize(
+    ("cores", "busy", "threads"),
+    [(2, 0.0, 2), (2, 0.4, 2), (2, 1.0, 1), (2, 4.0, 1), (16, 3.6, 12), (1, 0.0, 1)],
+)
+def test_auto_threads_are_the_free_cores(cores: int, busy: float, threads: int) -> None:
+    assert devices.auto_omp_threads(cores, busy) == threads
+
+
+def test_auto_chooses_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(devices, "usable_cores", lambda: 2)
+    monkeypatch.setattr(devices, "busy_cpus", lambda: 4.0)
+    threads = devices.configure_threads(Context())
+    assert threads["OMP_NUM_THREADS"] == "1"
+    assert threads["omp_threads_auto"] == "2 usable cores, 4.0 busy with other processes"
+
+
+def test_exported_and_explicit_threads_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(devices, "busy_cpus", lambda: pytest.fail("measured needlessly"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert devices.configure_threads(Context()) == {"OMP_NUM_THREADS": "3"}
+    assert devices.configure_threads(Context(omp_threads=2))["OMP_NUM_THREADS"] == "2"
+
+
+def test_busy_cpus_reads_a_number() -> None:
+    busy = devices.busy_cpus(samples=2, interval=0.0)
+    assert busy >= 0.0
+    assert devices.usable_cores() >= 1
