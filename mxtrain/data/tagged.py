@@ -121,6 +121,7 @@ def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> 
         file_format=fmt,
         unknown_labels=unknown,
         sentences=sentences if predict else None,
+        min_batch=context.min_batch,
     )
     if context.role == "train":
         warn_about_padding(
@@ -240,9 +241,11 @@ class TaggedSequenceIter(PrebuiltBatchIter):
         sentences: Sequence[TaggedSentence] | None = None,
         data_name: str = "data",
         label_name: str = "softmax_label",
+        min_batch: int = 1,
     ) -> None:
         super().__init__(batch_size)
         buckets = check_bucket_arguments(buckets, batch_size, long_sentences)
+        self.min_batch = max(1, int(min_batch))
         if label_ids is not None and len(label_ids) != len(token_ids):
             raise ValueError(f"{len(token_ids)} token sequences but {len(label_ids)} label ones")
         self.batch_size = batch_size
@@ -279,7 +282,8 @@ class TaggedSequenceIter(PrebuiltBatchIter):
         return {LABEL_VOCAB_FILE: self.label_vocab.save}
 
     def _desc(self, name: str, length: int) -> Any:
-        return mx.io.DataDesc(name, (self.batch_size, length), np.float32, layout="NT")
+        rows = getattr(self, "bucket_batch_sizes", {}).get(length, self.batch_size)
+        return mx.io.DataDesc(name, (rows, length), np.float32, layout="NT")
 
     def _pack(
         self,
@@ -319,7 +323,18 @@ class TaggedSequenceIter(PrebuiltBatchIter):
         which = np.searchsorted(self.buckets, chunk_len, side="left")
 
         pad = self.pad_id
-        bsz = self.batch_size
+        # predict's buckets beyond the largest: a batch of just their sentences, within the
+        # default bucket's positions (see BucketSentenceIter), at least one row per device
+        found = np.bincount(which, minlength=len(self.buckets))
+        room = self.batch_size * largest
+        self.bucket_batch_sizes = {
+            length: (
+                max(self.min_batch, max(1, min(int(found[b]), room // length)))
+                if length > largest
+                else self.batch_size
+            )
+            for b, length in enumerate(self.buckets)
+        }
         self._packed: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         counts: dict[int, int] = {}
         batches_per_bucket: dict[int, int] = {}
@@ -329,6 +344,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
             sel = which == b
             n = int(sel.sum())
             counts[length] = n
+            bsz = self.bucket_batch_sizes[length]
             nbatch = -(-n // bsz)
             batches_per_bucket[length] = nbatch
             if n == 0:
@@ -384,7 +400,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
                 row_tokens,
                 index,
                 length=length,
-                batch_size=self.batch_size,
+                batch_size=self.bucket_batch_sizes[length],
                 real_rows=n,
                 desc_data=[self._desc(self.data_name, length)],
                 desc_label=[self._desc(self.label_name, length)],

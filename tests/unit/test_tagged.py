@@ -528,3 +528,23 @@ def test_padding_rule_for_tagged_sequences_and_the_padding_warning(
     assert "positions computed are padding" not in caplog.text
     with pytest.raises(InvalidValue, match="null only with auto_buckets: padding"):
         options(num_buckets=None)
+
+
+def test_long_predict_sentences_get_batches_of_their_own_size(tmp_path: Path) -> None:
+    corpus(tmp_path, [3, 2, 3, 2], "train.conll")
+    train = build_tagged_iter(options(source="train.conll", batch_size=4), context(tmp_path))
+    long = "\n\n".join("\n".join(f"x{i}" for i in range(n)) for n in (11, 12, 20))
+    write(tmp_path, "new.conll", "a\nb\n\n" + long + "\n")
+    it = build_tagged_iter(
+        options(source="new.conll", batch_size=4), context(tmp_path, "predict", train=train)
+    )
+    beyond = {k: v for k, v in it.bucket_batch_sizes.items() if k > it.default_bucket_key}
+    assert sum(beyond.values()) <= 3 and all(rows_ >= 1 for rows_ in beyond.values())
+    for batch in it:
+        assert batch.data[0].shape[0] == it.bucket_batch_sizes[batch.bucket_key]
+    assert sorted(rows(it)) == [0, 1, 2, 3]
+    two = build_tagged_iter(
+        options(source="new.conll", batch_size=4),
+        context(tmp_path, "predict", train=train, min_batch=2),
+    )
+    assert min(v for k, v in two.bucket_batch_sizes.items() if k > two.default_bucket_key) == 2
