@@ -481,6 +481,36 @@ def time_cli(argv: list[str], repeats: int) -> float:
     return statistics.median(times)
 
 
+# float32 GEMM rate of this machine, in a fresh process with the sides' OpenMP threads: the
+# best of MXNet's dot (its OpenBLAS) and FullyConnected (oneDNN, what the LM's layers run)
+GEMM_CODE = """
+import json, time
+import mxnet as mx
+n = 2048
+a = mx.nd.random.uniform(shape=(n, n))
+b = mx.nd.random.uniform(shape=(n, n))
+runs = {"dot": lambda: mx.nd.dot(a, b), "fc": lambda: mx.nd.FullyConnected(a, b, no_bias=True,
+        num_hidden=n)}
+best = {}
+for name, fn in runs.items():
+    fn().wait_to_read()
+    times = []
+    for _ in range(5):
+        t = time.perf_counter(); fn().wait_to_read(); times.append(time.perf_counter() - t)
+    best[name] = 2 * n ** 3 / min(times) / 1e9
+print(json.dumps(best))
+"""
+
+
+def gemm_gflops(omp_threads: int) -> dict[str, float]:
+    """GFLOP/s of 2,048-square float32 products (best of 5) per kernel, measured now."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(omp_threads))
+    done = subprocess.run(
+        [sys.executable, "-c", GEMM_CODE], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def summarize(rounds: list[dict[str, Any]], ours: str, theirs: str) -> dict[str, Any]:
     table = {}
     for key in FIGURES:
@@ -498,19 +528,23 @@ def summarize(rounds: list[dict[str, Any]], ours: str, theirs: str) -> dict[str,
 
 
 def machine() -> dict[str, Any]:
-    cpu = "unknown"
+    cpu, flags = "unknown", ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and cpu == "unknown":
                 cpu = line.split(":", 1)[1].strip()
-                break
+            elif line.startswith("flags") and not flags:
+                flags = line
     except OSError:
         pass
+    # the instruction set decides which kernels win (README, BENCHMARKS.md)
+    isa = "AVX-512" if " avx512f" in flags else "AVX2" if " avx2" in flags else "no AVX2"
     import mxnet as mx
     import numpy as np
 
     return {
         "cpu": cpu,
+        "isa": isa,
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "mxnet": mx.__version__,
@@ -600,6 +634,8 @@ def main() -> None:
         "mxtrain --help": time_cli(["--help"], 5),
         "mxtrain check configs/ptb_lstm.yaml": time_cli(["check", str(DEFAULT_CONFIG)], 5),
     }
+    report["gemm_gflops"] = gemm_gflops(args.omp_threads)
+    print("float32 GEMM, 2,048 square, GFLOP/s:", report["gemm_gflops"])
     print("\nCLI start-up (median of 5 processes):")
     for command, seconds in report["cli_seconds"].items():
         print(f"  {command:<40}{seconds:.2f} s")
