@@ -69,6 +69,13 @@ def long_bucket(length: int, largest: int) -> int:
     return largest + step * math.ceil((length - largest) / step)
 
 
+def long_bucket_rows(sequences: int, length: int, room: int, min_batch: int = 1) -> int:
+    """Rows per batch of a predict bucket beyond the largest: just its ``sequences``, at most
+    ``room // length`` (the default bucket's positions, so it binds in that memory), at least
+    ``min_batch`` (one row per device)."""
+    return max(min_batch, max(1, min(sequences, room // length)))
+
+
 def bucket_batches(
     data: np.ndarray,
     label: np.ndarray,

@@ -59,6 +59,7 @@ from mxtrain.data.batching import (
     chunk_sequences,
     flatten_sequences,
     log_long_sentences,
+    long_bucket_rows,
     warn_about_padding,
 )
 from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX, BucketSentenceOptions
@@ -603,8 +604,9 @@ class BucketSentenceIter(PrebuiltBatchIter):
             for b, length in enumerate(self.buckets):
                 if length > largest:
                     fill = math.ceil(int(found[b]) / parts)
-                    rows = max(1, min(fill, room // length))
-                    self.bucket_batch_sizes[length] = max(rows, self.min_batch)
+                    self.bucket_batch_sizes[length] = long_bucket_rows(
+                        fill, length, room, self.min_batch
+                    )
         counts: dict[int, int] = {}
         batches_per_bucket: dict[int, int] = {}
         unk = 0

@@ -42,6 +42,7 @@ from mxtrain.data.batching import (
     chunk_sequences,
     flatten_sequences,
     log_long_sentences,
+    long_bucket_rows,
     warn_about_padding,
 )
 from mxtrain.data.bucket_sentence import automatic_buckets
@@ -329,7 +330,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
         room = self.batch_size * largest
         self.bucket_batch_sizes = {
             length: (
-                max(self.min_batch, max(1, min(int(found[b]), room // length)))
+                long_bucket_rows(int(found[b]), length, room, self.min_batch)
                 if length > largest
                 else self.batch_size
             )

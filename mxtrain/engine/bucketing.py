@@ -987,7 +987,7 @@ class BucketingModule:
         more input positions fit in the budget, or nothing more can go."""
         if self._budget is None:
             return
-        held = sum(_bucket_elements(b) for b in self._buckets.values())
+        held = self.bound_positions
         if held + needed <= self._budget:
             return
         # let queued work on the executors finish, so their memory is free before the new
