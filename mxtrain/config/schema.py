@@ -1066,19 +1066,21 @@ class FitSection:
             "to RUN/monitor.jsonl"
         },
     )
-    bucket_memory: float | None = field(
-        default=None,
+    bucket_memory: float | Literal["auto"] | None = field(
+        default="auto",
         metadata={
             "doc": "bound buckets may hold at most this many times the largest bucket's "
-            "input positions: others are unbound, least recently used first, and rebound "
-            "when needed (each bucket keeps memory of its own, e.g. a fused RNN's "
-            "workspace); null keeps every bucket bound, so memory grows with their number"
+            "input positions: beyond it the least used are unbound and rebound when needed "
+            "(each bucket keeps memory of its own, e.g. a fused RNN's workspace, so memory "
+            "would grow with their number); auto: 4, which keeps the shipped configs' "
+            "buckets all bound; 1.0: the tightest bound (rebinds cost time); null: no bound"
         },
     )
 
     def __post_init__(self) -> None:
         check_at_least("num_epoch", self.num_epoch, 1)
-        check_at_least("bucket_memory", self.bucket_memory, 1)
+        if self.bucket_memory != "auto":
+            check_at_least("bucket_memory", self.bucket_memory, 1)
         check_at_least("profile", self.profile, 1)
         check_at_least("eval_interval", self.eval_interval, 1)
         check_at_least("grad_accumulation", self.grad_accumulation, 1)

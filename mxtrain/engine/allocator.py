@@ -5,6 +5,10 @@ threshold (up to 32 MiB) each time a larger mmapped block is freed. Executors un
 ``bucket_memory`` free hundreds of such blocks; kept in the heaps, they stay in the
 process's resident memory and fragment, so the memory bound would hold on paper only.
 A fixed threshold and trim limit make large blocks come from mmap and go back on free.
+
+The price is paid by every large temporary from then on (a oneDNN backward allocates one
+of batch x vocabulary floats per batch on the word LM: a few percent of its speed), so the
+module switches only when it first unbinds a bucket, not when a bound is merely set.
 """
 
 from __future__ import annotations

@@ -598,14 +598,50 @@ def test_bucket_memory_keeps_the_current_bucket_and_defers_binding_ahead(
     with caplog.at_level(logging.INFO, logger="mxtrain.engine.bucketing"):
         mod.forward(small, is_train=False)
     assert mod.bucket_keys == [5]
-    assert "unbinding bucket 12, the least recently used" in caplog.text
+    assert "unbinding bucket 12, the least used" in caplog.text
     mod.forward(big, is_train=False)
     assert mod.bucket_keys == [12] and mod.rebinds == 1
+
+
+def test_bucket_memory_unbinds_the_least_used_bucket_first() -> None:
+    """Of the buckets bound, the one asked for least often goes, even if it ran last."""
+    mod = BucketingModule(lstm_sym_gen, 12, ONE, bucket_memory=2.0)
+    mod.bind(*shapes(12))
+    mod.init_params(mx.init.Xavier())
+    rng = np.random.RandomState(0)
+    for length in (8, 8, 8, 8, 5, 12):  # 8 and 5 fit (13 of 24 steps); 12 needs room
+        mod.forward(make_batch(rng, length), is_train=False)
+    # least recently used would have unbound 8 (used before 5); 5 was used once
+    assert sorted(mod.bucket_keys) == [8, 12]
+    mod.forward(make_batch(rng, 8), is_train=False)
+    assert mod.rebinds == 0
+
+
+def test_bucket_memory_auto_is_a_bound_that_switches_the_allocator_only_when_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mxtrain.engine import bucketing
+
+    switched: list[bool] = []
+    monkeypatch.setattr(bucketing, "return_freed_memory", lambda: switched.append(True))
+    mod = BucketingModule(lstm_sym_gen, 12, ONE, bucket_memory="auto")
+    mod.bind(*shapes(12))
+    mod.init_params(mx.init.Xavier())
+    rng = np.random.RandomState(0)
+    for length in (12, 5, 8, 9, 11):  # 45 positions of 4 x 12 = 48: all stay bound
+        mod.forward(make_batch(rng, length), is_train=False)
+    assert sorted(mod.bucket_keys) == [5, 8, 9, 11, 12]
+    assert switched == []  # nothing was unbound: the allocator is left as it was
+    mod.forward(make_batch(rng, 7), is_train=False)
+    assert mod.bound_positions <= int(bucketing.AUTO_BUCKET_MEMORY * BATCH * 12)
+    assert switched and 7 in mod.bucket_keys
 
 
 def test_bucket_memory_must_fit_the_default_bucket() -> None:
     with pytest.raises(ValueError, match="bucket_memory must be at least 1"):
         BucketingModule(lstm_sym_gen, 12, ONE, bucket_memory=0.5)
+    with pytest.raises(ValueError, match="bucket_memory must be at least 1"):
+        BucketingModule(lstm_sym_gen, 12, ONE, bucket_memory="lots")
 
 
 def test_unbound_executors_are_freed_without_the_cyclic_gc() -> None:
