@@ -5,12 +5,16 @@ Every run uses these, on one device or many; kvstores and distributed runs are d
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from mxtrain.errors import ConfigError
+
+_LOG = logging.getLogger(__name__)
 
 
 def configure_threads(context_cfg: Any) -> dict[str, str]:
@@ -19,8 +23,11 @@ def configure_threads(context_cfg: Any) -> dict[str, str]:
     ``auto`` keeps a value the user exported; otherwise it takes the cores this process may
     run on, less those other processes keep busy right now (:func:`auto_omp_threads`). An
     explicit number in the config always wins. Returns the values now in force, for the log
-    (with how ``auto`` chose, under ``omp_threads_auto``).
+    (with how ``auto`` chose, under ``omp_threads_auto``). OpenMP reads the variable once,
+    when MXNet loads: a change made after that (a library user who imported mxnet first)
+    is logged as a warning, since it would otherwise pass unseen.
     """
+    before = os.environ.get("OMP_NUM_THREADS")
     omp = context_cfg.omp_threads
     chosen = ""
     if omp != "auto":
@@ -42,6 +49,14 @@ def configure_threads(context_cfg: Any) -> dict[str, str]:
     }
     if chosen:
         threads["omp_threads_auto"] = chosen
+    if "mxnet" in sys.modules and os.environ.get("OMP_NUM_THREADS") != before:
+        _LOG.warning(
+            "OMP_NUM_THREADS=%s does not take effect: MXNet was imported before mxtrain set "
+            "its threads, and OpenMP keeps %s. Import mxtrain's entry points before mxnet, or "
+            "export OMP_NUM_THREADS before starting Python.",
+            os.environ["OMP_NUM_THREADS"],
+            f"OMP_NUM_THREADS={before}" if before else "its default (MXNet's: half the cores)",
+        )
     return threads
 
 

@@ -51,11 +51,16 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "ptb_lstm.yaml"
+CHAR_CONFIG = ROOT / "configs" / "ptb_char_lstm.yaml"
 STOCK_BUCKETS = (10, 20, 30, 40, 50, 60)
 COMPARISONS = {
+    "epoch": ("epoch-stock-omp", "epoch-mxtrain"),
     "tool": ("stock", "stock-omp", "mxtrain"),
     "engine": ("engine-stock-classic", "engine-stock", "engine-mxtrain"),
+    "char": ("char-stock", "char-mxtrain"),
 }
+#: not paired rounds: peak RSS against the bucket count (scripts/bench_memory.py)
+MEMORY = "memory"
 FIGURES = (
     "train_tokens_per_s",
     "score_tokens_per_s",
@@ -65,7 +70,7 @@ FIGURES = (
     "train_perplexity",
 )
 # measured on one side only: reported, not compared
-SINGLE_FIGURES = ("rss_largest_bucket_mb",)
+SINGLE_FIGURES = ("rss_largest_bucket_mb", "padding_share", "quantile_padding_share")
 
 
 def process_age() -> float:
@@ -146,20 +151,19 @@ def build_fixed_bucket_iters(
     return train, evaluation, sym_gen
 
 
-def stock_optimizer(mx: Any) -> tuple[str, dict[str, Any], Any]:
-    """The default config's optimizer and initializer, spelled as a stock script would."""
+def stock_optimizer(mx: Any, path: Path = DEFAULT_CONFIG) -> tuple[str, dict[str, Any], Any]:
+    """A config's optimizer and initializer, spelled as a stock script would."""
     from mxtrain.config import load_config
 
-    config = load_config(DEFAULT_CONFIG)
+    config = load_config(path)
     opt = config.optimizer
     sched = opt.lr_scheduler
-    assert sched is not None and sched.type == "factor"
-    params: dict[str, Any] = {
-        "learning_rate": opt.learning_rate,
-        "lr_scheduler": mx.lr_scheduler.FactorScheduler(
+    params: dict[str, Any] = {"learning_rate": opt.learning_rate}
+    if sched is not None:
+        assert sched.type == "factor"
+        params["lr_scheduler"] = mx.lr_scheduler.FactorScheduler(
             step=sched.step, factor=sched.factor, base_lr=opt.learning_rate
-        ),
-    }
+        )
     if opt.clip_gradient is not None:
         params["clip_gradient"] = opt.clip_gradient
     if opt.wd:
@@ -193,6 +197,7 @@ class Counted:
                 self.batches = 0
                 self.tokens = 0
                 self.first_next_at: float | None = None
+                self.first_next_perf = 0.0
 
             def reset(self) -> None:
                 inner.reset()
@@ -203,6 +208,7 @@ class Counted:
                     raise StopIteration
                 if self.first_next_at is None:
                     self.first_next_at = process_age()
+                    self.first_next_perf = time.perf_counter()
                 batch = inner.next()
                 self.batches += 1
                 self.tokens += int((batch.data[0].asnumpy() != pad).sum())
@@ -215,14 +221,22 @@ class Counted:
 
 
 def timed_stock_fit(
-    args: argparse.Namespace, module: Any, train_iter: Any, on_batch: Any = None
+    args: argparse.Namespace,
+    module: Any,
+    train_iter: Any,
+    on_batch: Any = None,
+    *,
+    full_epoch: bool = False,
+    config: Path = DEFAULT_CONFIG,
 ) -> dict[str, Any]:
     """One epoch of ``module.fit`` over warmup + batches batches of ``train_iter``, timed after
-    the warmup; ``on_batch`` is the user's batch_end_callback (a Speedometer, say)."""
+    the warmup; ``on_batch`` is the user's batch_end_callback (a Speedometer, say). With
+    ``full_epoch``, every batch, timed from the first batch handed to the model (binding the
+    other buckets and the iterator included) until the last one is computed."""
     import mxnet as mx
 
-    optimizer, optimizer_params, initializer = stock_optimizer(mx)
-    limited = Counted(train_iter, args.warmup + args.batches)
+    optimizer, optimizer_params, initializer = stock_optimizer(mx, config)
+    limited = Counted(train_iter, None if full_epoch else args.warmup + args.batches)
     marks: list[tuple[float, int]] = []
 
     def batch_end(param: Any) -> None:
@@ -237,6 +251,13 @@ def timed_stock_fit(
     )  # fmt: skip
     mx.nd.waitall()
     end = time.perf_counter()
+    if full_epoch:
+        return {
+            "train_tokens_per_s": limited.tokens / (end - limited.first_next_perf),
+            "time_to_first_batch_s": limited.first_next_at,
+            "train_perplexity": metric.get_global()[1],
+            "train_batches": len(marks),
+        }
     warm_at, warm_tokens = marks[args.warmup - 1]
     return {
         "train_tokens_per_s": (limited.tokens - warm_tokens) / (end - warm_at),
@@ -251,8 +272,12 @@ def interval_tokens_per_s(records: list[Any]) -> float:
     return sum(r.tokens for r in timed) / sum(r.seconds for r in timed)
 
 
-def run_stock(args: argparse.Namespace, train_src: str, eval_src: str) -> dict[str, Any]:
-    """The script a user writes around mx.mod.BucketingModule.fit."""
+def run_stock(
+    args: argparse.Namespace, train_src: str, eval_src: str, *, full_epoch: bool = False
+) -> dict[str, Any]:
+    """The script a user writes around mx.mod.BucketingModule.fit. ``full_epoch``: the best
+    such script (MXNet's classic SoftmaxOutput graph, as its example builds it, and the
+    caller's OpenMP threads), trained for one whole epoch; no score or predict."""
     import logging
     import random
 
@@ -263,7 +288,8 @@ def run_stock(args: argparse.Namespace, train_src: str, eval_src: str) -> dict[s
     from mxtrain.data.bucket_sentence_options import BucketSentenceOptions
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    ours, _, sym_gen = build_fixed_bucket_iters(args, train_src, eval_src)
+    loss = "softmax_output" if full_epoch else None
+    ours, _, sym_gen = build_fixed_bucket_iters(args, train_src, eval_src, loss=loss)
     vocab = ours.vocab  # the same vocabulary, so the same symbol (output size)
 
     def sentences(source: str) -> list[list[int]]:
@@ -281,7 +307,9 @@ def run_stock(args: argparse.Namespace, train_src: str, eval_src: str) -> dict[s
     mx.random.seed(args.seed)
     module = mx.mod.BucketingModule(sym_gen, train_it.default_bucket_key, context=mx.cpu())
     speedometer = mx.callback.Speedometer(args.batch_size, args.log_interval)
-    result = timed_stock_fit(args, module, train_it, on_batch=speedometer)
+    result = timed_stock_fit(args, module, train_it, on_batch=speedometer, full_epoch=full_epoch)
+    if full_epoch:
+        return result
     scored = Counted(val_it, None)
     t0 = time.perf_counter()
     module.score(scored, stock_perplexity(mx))
@@ -295,8 +323,12 @@ def run_stock(args: argparse.Namespace, train_src: str, eval_src: str) -> dict[s
     return result
 
 
-def run_mxtrain(args: argparse.Namespace, train_src: str, eval_src: str) -> dict[str, Any]:
-    """``mxtrain fit`` / ``score`` / ``predict`` on the default config, through the library."""
+def run_mxtrain(
+    args: argparse.Namespace, train_src: str, eval_src: str, *, full_epoch: bool = False
+) -> dict[str, Any]:
+    """``mxtrain fit`` / ``score`` / ``predict`` on the default config, through the library.
+    ``full_epoch``: one whole epoch, timed as the epoch record reports it (from the epoch's
+    start, every bucket's binding and the iterator included); no score or predict."""
     from mxtrain import hooks as hooks_module
     from mxtrain import train as train_module
     from mxtrain.config import load_config
@@ -314,10 +346,15 @@ def run_mxtrain(args: argparse.Namespace, train_src: str, eval_src: str) -> dict
         f"experiment.seed={args.seed}",
         f"experiment.runs_dir={folder / 'runs'}",
         "fit.num_epoch=1",
-        f"fit.max_batches_per_epoch={args.warmup + args.batches}",
-        f"fit.log_interval={args.warmup}",
         "fit.eval_max_batches=1",
     ]
+    if full_epoch:
+        overrides += ["fit.max_batches_per_epoch=null", "fit.log_interval=1000000"]
+    else:
+        overrides += [
+            f"fit.max_batches_per_epoch={args.warmup + args.batches}",
+            f"fit.log_interval={args.warmup}",
+        ]
     config = load_config(DEFAULT_CONFIG, overrides)
     marks: dict[str, Any] = {"intervals": []}
     hooks = hooks_module.RunHooks  # instrumented, not changed: the originals still run
@@ -336,11 +373,19 @@ def run_mxtrain(args: argparse.Namespace, train_src: str, eval_src: str) -> dict
     summary = train_module.fit_experiment(
         config, name=f"bench-{os.getpid()}", reporter=Reporter("quiet")
     )
+    epoch = summary.epochs[-1]
     result: dict[str, Any] = {
-        "train_tokens_per_s": interval_tokens_per_s(marks["intervals"]),
+        "train_tokens_per_s": (
+            epoch["tokens"] / epoch["seconds"]
+            if full_epoch
+            else interval_tokens_per_s(marks["intervals"])
+        ),
         "time_to_first_batch_s": marks["first"],
-        "train_perplexity": summary.epochs[-1]["train"]["perplexity"],
+        "train_perplexity": epoch["train"]["perplexity"],
     }
+    if full_epoch:
+        result["train_batches"] = epoch["batch"]
+        return result
     report = score_checkpoint(summary.run.path)
     tokens = _eval_tokens(args, train_src, eval_src)
     result["score_tokens_per_s"] = tokens / report.seconds
@@ -431,12 +476,139 @@ def run_engine(
     return result
 
 
+# ----------------------------------------------------------------------------- char LM
+
+
+def write_char_corpus(args: argparse.Namespace, folder: Path) -> dict[str, str]:
+    """Heavy-tailed lines of letters and spaces (lognormal lengths: median 62 characters,
+    p99 about 950, at most 3,000), as text files: train, valid and a held-out file that
+    score and predict both read (some of its lines are longer than every training bucket)."""
+    import numpy as np
+
+    rng = np.random.default_rng(args.seed + 7)
+    symbols = np.array(list("abcdefghijklmnopqrstuvwxyz "))
+    weights = np.r_[np.linspace(2.0, 0.2, 26), 6.0]
+    weights /= weights.sum()
+    paths = {}
+    counts = {"train": args.char_lines, "valid": args.char_lines // 10, "held-out": 400}
+    for role, count in counts.items():
+        path = folder / f"char-{role}.txt"
+        if not path.exists():
+            lengths = np.clip(np.rint(np.exp(rng.normal(np.log(62), 1.17, count))), 2, 3000)
+            text = "".join(rng.choice(symbols, size=int(lengths.sum()) + count, p=weights))
+            lines, at = [], 0
+            for n in lengths.astype(int):
+                lines.append(" ".join(text[at : at + n].split()) or "a")
+                at += n
+            path.write_text("\n".join(lines) + "\n")
+        paths[role] = str(path)
+    return paths
+
+
+def char_train_iter(args: argparse.Namespace, corpus: dict[str, str], **changes: Any) -> Any:
+    """The char config's train iterator on the benchmark's corpus (``changes``: options)."""
+    import dataclasses
+
+    from mxtrain.config import load_config
+    from mxtrain.data.base import DataContext
+    from mxtrain.data.bucket_sentence import build_bucket_sentence_iter
+
+    options = load_config(CHAR_CONFIG).data.train.options
+    options = dataclasses.replace(
+        options, source=corpus["train"], batch_size=args.batch_size, **changes
+    )
+    return build_bucket_sentence_iter(
+        options, DataContext(role="train", seed=args.seed, base_dir=ROOT)
+    )
+
+
+def run_char(args: argparse.Namespace, side: str) -> dict[str, Any]:
+    """One epoch of the char LM on heavy-tailed lines, both sides on the buckets mxtrain's
+    defaults choose: stock ``BucketingModule.fit`` on mxtrain's batches, or ``mxtrain fit``
+    (then ``score`` and ``predict`` on the held-out file)."""
+    folder = Path(args.workdir)
+    corpus = write_char_corpus(args, folder)
+    if side == "char-stock":
+        import mxnet as mx
+
+        from mxtrain.build import build_sym_gen
+        from mxtrain.config import load_config
+
+        train = char_train_iter(args, corpus)
+        sym_gen = build_sym_gen(load_config(CHAR_CONFIG).model, train.data_info, ROOT)
+        mx.random.seed(args.seed)
+        module = mx.mod.BucketingModule(sym_gen, train.default_bucket_key, context=mx.cpu())
+        train.set_epoch(0)
+        result = timed_stock_fit(args, module, train, full_epoch=True, config=CHAR_CONFIG)
+        result["buckets"] = list(train.buckets)
+        return result
+    # mxtrain first: it sets its OpenMP threads before MXNet loads (building an iterator
+    # here first would load MXNet with its default threads)
+    from mxtrain import train as train_module
+    from mxtrain.config import load_config
+    from mxtrain.inference.predict import predict_run
+    from mxtrain.inference.score import score_checkpoint
+    from mxtrain.reporting import Reporter
+
+    overrides = [
+        f"data.train.source={corpus['train']}",
+        f"data.eval.source={corpus['valid']}",
+        f"data.train.batch_size={args.batch_size}",
+        f"data.eval.batch_size={args.batch_size}",
+        f"experiment.seed={args.seed}",
+        f"experiment.runs_dir={folder / 'runs'}",
+        "fit.num_epoch=1",
+        "fit.log_interval=1000000",
+        "fit.eval_max_batches=1",
+    ]
+    config = load_config(CHAR_CONFIG, overrides)
+    summary = train_module.fit_experiment(
+        config, name=f"bench-char-{os.getpid()}", reporter=Reporter("quiet")
+    )
+    epoch = summary.epochs[-1]
+    result: dict[str, Any] = {
+        "train_tokens_per_s": epoch["tokens"] / epoch["seconds"],
+        "train_perplexity": epoch["train"]["perplexity"],
+        "train_batches": epoch["batch"],
+        "peak_rss_mb": peak_rss_mb(),  # training's: score and predict come after
+    }
+    held_out = corpus["held-out"]
+    predicted = predict_run(summary.run.path, held_out, folder / f"char-{os.getpid()}.jsonl")
+    scored = score_checkpoint(summary.run.path, data=held_out)
+    # the same file: its tokens per second of each command (loading the run folder included)
+    result["score_tokens_per_s"] = predicted.tokens / scored.seconds
+    result["predict_tokens_per_s"] = predicted.tokens / predicted.seconds
+    result["peak_rss_after_predict_mb"] = peak_rss_mb()
+
+    from mxtrain.data.bucket_sentence import tokenize
+
+    train = char_train_iter(args, corpus)  # the buckets and padding fit chose (same rule)
+    quantile = char_train_iter(args, corpus, auto_buckets="quantile", num_buckets=8)
+    lines = Path(held_out).read_text().splitlines()
+    result.update(
+        {
+            "buckets": list(train.buckets),
+            "padding_share": float(train.stats["padding_ratio"]),
+            "quantile_padding_share": float(quantile.stats["padding_ratio"]),
+            "held_out_lines": len(lines),
+            "held_out_longer": sum(
+                len(tokenize(t, "char")) + 1 > max(train.buckets) for t in lines
+            ),
+        }
+    )
+    return result
+
+
 def worker(args: argparse.Namespace) -> dict[str, Any]:
+    if args.worker.startswith("char-"):
+        result = run_char(args, args.worker)
+        result.setdefault("peak_rss_mb", peak_rss_mb())
+        return result
     train_src, eval_src = write_corpus(args, Path(args.workdir))
-    if args.worker in ("stock", "stock-omp"):
-        result = run_stock(args, train_src, eval_src)
-    elif args.worker == "mxtrain":
-        result = run_mxtrain(args, train_src, eval_src)
+    if args.worker in ("stock", "stock-omp", "epoch-stock-omp"):
+        result = run_stock(args, train_src, eval_src, full_epoch=args.worker.startswith("epoch"))
+    elif args.worker in ("mxtrain", "epoch-mxtrain"):
+        result = run_mxtrain(args, train_src, eval_src, full_epoch=args.worker == "epoch-mxtrain")
     else:
         result = run_engine(args, args.worker, train_src, eval_src)
     result["peak_rss_mb"] = peak_rss_mb()
@@ -450,7 +622,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 def side_env(side: str, args: argparse.Namespace) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "MXNET_"))}
     env["PYTHONPATH"] = str(ROOT)
-    if side == "stock-omp" or side.startswith("engine"):
+    if side.startswith(("stock-omp", "engine", "epoch-stock", "char-stock")):
         env["OMP_NUM_THREADS"] = str(args.omp_threads)
     env["MXNET_SUBGRAPH_VERBOSE"] = "0"  # only silences a C++ log line
     return env
@@ -458,7 +630,8 @@ def side_env(side: str, args: argparse.Namespace) -> dict[str, str]:
 
 def run_side(side: str, args: argparse.Namespace, workdir: str) -> dict[str, Any]:
     argv = [sys.executable, __file__, "--worker", side, "--workdir", workdir]
-    for key in ("data", "sentences", "batches", "warmup", "batch_size", "vocab", "seed"):
+    keys = ("data", "sentences", "batches", "warmup", "batch_size", "vocab", "seed", "char_lines")
+    for key in keys:
         argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     proc = subprocess.run(
         argv, capture_output=True, text=True, env=side_env(side, args), timeout=3600, cwd=workdir
@@ -509,6 +682,19 @@ def gemm_gflops(omp_threads: int) -> dict[str, float]:
         [sys.executable, "-c", GEMM_CODE], env=env, capture_output=True, text=True, check=True
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def memory_tables(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """scripts/bench_memory.py's report for the char and the word LM."""
+    import bench_memory  # scripts/bench_memory.py
+
+    reports = []
+    for model in ("char", "word"):
+        argv = ["--model", model, "--counts", args.memory_counts, "--seed", str(args.seed)]
+        options = bench_memory.arguments([*argv, "--omp-threads", str(args.omp_threads)])
+        command = f"python scripts/bench_memory.py --model {model} --counts {args.memory_counts}"
+        reports.append(bench_memory.measure(options, command))
+    return reports
 
 
 def summarize(rounds: list[dict[str, Any]], ours: str, theirs: str) -> dict[str, Any]:
@@ -576,8 +762,17 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=10000)
     parser.add_argument("--omp-threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--char-lines", type=int, default=3000, help="char LM training lines")
+    parser.add_argument(
+        "--memory-counts", default="1,8,16,32", help="bucket counts of the memory tables"
+    )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--compare", default="tool,engine", help="tool, engine or both")
+    parser.add_argument(
+        "--compare",
+        default="epoch,tool,engine,char,memory",
+        help="comma-separated: epoch (full epoch), tool, engine (100-odd batch windows), char "
+        "(heavy-tailed char LM), memory (peak RSS against the bucket count)",
+    )
     parser.add_argument("--log-interval", type=int, default=50, help="stock Speedometer period")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--verbose", action="store_true", help="print every side's figures")
@@ -600,9 +795,9 @@ def main() -> None:
         return
 
     comparisons = [c.strip() for c in args.compare.split(",") if c.strip()]
-    unknown = sorted(set(comparisons) - set(COMPARISONS))
+    unknown = sorted(set(comparisons) - set(COMPARISONS) - {MEMORY})
     if unknown:
-        parser.error(f"--compare: unknown {unknown}; choose from {sorted(COMPARISONS)}")
+        parser.error(f"--compare: unknown {unknown}; choose from {[*COMPARISONS, MEMORY]}")
     report: dict[str, Any] = {
         "command": "python scripts/bench.py " + " ".join(sys.argv[1:]),
         "date": dt.datetime.now().isoformat(timespec="seconds"),
@@ -612,6 +807,9 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as workdir:
         for name in comparisons:
+            if name == MEMORY:
+                report["memory"] = memory_tables(args)
+                continue
             sides = COMPARISONS[name]
             rounds = []
             for i in range(args.repeats):

@@ -10,7 +10,8 @@ once more in a timed second pass, so every bucket is bound at the end: the worst
 memory. Sides:
 
 ``stock``: ``mx.mod.BucketingModule``; ``mxtrain``: mxtrain's module with every bucket kept
-bound (``fit.bucket_memory: null``); ``mxtrain-capped``: ``fit.bucket_memory: --cap``.
+bound (``fit.bucket_memory: null``); ``mxtrain-auto``: its default (``fit.bucket_memory:
+auto``); ``mxtrain-capped``: ``fit.bucket_memory: --cap``.
 
 Figures per side and count: peak RSS of the process, RSS after the largest bucket's first
 update (the largest bucket alone, optimizer state included), and tokens/s over the second
@@ -41,7 +42,7 @@ CONFIGS = {
     "word": ROOT / "configs" / "ptb_lstm.yaml",
 }
 VOCAB = {"char": 60, "word": 10000}
-SIDES = ("stock", "mxtrain", "mxtrain-capped")
+SIDES = ("stock", "mxtrain", "mxtrain-auto", "mxtrain-capped")
 
 
 def bucket_lengths(count: int, largest: int) -> list[int]:
@@ -80,7 +81,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.worker == "stock":
         module: Any = mx.mod.BucketingModule(sym_gen, default_bucket_key=largest, context=mx.cpu())
     else:
-        cap = args.cap if args.worker == "mxtrain-capped" else None
+        cap = {"mxtrain-capped": args.cap, "mxtrain-auto": "auto"}.get(args.worker)
         module = BucketingModule(sym_gen, largest, mx.cpu(), bucket_memory=cap)
     module.bind(*shape)
     mx.random.seed(args.seed)
@@ -174,10 +175,11 @@ def cpu_words() -> str:
     return f"{model}, {isa}, {os.cpu_count()} cores"
 
 
-def markdown(report: dict[str, Any]) -> str:
+def markdown(report: dict[str, Any], level: str = "##") -> str:
+    """The Markdown section of one model's report (``level``: its heading's level)."""
     s = report["settings"]
     lines = [
-        f"## Memory against the number of buckets ({s['model']} LM)",
+        f"{level} Memory against the number of buckets ({s['model']} LM)",
         "",
         f"`{report['command']}` on {report['machine']} ({report['date']}), OMP_NUM_THREADS="
         f"{s['omp_threads']}, batch {s['batch_size']}, largest bucket {s['largest']}, the model "
@@ -186,32 +188,73 @@ def markdown(report: dict[str, Any]) -> str:
         "(the largest bucket and the optimizer state). Padding is computed for a heavy-tailed "
         "length sample, not measured.",
         "",
-        "| buckets | stock peak MB | mxtrain peak MB | capped peak MB (x alone) | "
-        "tokens/s stock / mxtrain / capped | padding quantile / padding rule |",
-        "|---:|---:|---:|---:|---|---|",
+        "| buckets | stock peak MB | mxtrain unbounded | mxtrain default (auto) | "
+        f"mxtrain {s['cap']:g} | tokens/s stock / unbounded / auto / {s['cap']:g} | "
+        "padding quantile / padding rule |",
+        "|---:|---:|---:|---:|---:|---|---|",
     ]
+
+    def peak(side: dict[str, Any]) -> str:
+        ratio = side["peak_rss_mb"] / side["rss_largest_alone_mb"]
+        return f"{side['peak_rss_mb']:,.0f} ({ratio:.2f})"
+
     for row in report["rows"]:
         by = row["sides"]
-        capped = by["mxtrain-capped"]
+        speeds = " / ".join(f"{by[side]['tokens_per_s']:,.0f}" for side in SIDES)
         lines.append(
-            f"| {row['count']} | {by['stock']['peak_rss_mb']:,.0f} | "
-            f"{by['mxtrain']['peak_rss_mb']:,.0f} | {capped['peak_rss_mb']:,.0f} "
-            f"({capped['peak_rss_mb'] / capped['rss_largest_alone_mb']:.2f}) | "
-            f"{by['stock']['tokens_per_s']:,.0f} / {by['mxtrain']['tokens_per_s']:,.0f} / "
-            f"{capped['tokens_per_s']:,.0f} | {row['padding']['quantile']:.1%} / "
-            f"{row['padding']['padding']:.1%} |"
+            f"| {row['count']} | {peak(by['stock'])} | {peak(by['mxtrain'])} | "
+            f"{peak(by['mxtrain-auto'])} | {peak(by['mxtrain-capped'])} | {speeds} | "
+            f"{row['padding']['quantile']:.1%} / {row['padding']['padding']:.1%} |"
         )
     lines += [
         "",
-        f"Capped: `fit.bucket_memory: {s['cap']}`. The tokens/s of this table come from one "
-        "batch per bucket and include the capped side's rebinding; they show the price of the "
-        "cap in the worst order (every batch another bucket), not an epoch's speed.",
+        "Peak RSS in MB, in brackets as a multiple of 'alone'. `auto` bounds the bound "
+        "buckets at 4 x the largest bucket's positions, the last column at "
+        f"`fit.bucket_memory: {s['cap']:g}`. The tokens/s of this table come from one batch per "
+        "bucket and include the bounded sides' rebinding; they show the price of a bound in "
+        "the worst order (every batch another bucket), not an epoch's speed.",
         "",
     ]
     return "\n".join(lines)
 
 
-def main() -> None:
+def measure(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    """Every side at every bucket count of ``args.counts``, one fresh process each: the
+    report ``markdown`` renders (``command`` is how it was asked for)."""
+    rows = []
+    for count in (int(c) for c in str(args.counts).split(",")):
+        sides: dict[str, Any] = {}
+        order = SIDES if count % 2 else tuple(reversed(SIDES))  # alternate who goes first
+        for side in order:
+            sides[side] = run_side(side, count, args)
+            print(
+                f"{args.model} {count:>3} buckets  {side:<15} peak "
+                f"{sides[side]['peak_rss_mb']:8,.0f} MB  "
+                f"alone {sides[side]['rss_largest_alone_mb']:8,.0f} MB  "
+                f"{sides[side]['tokens_per_s']:9,.0f} tokens/s",
+                flush=True,
+            )
+        rows.append(
+            {
+                "count": count,
+                "sides": sides,
+                "padding": padding_shares(count, args.largest, args.batch_size),
+            }
+        )
+    return {
+        "command": command,
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": cpu_words(),
+        "settings": {
+            k: getattr(args, k)
+            for k in ("model", "largest", "batch_size", "cap", "omp_threads", "seed")
+        },
+        "rows": rows,
+    }
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """This script's options (``argv``: None for the command line)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=sorted(CONFIGS), default="char")
     parser.add_argument("--counts", default="1,8,16,32")
@@ -224,41 +267,18 @@ def main() -> None:
     parser.add_argument("--markdown", help="write the Markdown section here")
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.largest is None:
         args.largest = 2048 if args.model == "char" else 80
+    return args
+
+
+def main() -> None:
+    args = arguments()
     if args.worker:
         print(json.dumps(worker(args)))
         return
-    rows = []
-    for count in (int(c) for c in args.counts.split(",")):
-        sides: dict[str, Any] = {}
-        order = SIDES if count % 2 else tuple(reversed(SIDES))  # alternate who goes first
-        for side in order:
-            sides[side] = run_side(side, count, args)
-            print(
-                f"{count:>3} buckets  {side:<15} peak {sides[side]['peak_rss_mb']:8,.0f} MB  "
-                f"alone {sides[side]['rss_largest_alone_mb']:8,.0f} MB  "
-                f"{sides[side]['tokens_per_s']:9,.0f} tokens/s",
-                flush=True,
-            )
-        rows.append(
-            {
-                "count": count,
-                "sides": sides,
-                "padding": padding_shares(count, args.largest, args.batch_size),
-            }
-        )
-    report = {
-        "command": "python scripts/bench_memory.py " + " ".join(sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": cpu_words(),
-        "settings": {
-            k: getattr(args, k)
-            for k in ("model", "largest", "batch_size", "cap", "omp_threads", "seed")
-        },
-        "rows": rows,
-    }
+    report = measure(args, "python scripts/bench_memory.py " + " ".join(sys.argv[1:]))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     text = markdown(report)

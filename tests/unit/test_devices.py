@@ -43,3 +43,18 @@ def test_busy_cpus_reads_a_number() -> None:
     busy = devices.busy_cpus(samples=2, interval=0.0)
     assert busy >= 0.0
     assert devices.usable_cores() >= 1
+
+
+def test_a_thread_change_after_mxnet_loaded_is_said(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """OpenMP reads OMP_NUM_THREADS when MXNet loads: a later change must not pass unseen."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mxnet", sys.modules.get("mxnet", object()))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    with caplog.at_level("WARNING", logger="mxtrain.devices"):
+        devices.configure_threads(Context(omp_threads=3))  # unchanged: nothing to say
+        assert not caplog.records
+        devices.configure_threads(Context(omp_threads=1))
+    assert "MXNet was imported before" in caplog.text and "OMP_NUM_THREADS=3" in caplog.text
