@@ -205,6 +205,7 @@ class CheckpointHook:
         reporter: Reporter,
         *,
         bucket_keys: Any,
+        last_batch: str | None = None,
         saves: bool,
         best_lower_is_better: bool,
         resume_state: dict[str, Any] | None,
@@ -214,6 +215,7 @@ class CheckpointHook:
         self.run = run
         self.reporter = reporter
         self.bucket_keys = bucket_keys
+        self.last_batch = last_batch  # the train iterator's rule: resume keeps it
         self.saves = saves  # distributed: rank 0 alone writes checkpoints
         self.best: dict[str, Any] | None = (resume_state or {}).get("best")
         metric = config.checkpoint.best_metric
@@ -228,6 +230,8 @@ class CheckpointHook:
             "best": self.best,
             "seed": self.config.experiment.seed,
         }
+        if self.last_batch is not None:
+            state["last_batch"] = self.last_batch
         saved = checkpoint.save_checkpoint(
             self.run,
             self.module,

@@ -546,6 +546,14 @@ def _recorded_buckets(restore: Any) -> tuple[int, ...] | None:
     return tuple(keys)
 
 
+def _recorded_last_batch(restore: Any) -> str | None:
+    """A resumed run's last-batch rule: what its checkpoint recorded, or ``pad`` for a
+    checkpoint of a version that had no such rule (None: fresh run, or no bucketing)."""
+    if restore is None or not getattr(restore, "bucket_keys", None):
+        return None
+    return (getattr(restore, "state", None) or {}).get("last_batch") or "pad"
+
+
 def _prepare(
     config: Config,
     threads: dict[str, str],
@@ -558,6 +566,7 @@ def _prepare(
 
     from mxtrain import distributed
     from mxtrain.build import build_data_iter, build_initializer, build_module, optimizer_arguments
+    from mxtrain.engine.bucketing import fewest_rows
 
     if config.logging.tensorboard:  # before anything is written: a missing extra says so
         from mxtrain.tensorboard import require_writer
@@ -586,6 +595,8 @@ def _prepare(
             train_section, dist_kv.rank, dist_kv.num_workers, "data.train", kv_cfg.type
         )
 
+    contexts = build_contexts(config.context)
+    min_batch = fewest_rows(len(contexts), config.context.work_load)  # short last batches
     train_iter = build_data_iter(
         train_section,
         DataContext(
@@ -594,6 +605,8 @@ def _prepare(
             base_dir=base_dir,
             vocab_file=vocab_file,
             buckets=_recorded_buckets(restore),
+            min_batch=min_batch,
+            last_batch=_recorded_last_batch(restore),
         ),
         base_dir,
         "data.train",
@@ -603,13 +616,14 @@ def _prepare(
     if config.data.eval is not None:
         eval_iter = build_data_iter(
             config.data.eval,
-            DataContext(role="eval", seed=seed, base_dir=base_dir, train=train_iter),
+            DataContext(
+                role="eval", seed=seed, base_dir=base_dir, train=train_iter, min_batch=min_batch
+            ),
             base_dir,
             "data.eval",
         )
         _describe("eval", eval_iter)
 
-    contexts = build_contexts(config.context)
     fit_cfg = config.fit
     module = build_module(config, train_iter, "data.train", contexts, for_training=True, logger=log)
     module.init_params(build_initializer(config.initializer))
@@ -720,6 +734,7 @@ def _train(
         run,
         reporter,
         bucket_keys=getattr(setup.train_iter, "buckets", None),
+        last_batch=getattr(setup.train_iter, "last_batch", None),
         saves=setup.rank == 0,
         best_lower_is_better=best_lower,
         resume_state=resume_state,

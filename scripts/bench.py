@@ -691,8 +691,10 @@ def memory_tables(args: argparse.Namespace) -> list[dict[str, Any]]:
     reports = []
     for model in ("char", "word"):
         argv = ["--model", model, "--counts", args.memory_counts, "--seed", str(args.seed)]
+        if args.memory_largest:
+            argv += ["--largest", str(args.memory_largest)]
         options = bench_memory.arguments([*argv, "--omp-threads", str(args.omp_threads)])
-        command = f"python scripts/bench_memory.py --model {model} --counts {args.memory_counts}"
+        command = "python scripts/bench_memory.py " + " ".join(argv)
         reports.append(bench_memory.measure(options, command))
     return reports
 
@@ -765,6 +767,12 @@ def main() -> None:
     parser.add_argument("--char-lines", type=int, default=3000, help="char LM training lines")
     parser.add_argument(
         "--memory-counts", default="1,8,16,32", help="bucket counts of the memory tables"
+    )
+    parser.add_argument(
+        "--memory-largest",
+        type=int,
+        help="largest bucket of the memory tables (default: "
+        "scripts/bench_memory.py's, char 2048 and word 80)",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(

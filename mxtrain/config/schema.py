@@ -1072,7 +1072,7 @@ class FitSection:
             "doc": "bound buckets may hold at most this many times the largest bucket's "
             "input positions: beyond it the least used are unbound and rebound when needed "
             "(each bucket keeps memory of its own, e.g. a fused RNN's workspace, so memory "
-            "would grow with their number); auto: 4, which keeps the shipped configs' "
+            "would grow with their number); auto: 5, which keeps the shipped configs' "
             "buckets all bound; 1.0: the tightest bound (rebinds cost time); null: no bound"
         },
     )

@@ -55,3 +55,6 @@ class DataContext:
     #: the fewest rows a batch may have: a batch is split over the devices, one row at least
     #: each (iterators that size some batches to their content, as predict's long lines)
     min_batch: int = 1
+    #: a resumed run's recorded ``last_batch`` rule, which wins over the options (a
+    #: checkpoint of a version without the rule padded its last batches: "pad")
+    last_batch: str | None = None

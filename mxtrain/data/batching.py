@@ -87,28 +87,35 @@ def bucket_batches(
     real_rows: int,
     desc_data: list[Any],
     desc_label: list[Any],
+    last_descs: tuple[list[Any], list[Any]] | None = None,
 ) -> list[Any]:
-    """DataBatches of ``batch_size`` rows over whole padded matrices of one bucket.
+    """DataBatches of ``batch_size`` rows over padded matrices of one bucket.
 
-    The matrices hold ``real_rows`` real rows followed by padding rows, and their row count
-    is a multiple of ``batch_size``. Each batch carries ``pad`` (its padding rows), ``index``
-    (source line of each row, -1 for padding), ``bucket_key`` and ``num_tokens`` (the real
-    label tokens, counted here once so ``next()`` does no work).
+    The matrices hold ``real_rows`` real rows followed by padding rows. Every batch but the
+    last has ``batch_size`` rows; the last has the rest (``last_descs`` describe it when
+    that is fewer). Each batch carries ``pad`` (its padding rows), ``index`` (source line of
+    each row, -1 for padding), ``bucket_key`` and ``num_tokens`` (the real label tokens,
+    counted here once so ``next()`` does no work).
     """
     nd_data = mx.nd.array(data, dtype=np.float32)
     nd_label = mx.nd.array(label, dtype=np.float32)
-    tokens = row_tokens.reshape(-1, batch_size).sum(axis=1)
+    total = data.shape[0]
+    starts = np.arange(0, total, batch_size)
+    tokens = np.add.reduceat(row_tokens, starts) if total else np.zeros(0, dtype=np.int64)
     batches = []
-    for j in range(tokens.size):
-        lo, hi = j * batch_size, (j + 1) * batch_size
+    for j, lo in enumerate(starts):
+        hi = min(total, int(lo) + batch_size)
+        descs = (desc_data, desc_label)
+        if hi - lo < batch_size and last_descs is not None:
+            descs = last_descs
         batch = mx.io.DataBatch(
             data=[nd_data[lo:hi]],
             label=[nd_label[lo:hi]],
-            pad=max(0, hi - real_rows),
+            pad=max(0, hi - max(int(lo), real_rows)),
             index=index[lo:hi],
             bucket_key=length,
-            provide_data=desc_data,
-            provide_label=desc_label,
+            provide_data=descs[0],
+            provide_label=descs[1],
         )
         batch.num_tokens = int(tokens[j])
         batches.append(batch)

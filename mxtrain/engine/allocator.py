@@ -8,7 +8,9 @@ A fixed threshold and trim limit make large blocks come from mmap and go back on
 
 The price is paid by every large temporary from then on (a oneDNN backward allocates one
 of batch x vocabulary floats per batch on the word LM: a few percent of its speed), so the
-module switches only when it first unbinds a bucket, not when a bound is merely set.
+module switches only for a bound the user set, when it first unbinds a bucket. Under the
+default bound it only trims the heaps after unbinding (:func:`trim_heaps`), which returns
+their free pages at no cost per batch but leaves what fragmentation keeps.
 """
 
 from __future__ import annotations
@@ -28,17 +30,34 @@ MMAP_THRESHOLD = 128 * 1024
 _done = False
 
 
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def trim_heaps() -> bool:
+    """Give the free pages of glibc's heaps back to the system (``malloc_trim``); False
+    where the C library has no such call."""
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is None:
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True
+
+
 def return_freed_memory() -> bool:
     """Fix glibc's mmap and trim thresholds for this process (once); False where the C
     library is not glibc or refuses, which leaves the allocator as it was."""
     global _done
     if _done:
         return True
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = getattr(_libc(), "mallopt", None)
+    if mallopt is None:
         _LOG.debug("no mallopt in the C library: freed memory stays with the allocator")
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

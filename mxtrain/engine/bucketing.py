@@ -32,7 +32,7 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
-from mxtrain.engine.allocator import return_freed_memory
+from mxtrain.engine.allocator import return_freed_memory, trim_heaps
 from mxtrain.run.atomic import save_atomically
 from mxtrain.run.params import ParamsFileError, read_params
 
@@ -50,12 +50,12 @@ _BIG_PARAM_ELEMENTS = 16 * 1024 * 1024
 
 _INTERPRETER_EXITING = False
 
-#: ``bucket_memory="auto"``: bound buckets may hold 4 x the largest bucket's input positions.
-#: The shipped configs' buckets add up to 3.8 x (PTB words) and 4.2 x (PTB characters), so
-#: they train as if unbounded, while 32 buckets stay within 4 largest buckets' memory.
+#: ``bucket_memory="auto"``: bound buckets may hold 5 x the largest bucket's input positions.
+#: The shipped configs' buckets add up to 4.0 x (PTB words) and 4.2 x (PTB characters), so
+#: they train as if unbounded, while 32 or 50 buckets stay within 5 largest buckets' memory.
 #: Measured on the word LM (400 PTB batches, 2-core EPYC): a bound of 1.0 rebinds about
 #: every other batch and costs ~10% of the speed.
-AUTO_BUCKET_MEMORY = 4.0
+AUTO_BUCKET_MEMORY = 5.0
 
 
 @atexit.register
@@ -150,6 +150,18 @@ def split_batch(batch_size: int, work_load_list: Sequence[float]) -> list[slice]
             )
         slices.append(slice(begin, end))
     return slices
+
+
+def fewest_rows(devices: int, work_load: Sequence[float] | None) -> int:
+    """The smallest batch every device gets a row of (MXNet's split by work load)."""
+    loads = list(work_load) if work_load else [1.0] * devices
+    for rows in range(devices, 64 * devices + 1):
+        try:
+            split_batch(rows, loads)
+            return rows
+        except ValueError:
+            continue
+    return 64 * devices
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -399,6 +411,9 @@ class BucketingModule:
     ) -> None:
         if default_bucket_key is None:
             raise ValueError("default_bucket_key is required")
+        # a bound the user set is kept tightly (freed blocks leave the process at once, at
+        # a small cost per batch); the default one only trims the heaps after unbinding
+        self._strict_memory = bucket_memory != "auto"
         if bucket_memory == "auto":
             bucket_memory = AUTO_BUCKET_MEMORY
         if bucket_memory is not None and not (
@@ -1016,10 +1031,12 @@ class BucketingModule:
         held = self.bound_positions
         if held + needed <= self._budget:
             return
-        # from the first unbinding on, freed executor memory must leave the process; not
-        # before, since the fixed thresholds make every large temporary an mmap (a cost of
-        # a few percent per batch on the word LM that a run which never unbinds need not pay)
-        return_freed_memory()
+        # under a bound the user set, freed executor memory must leave the process from the
+        # first unbinding on; not before, since the fixed thresholds make every large
+        # temporary an mmap (a few percent per batch on the word LM that a run which never
+        # unbinds need not pay)
+        if self._strict_memory:
+            return_freed_memory()
         # let queued work on the executors finish, so their memory is free before the new
         # bucket allocates its own (the engine would otherwise release it later)
         mx.nd.waitall()
@@ -1042,6 +1059,7 @@ class BucketingModule:
                     self._bucket_memory,
                 )
             self._unbound.add(key)
+        trim_heaps()  # the unbound executors' pages, freed into glibc's heaps, leave them
 
     @property
     def bound_positions(self) -> int:

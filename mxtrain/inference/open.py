@@ -331,20 +331,6 @@ def _data_section(
     return _with_options(section, where, **changes), where
 
 
-def _fewest_rows(devices: int, work_load: Sequence[float] | None) -> int:
-    """The smallest batch every device gets a row of (MXNet's split by work load)."""
-    from mxtrain.engine.bucketing import split_batch
-
-    loads = list(work_load) if work_load else [1.0] * devices
-    for rows in range(devices, 64 * devices + 1):
-        try:
-            split_batch(rows, loads)
-            return rows
-        except ValueError:
-            continue
-    return 64 * devices
-
-
 def _recorded_buckets(chosen: ChosenCheckpoint) -> tuple[int, ...] | None:
     """Bucket keys saved in the chosen checkpoint's state.json (see mxtrain.run.checkpoint), if
     it has them and they are plain lengths."""
@@ -517,6 +503,7 @@ def open_run(
             chosen.describe(),
         )
     from mxtrain.build import build_data_iter, build_module
+    from mxtrain.engine.bucketing import fewest_rows
 
     section, where = _data_section(config, role, data_file, batch_size)
     contexts = build_contexts(config.context)
@@ -526,7 +513,7 @@ def open_run(
         base_dir=config.base_dir,
         vocab_file=run.vocab_file.absolute(),  # iterators resolve relative paths elsewhere
         buckets=_training_buckets(config, chosen, read_data=role == "eval"),
-        min_batch=_fewest_rows(len(contexts), config.context.work_load),
+        min_batch=fewest_rows(len(contexts), config.context.work_load),
     )
     data_iter = build_data_iter(section, context, config.base_dir, where)
     source = getattr(data_iter, "source", None) or (str(data_file) if data_file else where)

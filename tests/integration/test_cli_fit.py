@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -246,3 +247,46 @@ def test_bucket_memory_below_one_is_refused_with_its_key(
     assert result.exit_code != 0
     assert "bucket_memory" in result.output and "at least 1" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_short_last_batches_train_as_padded_ones_do(
+    runner: CliRunner, tiny_config: Path, devices: int
+) -> None:
+    """Padding rows have no gradient, so a bucket's last batch cut to its real rows trains the
+    same parameters (to float rounding) while computing fewer positions; the rule is recorded
+    in each checkpoint, and a checkpoint without it (older versions) resumes padded."""
+    import numpy as np
+    from conftest import params
+
+    from mxtrain import train as train_module
+    from mxtrain.run.checkpoint import LoadedCheckpoint
+
+    runs = tiny_config.parent / "runs"
+    common = ["--set", f"context.count={devices}", "--progress", "plain"]
+    for name, rule in (("short", "short"), ("pad", "pad")):
+        result = run_cli(
+            runner, "fit", str(tiny_config), "--name", name,
+            "--set", f"data.train.last_batch={rule}", *common,
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+
+    def padding(run: str) -> float:  # the train iterator's line in the run's log
+        found = re.search(r"padding ([0-9.]+)% \(", (runs / run / "train.log").read_text())
+        assert found is not None
+        return float(found.group(1))
+
+    assert padding("short") < padding("pad")  # the short batches were there to cut
+    for name, value in params(runs / "pad", 2).items():
+        np.testing.assert_allclose(params(runs / "short", 2)[name], value, rtol=1e-4, atol=1e-6)
+    states = sorted((runs / "short" / "checkpoints").glob("*/state.json"))
+    assert states and all(
+        json.loads(s.read_text())["state"]["last_batch"] == "short" for s in states
+    )
+
+    def loaded(state: dict) -> LoadedCheckpoint:
+        return LoadedCheckpoint(None, {}, {}, {}, None, state, [5, 9, 13], {})  # type: ignore[arg-type]
+
+    assert train_module._recorded_last_batch(loaded({"last_batch": "short"})) == "short"
+    assert train_module._recorded_last_batch(loaded({})) == "pad"
+    assert train_module._recorded_last_batch(None) is None

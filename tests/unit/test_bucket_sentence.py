@@ -55,9 +55,11 @@ def test_batches_hold_shifted_ids_of_every_sentence(tmp_path) -> None:
     for batch in batches(it):
         key = batch.bucket_key
         data, label = batch.data[0].asnumpy(), batch.label[0].asnumpy()
-        assert data.dtype == np.float32 and data.shape == label.shape == (4, key)
+        rows = data.shape[0]  # 4, or fewer in a bucket's last batch
+        assert 1 <= rows <= 4 and rows - batch.pad >= 1
+        assert data.dtype == np.float32 and data.shape == label.shape == (rows, key)
         assert batch.provide_data[0].name == "data"
-        assert batch.provide_data[0].shape == (4, key)
+        assert batch.provide_data[0].shape == (rows, key)
         assert batch.provide_label[0].name == "softmax_label"
         assert batch.num_tokens == int((label != 0).sum())
         total += batch.num_tokens
@@ -80,9 +82,31 @@ def test_batches_hold_shifted_ids_of_every_sentence(tmp_path) -> None:
     assert it.data_info.pad_id == 0
 
 
-def test_last_partial_batch_is_padded_not_dropped(tmp_path) -> None:
+def test_last_partial_batch_is_short_by_default(tmp_path) -> None:
+    """The last batch holds just the remaining sentence: no padding row is computed."""
     path = write(tmp_path, ["a b c"] * 5)
     it = build(path, tmp_path, batch_size=2, buckets=[3], shuffle=False)
+    got = batches(it)
+    assert [b.pad for b in got] == [0, 0, 0]
+    last = got[-1]
+    assert last.data[0].shape == (1, 3) and last.provide_data[0].shape == (1, 3)
+    assert last.provide_label[0].shape == (1, 3)
+    assert list(last.index) == [4] and last.num_tokens == 3
+    assert it.stats["padding_ratio"] == pytest.approx(0.0)
+    assert it.describe()  # the log line still reads
+
+
+def test_a_short_last_batch_keeps_a_row_per_device(tmp_path) -> None:
+    path = write(tmp_path, ["a b c"] * 5)
+    options = BucketSentenceOptions(source=str(path), batch_size=4, buckets=[3], shuffle=False)
+    context = DataContext(role="train", seed=0, base_dir=tmp_path, min_batch=3)
+    got = batches(build_bucket_sentence_iter(options, context))
+    assert [b.data[0].shape[0] for b in got] == [4, 3] and [b.pad for b in got] == [0, 2]
+
+
+def test_last_partial_batch_is_padded_with_last_batch_pad(tmp_path) -> None:
+    path = write(tmp_path, ["a b c"] * 5)
+    it = build(path, tmp_path, batch_size=2, buckets=[3], shuffle=False, last_batch="pad")
     got = batches(it)
     assert [b.pad for b in got] == [0, 0, 1]
     last = got[-1]
@@ -135,7 +159,7 @@ def test_split_chunks_continue_the_sentence(tmp_path) -> None:
     ids = [*it.vocab.encode(words), it.vocab.eos_id]
     assert [int(x) for r in rows for x in data[r] if x] == ids[:-1]
     assert [int(x) for r in rows for x in label[r] if x] == ids[1:]
-    assert batch.pad == 8 - 3
+    assert batch.pad == 0 and data.shape == (3, 4)  # three chunks, no padding rows
 
 
 def test_auto_buckets_cover_every_sentence(tmp_path) -> None:

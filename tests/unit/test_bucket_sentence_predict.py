@@ -133,7 +133,8 @@ def test_long_predict_lines_get_batches_of_their_own_size(tmp_path: Path) -> Non
     assert long_sizes == {long_bucket(30, 13): 2, long_bucket(45, 13): 1}
     for batch in it:
         rows_here = batch.data[0].shape[0]
-        assert rows_here == it.bucket_batch_sizes[batch.bucket_key]
+        # a bucket's last batch holds just its remaining lines
+        assert rows_here <= it.bucket_batch_sizes[batch.bucket_key] and batch.pad == 0
         assert batch.provide_data[0].shape == (rows_here, batch.bucket_key)
         if batch.bucket_key > 13:
             assert rows_here * batch.bucket_key <= 8 * 13 or rows_here == 1
