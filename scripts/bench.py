@@ -482,7 +482,8 @@ def run_engine(
 def write_char_corpus(args: argparse.Namespace, folder: Path) -> dict[str, str]:
     """Heavy-tailed lines of letters and spaces (lognormal lengths: median 62 characters,
     p99 about 950, at most 3,000), as text files: train, valid and a held-out file that
-    score and predict both read (some of its lines are longer than every training bucket)."""
+    score and predict both read (8 of its 400 lines have 2,400 to 3,000 characters, longer
+    than every training bucket)."""
     import numpy as np
 
     rng = np.random.default_rng(args.seed + 7)
@@ -495,6 +496,8 @@ def write_char_corpus(args: argparse.Namespace, folder: Path) -> dict[str, str]:
         path = folder / f"char-{role}.txt"
         if not path.exists():
             lengths = np.clip(np.rint(np.exp(rng.normal(np.log(62), 1.17, count))), 2, 3000)
+            if role == "held-out":  # a few lines past the largest bucket (2 x p99 of train)
+                lengths[rng.choice(count, 8, replace=False)] = rng.integers(2400, 3001, 8)
             text = "".join(rng.choice(symbols, size=int(lengths.sum()) + count, p=weights))
             lines, at = [], 0
             for n in lengths.astype(int):
@@ -790,6 +793,12 @@ def main() -> None:
     parser.add_argument(
         "--render", metavar="JSON", help="only write --markdown from a saved --json report"
     )
+    parser.add_argument(
+        "--merge-into",
+        metavar="JSON",
+        help="measure the --compare comparisons again and replace them in this earlier "
+        "report (same CPU), which records the command; write it with --json",
+    )
     args = parser.parse_args()
     if args.render:
         if not args.markdown:
@@ -806,13 +815,33 @@ def main() -> None:
     unknown = sorted(set(comparisons) - set(COMPARISONS) - {MEMORY})
     if unknown:
         parser.error(f"--compare: unknown {unknown}; choose from {[*COMPARISONS, MEMORY]}")
+    command = "python scripts/bench.py " + " ".join(sys.argv[1:])
+    date = dt.datetime.now().isoformat(timespec="seconds")
     report: dict[str, Any] = {
-        "command": "python scripts/bench.py " + " ".join(sys.argv[1:]),
-        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "command": command,
+        "date": date,
         "machine": machine(),
         "settings": {k: v for k, v in vars(args).items() if k not in ("worker", "workdir")},
         "comparisons": {},
     }
+    if args.merge_into:
+        # measure the chosen comparisons again into an earlier report of the same machine
+        # and settings; the report lists each command with what it measured
+        earlier = json.loads(Path(args.merge_into).read_text())
+        if earlier["machine"]["cpu"] != report["machine"]["cpu"]:
+            parser.error("--merge-into: that report was measured on another CPU")
+        own = ("compare", "json", "markdown", "merge_into", "verbose", "render")
+        differ = sorted(
+            k
+            for k, v in report["settings"].items()
+            if k not in own and earlier["settings"].get(k, v) != v
+        )
+        if differ:
+            parser.error(f"--merge-into: settings differ from that report's: {differ}")
+        earlier.setdefault("remeasured", []).append(
+            {"command": command, "date": date, "compare": comparisons}
+        )
+        report = earlier
     with tempfile.TemporaryDirectory() as workdir:
         for name in comparisons:
             if name == MEMORY:

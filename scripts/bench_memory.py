@@ -126,7 +126,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def padding_shares(count: int, largest: int, batch: int) -> dict[str, float]:
-    """Computed padding of each bucket rule with ``count`` buckets on heavy-tailed lengths."""
+    """Computed padding of each bucket rule with ``count`` buckets on heavy-tailed lengths:
+    length quantiles and the padding rule with full last batches (``last_batch: pad``),
+    and the padding rule with short ones (the default)."""
     import numpy as np
 
     from mxtrain.data.bucket_sentence import auto_buckets, padding_buckets, whole_batch_rows
@@ -135,17 +137,19 @@ def padding_shares(count: int, largest: int, batch: int) -> dict[str, float]:
     lengths = np.clip(np.rint(np.exp(rng.normal(np.log(66), 1.17, 30000))), 2, largest)
     lengths = lengths.astype(np.int64)
 
-    def computed(buckets: list[int]) -> float:
+    def computed(buckets: list[int], whole: bool = True) -> float:
         bounds = np.asarray(sorted(buckets))
         lens = np.minimum(lengths, bounds[-1])
         counts = np.bincount(np.searchsorted(bounds, lens), minlength=bounds.size)
-        positions = float((np.ceil(counts / batch) * batch * bounds).sum())
-        return 1.0 - float(lens.sum()) / positions
+        rows = np.ceil(counts / batch) * batch if whole else counts
+        return 1.0 - float(lens.sum()) / float((rows * bounds).sum())
 
     rows = whole_batch_rows(batch, None, int(lengths.max()))
+    short = whole_batch_rows(batch, None, int(lengths.max()), last_batch="short")
     return {
         "quantile": computed(auto_buckets(lengths, count)),
         "padding": computed(padding_buckets(lengths, 0.1, count, rows=rows)),
+        "padding_short": computed(padding_buckets(lengths, 0.1, count, rows=short), False),
     }
 
 
@@ -178,6 +182,10 @@ def cpu_words() -> str:
 def markdown(report: dict[str, Any], level: str = "##") -> str:
     """The Markdown section of one model's report (``level``: its heading's level)."""
     s = report["settings"]
+    padding_keys = [
+        k for k in ("quantile", "padding", "padding_short") if k in report["rows"][0]["padding"]
+    ]
+    has_short = "padding_short" in padding_keys
     lines = [
         f"{level} Memory against the number of buckets ({s['model']} LM)",
         "",
@@ -190,7 +198,9 @@ def markdown(report: dict[str, Any], level: str = "##") -> str:
         "",
         "| buckets | stock peak MB | mxtrain unbounded | mxtrain default (auto) | "
         f"mxtrain {s['cap']:g} | tokens/s stock / unbounded / auto / {s['cap']:g} | "
-        "padding quantile / padding rule |",
+        "padding: quantile / padding rule (full last batches"
+        + (" / short ones, the default)" if has_short else ")")
+        + " |",
         "|---:|---:|---:|---:|---:|---|---|",
     ]
 
@@ -204,12 +214,13 @@ def markdown(report: dict[str, Any], level: str = "##") -> str:
         lines.append(
             f"| {row['count']} | {peak(by['stock'])} | {peak(by['mxtrain'])} | "
             f"{peak(by['mxtrain-auto'])} | {peak(by['mxtrain-capped'])} | {speeds} | "
-            f"{row['padding']['quantile']:.1%} / {row['padding']['padding']:.1%} |"
+            + " / ".join(f"{row['padding'][k]:.1%}" for k in padding_keys)
+            + " |"
         )
     lines += [
         "",
         "Peak RSS in MB, in brackets as a multiple of 'alone'. `auto` bounds the bound "
-        "buckets at 4 x the largest bucket's positions, the last column at "
+        "buckets at 5 x the largest bucket's positions, the last column at "
         f"`fit.bucket_memory: {s['cap']:g}`. The tokens/s of this table come from one batch per "
         "bucket and include the bounded sides' rebinding; they show the price of a bound in "
         "the worst order (every batch another bucket), not an epoch's speed.",

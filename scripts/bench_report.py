@@ -188,10 +188,21 @@ def render(report: dict[str, Any]) -> str:
         f".venv/bin/{report['command']}",
         "```",
         "",
+    ]
+    for again in report.get("remeasured", []):
+        out += [
+            f"Measured again {again['date']} ({', '.join(again['compare'])}):",
+            "",
+            "```",
+            f".venv/bin/{again['command']}",
+            "```",
+            "",
+        ]
+    out += [
         "## Headline",
         "",
     ]
-    headline = []
+    headline: list[str] = []
     window = f"a {s['batches']}-batch window after {s['warmup']} warm-up batches"
     epoch = _ratio(report, "epoch", "epoch-stock-omp", "train_tokens_per_s")
     if epoch is not None:
