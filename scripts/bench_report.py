@@ -350,7 +350,7 @@ def render(report: dict[str, Any]) -> str:
     gemm = report.get("gemm_gflops") or {}
     peak = max(gemm.values()) * 1e9 if gemm else None
     best = _median_figure(report, "epoch", "epoch-mxtrain", "train_tokens_per_s")
-    what = "a full epoch of `mxtrain fit`"
+    what = "A full epoch of `mxtrain fit`"
     if best is None:
         what = "mxtrain's best median"
         for comparison in report["comparisons"].values():
