@@ -579,9 +579,10 @@ def _prepare(
     kv_cfg = config.kvstore
     train_section = config.data.train
     dist_kv = None
+    contexts = build_contexts(config.context)
     if is_distributed(kv_cfg.type):
         # Created first and only once (a second dist kvstore hangs): the rank shards the data.
-        dist_kv = distributed.create_kvstore(kv_cfg, build_contexts(config.context))
+        dist_kv = distributed.create_kvstore(kv_cfg, contexts)
         log.info(
             "distributed worker rank %d of %d (kvstore %s)",
             dist_kv.rank,
@@ -595,7 +596,6 @@ def _prepare(
             train_section, dist_kv.rank, dist_kv.num_workers, "data.train", kv_cfg.type
         )
 
-    contexts = build_contexts(config.context)
     min_batch = fewest_rows(len(contexts), config.context.work_load)  # short last batches
     train_iter = build_data_iter(
         train_section,

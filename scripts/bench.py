@@ -69,8 +69,6 @@ FIGURES = (
     "peak_rss_mb",
     "train_perplexity",
 )
-# measured on one side only: reported, not compared
-SINGLE_FIGURES = ("rss_largest_bucket_mb", "padding_share", "quantile_padding_share")
 
 
 def process_age() -> float:

@@ -63,7 +63,11 @@ from mxtrain.data.batching import (
     long_bucket_rows,
     warn_about_padding,
 )
-from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX, BucketSentenceOptions
+from mxtrain.data.bucket_sentence_options import (
+    LAST_BATCHES,
+    TREEBANK_PREFIX,
+    BucketSentenceOptions,
+)
 from mxtrain.data.text_files import read_data_text
 from mxtrain.data.vocab import UNK, Vocab
 from mxtrain.errors import DataError
@@ -526,8 +530,8 @@ class BucketSentenceIter(PrebuiltBatchIter):
         super().__init__(batch_size)
         buckets = check_bucket_arguments(buckets, batch_size, long_sentences)
         self.min_batch = max(1, int(min_batch))
-        if last_batch not in ("short", "pad"):
-            raise ValueError(f"last_batch must be short or pad, not {last_batch!r}")
+        if last_batch not in LAST_BATCHES:
+            raise ValueError(f"last_batch must be one of {LAST_BATCHES}, not {last_batch!r}")
         self.last_batch = last_batch
         if batch_tokens is not None and batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")

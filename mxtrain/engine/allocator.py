@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 
 _LOG = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ MMAP_THRESHOLD = 128 * 1024
 _done = False
 
 
+@functools.cache  # loaded once: trim_heaps runs at every unbinding
 def _libc() -> ctypes.CDLL | None:
     try:
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
