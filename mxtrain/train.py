@@ -538,6 +538,17 @@ class _Setup:
     coordinator: Any = None  # distributed.Coordinator for dist_sync kvstores
 
 
+def _update_on_kvstore(config: Config) -> bool | None:
+    """``kvstore.update_on_kvstore`` as the module takes it: ``auto`` becomes false when an
+    optimizer key needs the updates on the workers (the config check refused the settings
+    that update on the servers)."""
+    from mxtrain import distributed
+    from mxtrain.config.schema import worker_update_keys
+
+    chosen = distributed.resolve_update_on_kvstore(config.kvstore)
+    return False if worker_update_keys(config.optimizer) else chosen
+
+
 def _recorded_buckets(restore: Any) -> tuple[int, ...] | None:
     """The bucket lengths a resumed run's checkpoint recorded (None: fresh run, or none)."""
     keys = getattr(restore, "bucket_keys", None)
@@ -646,7 +657,8 @@ def _prepare(
         kvstore=kvstore,
         optimizer=optimizer_name,
         optimizer_params=optimizer_params,
-        update_on_kvstore=distributed.resolve_update_on_kvstore(kv_cfg),
+        update_on_kvstore=_update_on_kvstore(config),
+        clip_global_norm=config.optimizer.clip_global_norm,
     )
     coordinator = None
     if dist_kv is not None and kv_cfg.type in distributed.DIST_SYNC_TYPES:

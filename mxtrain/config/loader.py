@@ -33,9 +33,9 @@ import mxtrain
 from mxtrain.config.schema import (
     COMPRESSION_HINT,
     INITIALIZERS,
+    LR_COMMON_KEYS,
     LR_REQUIRED_KEYS,
     LR_SCHEDULER_KEYS,
-    LR_WARMUP_KEYS,
     OPTIMIZERS,
     REQUIRED,
     SECTIONS,
@@ -58,6 +58,8 @@ from mxtrain.config.schema import (
     ParamSpec,
     gradient_compression_problem,
     sharding_problem,
+    updates_on_servers,
+    worker_update_keys,
 )
 from mxtrain.errors import ConfigError, InvalidValue
 from mxtrain.registry import ITERATORS, METRICS, MODELS, Registry
@@ -989,7 +991,7 @@ class _Builder:
         self.check_keys(section, path, [s.name for s in specs])
         kwargs = self.convert(specs, section, path)
         kind = kwargs["type"]
-        applicable = {"type", *LR_SCHEDULER_KEYS[kind], *LR_WARMUP_KEYS}
+        applicable = {"type", *LR_SCHEDULER_KEYS[kind], *LR_COMMON_KEYS}
         for key in section:
             if key not in applicable:
                 users = [t for t, keys in LR_SCHEDULER_KEYS.items() if key in keys]
@@ -1099,6 +1101,18 @@ class _Builder:
                 "kvstore.type nccl needs context.devices: gpu (NCCL only reduces on GPUs)",
                 hint="Use kvstore.type local or device on CPUs.",
             )
+        kv = config.kvstore
+        for path in worker_update_keys(config.optimizer):
+            if updates_on_servers(kv.type, kv.update_on_kvstore):
+                self.fail(
+                    path,
+                    f"{'.'.join(path)} needs the updates on the workers, but kvstore.type "
+                    f"{kv.type} with update_on_kvstore {_show_plain(kv.update_on_kvstore)} "
+                    "updates on the servers, which never see the summed gradients' norm or "
+                    "the epoch",
+                    hint="Set kvstore.update_on_kvstore: false (with dist_sync rather than "
+                    f"dist_async), or remove {'.'.join(path)}.",
+                )
         early = config.fit.early_stopping
         if early is not None:
             self._needs_eval_data(config, ("fit", "early_stopping"))

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 
 from mxtrain.config.names import run_name_problem
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_at_least, check_greater_than_zero
+from mxtrain.option_checks import check_at_least, check_choice, check_greater_than_zero
 
 
 class _Required:
@@ -410,6 +410,8 @@ LR_SCHEDULER_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     }
 )
 LR_WARMUP_KEYS = ("warmup_steps", "warmup_begin_lr", "warmup_mode")
+#: keys that apply to every scheduler type
+LR_COMMON_KEYS = (*LR_WARMUP_KEYS, "unit")
 LR_REQUIRED_KEYS: Mapping[str, str] = MappingProxyType(
     {"factor": "step", "multifactor": "steps", "poly": "max_update", "cosine": "max_update"}
 )
@@ -465,8 +467,17 @@ class LrSchedulerSection:
         default="linear",
         metadata={"doc": "warmup: ramp linearly to the base lr, or hold warmup_begin_lr constant"},
     )
+    unit: Literal["updates", "epochs"] = field(
+        default="updates",
+        metadata={
+            "doc": "what step, steps, max_update and warmup_steps count: updates, or epochs "
+            "(the lr follows the epochs trained so far, fractions included: multifactor "
+            "steps: [4] decays when the fifth epoch starts; updates run on the workers)"
+        },
+    )
 
     def __post_init__(self) -> None:
+        check_choice("unit", self.unit, ("updates", "epochs"))
         required = LR_REQUIRED_KEYS[self.type]
         if getattr(self, required) is None:
             raise InvalidValue(
@@ -510,7 +521,7 @@ class LrSchedulerSection:
 
     def applicable_keys(self) -> tuple[str, ...]:
         """The keys that mean something for this ``type``, in schema order."""
-        keys = {"type", *LR_SCHEDULER_KEYS[self.type], *LR_WARMUP_KEYS}
+        keys = {"type", *LR_SCHEDULER_KEYS[self.type], *LR_COMMON_KEYS}
         return tuple(f.name for f in dataclasses.fields(self) if f.name in keys)
 
 
@@ -760,6 +771,14 @@ class OptimizerSection:
             "clipping)"
         },
     )
+    clip_global_norm: float | None = field(
+        default=None,
+        metadata={
+            "doc": "scale all gradients down together when their global L2 norm (after the "
+            "sum over devices and workers, rescale_grad applied) exceeds this; the norm is "
+            "logged as grad_norm; updates run on the workers (null: no clipping)"
+        },
+    )
     rescale_grad: float | Literal["auto"] = field(
         default="auto",
         metadata={
@@ -792,6 +811,7 @@ class OptimizerSection:
         if self.name == "groupadagrad" and self.wd != 0:
             raise InvalidValue("wd", "must be 0 for groupadagrad: it has no weight decay.")
         check_greater_than_zero("clip_gradient", self.clip_gradient)
+        check_greater_than_zero("clip_global_norm", self.clip_global_norm)
         if self.rescale_grad != "auto":
             check_greater_than_zero("rescale_grad", self.rescale_grad)
         sched = self.lr_scheduler
@@ -801,6 +821,24 @@ class OptimizerSection:
                 f"({sched.warmup_begin_lr:g}) must not exceed learning_rate "
                 f"({self.learning_rate:g}): the warmup ramps up to the learning rate.",
             )
+
+
+def worker_update_keys(optimizer: OptimizerSection) -> list[tuple[str, ...]]:
+    """The optimizer keys in use that need the updates on the workers: the kvstore's servers
+    never see the summed gradients' norm (``clip_global_norm``) nor the epoch
+    (``lr_scheduler.unit: epochs``)."""
+    keys: list[tuple[str, ...]] = []
+    if optimizer.clip_global_norm is not None:
+        keys.append(("optimizer", "clip_global_norm"))
+    if optimizer.lr_scheduler is not None and optimizer.lr_scheduler.unit == "epochs":
+        keys.append(("optimizer", "lr_scheduler", "unit"))
+    return keys
+
+
+def updates_on_servers(kv_type: str, update_on_kvstore: bool | str) -> bool:
+    """Whether the kvstore settings make the servers run the optimizer whatever the model:
+    ``update_on_kvstore: true``, or dist_async (asynchronous updates only exist there)."""
+    return update_on_kvstore is True or (kv_type == "dist_async" and update_on_kvstore == "auto")
 
 
 # --------------------------------------------------------------------------------------------

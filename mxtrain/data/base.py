@@ -25,6 +25,9 @@ class DataInfo:
     num_classes: int | None = None  # number of output classes (= vocab_size for a language model)
     pad_id: int | None = None  # id used for padding inputs and ignored labels
     task: str | None = None  # what the output means: "lm", or None if not said
+    #: each batch continues the rows of the batch before it (``bptt_stream``): recurrent
+    #: models carry their state from batch to batch instead of starting from zeros
+    stream: bool = False
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ from mxtrain.data.batching import (
     long_bucket_rows,
     warn_about_padding,
 )
+from mxtrain.data.bptt_stream_options import BpttStreamOptions
 from mxtrain.data.bucket_sentence_options import (
     LAST_BATCHES,
     TREEBANK_PREFIX,
@@ -92,7 +93,7 @@ def build_bucket_sentence_iter(
         options = dataclasses.replace(options, num_parts=1, part_index=0)
     source, lines = read_lines(options, context.base_dir)
     sentences = [tokenize(line, options.level, options.lowercase) for line in lines]
-    vocab = _vocabulary(options, context, sentences, source)
+    vocab = vocabulary(options, context, sentences, source)
     if options.add_eos:
         tail = [vocab.eos_id]
     elif predict:
@@ -193,7 +194,9 @@ def automatic_buckets(
     return auto_buckets(lengths, num_buckets)
 
 
-def read_lines(options: BucketSentenceOptions, base_dir: Path) -> tuple[str, list[str]]:
+def read_lines(
+    options: BucketSentenceOptions | BpttStreamOptions, base_dir: Path
+) -> tuple[str, list[str]]:
     """(name of the source for messages, its lines); ``max_sentences`` applied."""
     src = options.source
     if src.startswith(TREEBANK_PREFIX):
@@ -406,12 +409,15 @@ def padding_buckets(
     return buckets
 
 
-def _vocabulary(
-    options: BucketSentenceOptions,
+def vocabulary(
+    options: BucketSentenceOptions | BpttStreamOptions,
     context: DataContext,
     sentences: list[list[str]],
     source: str,
 ) -> Vocab:
+    """The vocabulary of ``context.role``: train builds it (or loads the options' or the
+    resumed run's file), other roles reuse the train iterator's or ``context.vocab_file``;
+    ``DataError`` when it does not fit the options (level, lowercase, specials)."""
     vocab_file = context.vocab_file
     if vocab_file is not None and not Path(vocab_file).is_absolute():
         vocab_file = context.base_dir / vocab_file

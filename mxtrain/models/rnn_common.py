@@ -139,21 +139,9 @@ def rnn_layers(
 
     check_choice("mode", mode, MODES)
     if not bidirectional:
-        if fused:
-            # the RNN operator wants (time, batch, channel); swap here rather than let the cell
-            # do it with a warning
-            cell = mx.rnn.FusedRNNCell(
-                num_hidden, num_layers=num_layers, mode=mode, dropout=dropout, prefix=prefix
-            )
-            x = mx.sym.swapaxes(x, dim1=0, dim2=1)
-            x, _ = cell.unroll(seq_len, inputs=x, layout="TNC", merge_outputs=True)
-            return mx.sym.swapaxes(x, dim1=0, dim2=1)
-        stack = mx.rnn.SequentialRNNCell()
-        for i in range(num_layers):
-            stack.add(_cell(mode, num_hidden, f"{prefix}l{i}_"))
-            if dropout > 0 and i + 1 < num_layers:
-                stack.add(mx.rnn.DropoutCell(dropout, prefix=f"{prefix}d{i}_"))
-        x, _ = stack.unroll(seq_len, inputs=x, layout="NTC", merge_outputs=True)
+        x, _ = _one_direction(
+            x, seq_len, mode, num_hidden, num_layers, dropout, fused, prefix, state_inputs=False
+        )
         return x
 
     def one_way(inputs: Any, cell_prefix: str) -> Any:
@@ -180,6 +168,87 @@ def rnn_layers(
         if dropout > 0 and i + 1 < num_layers:
             x = mx.sym.Dropout(x, p=dropout, name=f"{prefix}d{i}_dropout")
     return mx.sym.swapaxes(x, dim1=0, dim2=1)
+
+
+def stateful_rnn_layers(
+    x: Any,
+    seq_len: int,
+    *,
+    mode: str,
+    num_hidden: int,
+    num_layers: int,
+    dropout: float,
+    fused: bool,
+    prefix: str,
+) -> tuple[Any, dict[str, Any]]:
+    """One-direction stacked layers whose begin states are inputs: ``x`` (batch, time,
+    channels) -> ((batch, time, hidden), {begin-state input name: final-state symbol}).
+
+    Fused: ``{prefix}begin_state_0`` (h) and ``_1`` (c, LSTM only), (layers, batch, hidden);
+    unfused: ``{prefix}l{i}_begin_state_{j}`` per layer, (batch, hidden). The module carries
+    the final states into the next batch (``BucketingModule(states=...)``).
+    """
+    check_choice("mode", mode, MODES)
+    return _one_direction(
+        x, seq_len, mode, num_hidden, num_layers, dropout, fused, prefix, state_inputs=True
+    )
+
+
+def state_input_names(mode: str, num_layers: int, fused: bool, prefix: str) -> list[str]:
+    """The begin-state inputs of :func:`stateful_rnn_layers`, in its order."""
+    per_layer = 2 if mode == "lstm" else 1
+    if fused:
+        return [f"{prefix}begin_state_{j}" for j in range(per_layer)]
+    return [f"{prefix}l{i}_begin_state_{j}" for i in range(num_layers) for j in range(per_layer)]
+
+
+def _one_direction(
+    x: Any,
+    seq_len: int,
+    mode: str,
+    num_hidden: int,
+    num_layers: int,
+    dropout: float,
+    fused: bool,
+    prefix: str,
+    *,
+    state_inputs: bool,
+) -> tuple[Any, dict[str, Any]]:
+    """Left-to-right layers (batch, time, channels) -> (batch, time, hidden); with
+    ``state_inputs`` the begin states are input variables and the final states come back by
+    input name, else they are zeros and nothing comes back."""
+    import mxnet as mx
+
+    names = state_input_names(mode, num_layers, fused, prefix) if state_inputs else []
+    if fused:
+        cell = mx.rnn.FusedRNNCell(
+            num_hidden,
+            num_layers=num_layers,
+            mode=mode,
+            dropout=dropout,
+            prefix=prefix,
+            get_next_state=state_inputs,
+        )
+        begin = [mx.sym.Variable(n, __layout__="LNC") for n in names] or None
+        # the RNN operator wants (time, batch, channel); swap here rather than let the cell
+        # do it with a warning
+        x = mx.sym.swapaxes(x, dim1=0, dim2=1)
+        x, finals = cell.unroll(
+            seq_len, inputs=x, begin_state=begin, layout="TNC", merge_outputs=True
+        )
+        x = mx.sym.swapaxes(x, dim1=0, dim2=1)
+    else:
+        stack = mx.rnn.SequentialRNNCell()
+        for i in range(num_layers):
+            stack.add(_cell(mode, num_hidden, f"{prefix}l{i}_"))
+            if dropout > 0 and i + 1 < num_layers:
+                stack.add(mx.rnn.DropoutCell(dropout, prefix=f"{prefix}d{i}_"))
+        # (0: the batch size, inferred from the data)
+        begin = [mx.sym.Variable(n, shape=(0, num_hidden), __layout__="NC") for n in names]
+        x, finals = stack.unroll(
+            seq_len, inputs=x, begin_state=begin or None, layout="NTC", merge_outputs=True
+        )
+    return x, dict(zip(names, finals, strict=True)) if names else {}
 
 
 CELLS = ("auto", "fused", "unfused")
@@ -241,6 +310,13 @@ class LmOptions(RecurrentOptions):
         metadata={"doc": "padding positions get no gradient (SoftmaxOutput ignore_label = pad id)"},
     )
     loss: Literal["nll", "softmax_output"] = field(default="nll", metadata={"doc": LOSS_DOC})
+    tie_weights: bool = field(
+        default=False,
+        metadata={
+            "doc": "the output layer uses the embedding matrix as its weights (Press & Wolf "
+            "2017: fewer parameters, often a lower perplexity); needs num_embed == num_hidden"
+        },
+    )
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""
@@ -248,6 +324,15 @@ class LmOptions(RecurrentOptions):
         check_dropout(self.dropout)
         check_choice("cell", self.cell, CELLS)
         check_choice("loss", self.loss, LOSSES)
+        if not isinstance(self.tie_weights, bool):
+            raise InvalidValue("tie_weights", f"must be true or false, not {self.tie_weights!r}")
+        if self.tie_weights and self.num_embed != self.num_hidden:
+            raise InvalidValue(
+                "tie_weights",
+                f"needs num_embed == num_hidden (the output layer reads num_hidden "
+                f"({self.num_hidden}) values per position and the embedding has "
+                f"{self.num_embed}); set both to the same size or tie_weights: false",
+            )
 
     @property
     def fused(self) -> bool:
@@ -262,7 +347,12 @@ def build_rnn_lm(options: LmOptions, data_info: DataInfo, *, model: str, mode: s
     probabilities in batch-major order, named ``softmax_output``. With ``loss: nll`` a second
     output, ``nll_output``, holds each position's -log p(label) (0 at ignored padding) and is
     what is trained; metrics read only the first. Parameters: ``embed_weight``, the RNN's
-    (module docstring; prefix ``{mode}_``), ``pred_weight``, ``pred_bias``.
+    (module docstring; prefix ``{mode}_``), ``pred_weight`` (not with ``tie_weights``: the
+    output layer reads ``embed_weight``), ``pred_bias``.
+
+    When the data is a stream (``data_info.stream``: each batch continues the rows of the one
+    before), the recurrent layers' begin states are inputs and their final states extra
+    outputs after the others; ``sym_gen.states`` maps one to the other for the module.
     """
     vocab_size, num_classes = check_sizes(model, data_info)
     if options.ignore_padding and data_info.pad_id is None:
@@ -279,36 +369,58 @@ def build_rnn_lm(options: LmOptions, data_info: DataInfo, *, model: str, mode: s
         seq_len = check_bucket_key(model, bucket_key)
         data = mx.sym.Variable("data")
         label = mx.sym.Variable("softmax_label")
-        x = mx.sym.Embedding(data, input_dim=vocab_size, output_dim=options.num_embed, name="embed")
+        embed_weight = mx.sym.Variable("embed_weight")
+        x = mx.sym.Embedding(
+            data,
+            weight=embed_weight,
+            input_dim=vocab_size,
+            output_dim=options.num_embed,
+            name="embed",
+        )
         if options.dropout > 0:
             x = mx.sym.Dropout(x, p=options.dropout, name="embed_dropout")
-        x = rnn_layers(
-            x,
-            seq_len,
-            mode=mode,
-            num_hidden=options.num_hidden,
-            num_layers=options.num_layers,
-            dropout=options.dropout,
-            fused=options.fused,
-            prefix=f"{mode}_",
-        )
+        layers: dict[str, Any] = {
+            "mode": mode,
+            "num_hidden": options.num_hidden,
+            "num_layers": options.num_layers,
+            "dropout": options.dropout,
+            "fused": options.fused,
+            "prefix": f"{mode}_",
+        }
+        finals: dict[str, Any] = {}
+        if stateful:
+            x, finals = stateful_rnn_layers(x, seq_len, **layers)
+        else:
+            x = rnn_layers(x, seq_len, **layers)
         x = mx.sym.reshape(x, shape=(-1, options.num_hidden))
         if options.dropout > 0:
             x = mx.sym.Dropout(x, p=options.dropout, name="pred_dropout")
-        x = mx.sym.FullyConnected(x, num_hidden=num_classes, name="pred")
+        tied = {"weight": embed_weight} if options.tie_weights else {}
+        x = mx.sym.FullyConnected(x, num_hidden=num_classes, name="pred", **tied)
         label = mx.sym.reshape(label, shape=(-1,))
         if options.loss == "softmax_output":
             ignore: dict[str, Any] = {}
             if options.ignore_padding:
                 ignore = {"use_ignore": True, "ignore_label": pad_id}
-            out = mx.sym.SoftmaxOutput(x, label, name="softmax", **ignore)
+            heads = [mx.sym.SoftmaxOutput(x, label, name="softmax", **ignore)]
+        else:
+            heads = list(nll_outputs(x, label, pad_id if options.ignore_padding else None))
+        if not finals:
+            out = heads[0] if len(heads) == 1 else mx.sym.Group(heads)
             return out, ("data",), ("softmax_label",)
-        return (
-            nll_outputs(x, label, pad_id if options.ignore_padding else None),
-            ("data",),
-            ("softmax_label",),
-        )
+        ends = [mx.sym.BlockGrad(final, name=f"{name}_last") for name, final in finals.items()]
+        return mx.sym.Group(heads + ends), ("data",), ("softmax_label",)
 
+    stateful = bool(getattr(data_info, "stream", False))
+    if options.tie_weights and num_classes != vocab_size:
+        raise InvalidValue(
+            model,
+            f"with tie_weights: true needs as many output classes as input tokens "
+            f"(got {num_classes} and {vocab_size})",
+        )
+    if stateful:
+        names = state_input_names(mode, options.num_layers, options.fused, f"{mode}_")
+        sym_gen.states = {n: f"{n}_last_output" for n in names}  # type: ignore[attr-defined]
     return sym_gen
 
 

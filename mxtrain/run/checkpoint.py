@@ -130,7 +130,12 @@ class LoadedCheckpoint:
     state: dict[str, Any]  # what the caller passed to save_checkpoint
     bucket_keys: list[Any] | None  # tuple keys come back as tuples
     versions: dict[str, str]
+    #: recurrent state carried across batches (``BucketingModule.get_states``), empty if none
+    recurrent_states: dict[str, Any] = field(default_factory=dict)
 
+
+#: prefix of the recurrent-state arrays in ``optimizer.nd`` (``BucketingModule.get_states``)
+RECURRENT_STATE = "recurrent_state:"
 
 # ----------------------------------------------------------------------------- file primitives
 # Every write of save_checkpoint goes through these (and os.replace / os.rename), which is
@@ -251,6 +256,11 @@ def save_checkpoint(
                 tag,
             )
     opt_bytes = _dump_json(opt_meta, "the optimizer state")
+    # the recurrent state a stream model carries into the next batch (truncated BPTT): part
+    # of where training stands, kept beside the optimizer's arrays
+    get_states = getattr(module, "get_states", None)
+    if callable(get_states):
+        opt_arrays.update({RECURRENT_STATE + k: v for k, v in get_states().items()})
 
     pid = os.getpid()
     tmp = root / work_folder_name("tmp", tag, pid)
@@ -698,6 +708,11 @@ def load_checkpoint(ckpt: Checkpoint, *, optimizer: bool = True) -> LoadedCheckp
     except ParamsFileError as exc:
         raise _broken(ckpt, PARAMS_FILE, exc.problem) from exc
     opt_arrays = _load_nd(ckpt, OPTIMIZER_ARRAYS_FILE) if optimizer else {}
+    states = {
+        k[len(RECURRENT_STATE) :]: opt_arrays.pop(k)
+        for k in list(opt_arrays)
+        if k.startswith(RECURRENT_STATE)
+    }
     opt_meta = json.loads((ckpt.path / OPTIMIZER_META_FILE).read_bytes()) if optimizer else None
     saved = json.loads((ckpt.path / STATE_FILE).read_bytes())
     keys = saved.get("bucket_keys")
@@ -710,6 +725,7 @@ def load_checkpoint(ckpt: Checkpoint, *, optimizer: bool = True) -> LoadedCheckp
         state=saved["state"],
         bucket_keys=None if keys is None else [_decode_key(k) for k in keys],
         versions=dict(saved.get("versions") or {}),
+        recurrent_states=states,
     )
 
 
@@ -723,6 +739,8 @@ def restore_module(module: Any, loaded: LoadedCheckpoint, *, parameters: bool = 
     try:
         if parameters:
             module.set_params(loaded.arg_params, loaded.aux_params)
+        if loaded.recurrent_states and getattr(module, "state_names", None):
+            module.set_states(loaded.recurrent_states)
         if getattr(module, "optimizer_initialized", False):
             if loaded.optimizer_meta is not None:
                 module.set_optimizer_states(loaded.optimizer_arrays, loaded.optimizer_meta)

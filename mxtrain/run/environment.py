@@ -129,6 +129,25 @@ def run_json_facts() -> dict[str, Any]:
     }
 
 
+def cpu_facts() -> dict[str, str]:
+    """The CPU model and the widest vector instruction set MXNet's kernels can use (AVX-512,
+    AVX2 or neither): what decides which kernels win, so every figure names them."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    first: dict[str, str] = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        first.setdefault(key.strip(), value.strip())
+    model = first.get("model name") or platform.processor() or "unknown"
+    if "cpu family" in first and "model" in first:  # virtual machines often name no model
+        model += f" (family {first['cpu family']}, model {first['model']})"
+    flags = f" {first.get('flags', '')} "
+    isa = "AVX-512" if " avx512f " in flags else "AVX2" if " avx2 " in flags else "no AVX2"
+    return {"cpu": model, "isa": isa}
+
+
 def collect(
     *,
     contexts: Sequence[Any] = (),
@@ -145,6 +164,7 @@ def collect(
         platform=platform.platform(),
         hostname=socket.gethostname(),
         cpu_count=os.cpu_count(),
+        **cpu_facts(),
         contexts=[str(c) for c in contexts],
         threads=dict(threads or {}),
         env=relevant_env(),
@@ -168,7 +188,7 @@ def describe(facts: Mapping[str, Any]) -> str:
         f"numpy {facts.get('numpy')}",
         f"Python {facts.get('python')}",
         str(facts.get("platform")),
-        f"{facts.get('cpu_count')} CPUs",
+        f"{facts.get('cpu_count')} CPUs ({facts.get('cpu', '?')}, {facts.get('isa', '?')})",
     ]
     if facts.get("contexts"):
         parts.append("contexts " + ",".join(facts["contexts"]))

@@ -8,6 +8,7 @@ from pathlib import Path
 import mxnet as mx
 import numpy as np
 from click.testing import CliRunner
+from conftest import newest_checkpoint
 
 from mxtrain.cli.main import cli
 from mxtrain.run.folder import read_metrics
@@ -25,10 +26,6 @@ def fit(config: Path, name: str, *overrides: str) -> Path:
     code, out = invoke(*args)
     assert code == 0, out
     return config.parent / "runs" / name
-
-
-def newest_checkpoint(run: Path) -> Path:
-    return sorted(p for p in (run / "checkpoints").iterdir() if p.name.startswith("e"))[-1]
 
 
 def test_max_updates_stops_mid_epoch_and_resume_continues_exactly(tiny_config: Path) -> None:

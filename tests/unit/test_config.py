@@ -1107,6 +1107,7 @@ def test_config_to_dict_flattens_components(tmp_path: Path) -> None:
         "warmup_steps": 10,
         "warmup_begin_lr": 0.0,
         "warmup_mode": "linear",
+        "unit": "updates",
     }
     assert plain["optimizer"]["beta1"] == 0.9
     assert plain["optimizer"]["lazy_update"] is False
@@ -1344,3 +1345,26 @@ def test_real_components(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, text.replace("level: word", "level: wrod", 1)))
     assert "ptb.yaml:9: data.train.level must be one of 'word', 'char'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "kvstore", "key"),
+    [
+        ("{name: sgd, clip_global_norm: 5.0}", "{type: dist_async}", "optimizer.clip_global_norm"),
+        (
+            "{name: sgd, lr_scheduler: {type: factor, step: 1, unit: epochs}}",
+            "{type: local, update_on_kvstore: true}",
+            "optimizer.lr_scheduler.unit",
+        ),
+    ],
+)
+def test_worker_only_optimizer_keys_refuse_server_updates(
+    tmp_path: Path, optimizer: str, kvstore: str, key: str
+) -> None:
+    text = BASE + f"optimizer: {optimizer}\nkvstore: {kvstore}\n"
+    message = error(tmp_path, text)
+    assert f"ptb.yaml:{line_of(text, 'optimizer:')}" in message
+    assert f"{key} needs the updates on the workers" in message
+    assert "update_on_kvstore: false" in message
+    # the same keys with updates on the workers are fine
+    load(tmp_path, text.replace(kvstore, "{type: local, update_on_kvstore: false}"))

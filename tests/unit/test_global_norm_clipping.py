@@ -1,0 +1,109 @@
+"""optimizer.clip_global_norm and epoch-counted lr schedules in the module."""
+
+from __future__ import annotations
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from mxtrain.engine.bucketing import BucketingModule
+from mxtrain.optimizers import EpochSchedule
+
+ROWS, FEATURES = 8, 5
+
+
+def _sym_gen(_key: int):  # type: ignore[no-untyped-def]
+    data = mx.sym.Variable("data")
+    label = mx.sym.Variable("label")
+    out = mx.sym.FullyConnected(data, num_hidden=3, name="fc")
+    loss = mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(out - label), axis=1), name="loss")
+    return loss, ("data",), ("label",)
+
+
+class _Batch:
+    def __init__(self, data: np.ndarray, label: np.ndarray) -> None:
+        self.data, self.label = [mx.nd.array(data)], [mx.nd.array(label)]
+        self.bucket_key = 1
+        self.provide_data = [mx.io.DataDesc("data", data.shape)]
+        self.provide_label = [mx.io.DataDesc("label", label.shape)]
+        self.pad = 0
+
+
+def _trained(devices: int, clip: float | None, kvstore: str | None = "local") -> dict:
+    module = BucketingModule(_sym_gen, 1, [mx.cpu(i) for i in range(devices)])
+    module.bind([("data", (ROWS, FEATURES))], [("label", (ROWS, 3))])
+    mx.random.seed(0)
+    module.init_params(mx.init.Uniform(1.0))
+    start = {k: v.asnumpy() for k, v in module.get_params()[0].items()}
+    module.init_optimizer(
+        kvstore=kvstore,
+        optimizer="sgd",
+        optimizer_params={"learning_rate": 0.5},
+        update_on_kvstore=False if devices > 1 else None,
+        clip_global_norm=clip,
+    )
+    rng = np.random.default_rng(1)
+    batch = _Batch(rng.normal(size=(ROWS, FEATURES)) * 10, rng.normal(size=(ROWS, 3)))
+    module.forward_backward(batch)
+    grads = {n: module.grad_array(n).asnumpy() for n in module.param_names}
+    module.update()
+    after = {k: v.asnumpy() for k, v in module.get_params()[0].items()}
+    return {"start": start, "grads": grads, "after": after, "norm": module.take_grad_norm()}
+
+
+def test_update_is_scaled_to_the_bound() -> None:
+    result = _trained(1, clip=0.25)
+    rescale = 1.0 / ROWS
+    raw = np.sqrt(sum(float((g**2).sum()) for g in result["grads"].values())) * rescale
+    assert raw > 0.25  # the bound bites
+    assert result["norm"] == pytest.approx(raw, rel=1e-5)
+    step = {k: result["start"][k] - result["after"][k] for k in result["start"]}
+    applied = np.sqrt(sum(float((s**2).sum()) for s in step.values())) / 0.5
+    assert applied == pytest.approx(0.25, rel=1e-4)
+
+
+def test_devices_clip_alike() -> None:
+    one, two = _trained(1, clip=0.25), _trained(2, clip=0.25)
+    for name in one["after"]:
+        np.testing.assert_allclose(one["after"][name], two["after"][name], rtol=1e-5, atol=1e-6)
+    assert one["norm"] == pytest.approx(two["norm"], rel=1e-5)
+
+
+def test_a_large_bound_changes_nothing() -> None:
+    clipped, plain = _trained(1, clip=1e9), _trained(1, clip=None)
+    for name in plain["after"]:
+        np.testing.assert_array_equal(clipped["after"][name], plain["after"][name])
+    assert plain["norm"] is None
+
+
+def test_updates_on_the_kvstore_are_refused() -> None:
+    module = BucketingModule(_sym_gen, 1, [mx.cpu(0), mx.cpu(1)])
+    module.bind([("data", (ROWS, FEATURES))], [("label", (ROWS, 3))])
+    module.init_params(mx.init.Uniform(1.0))
+    with pytest.raises(ValueError, match="updates on the workers"):
+        module.init_optimizer(kvstore="local", update_on_kvstore=True, clip_global_norm=1.0)
+
+
+def _schedule() -> tuple[EpochSchedule, mx.optimizer.Optimizer]:
+    inner = mx.lr_scheduler.MultiFactorScheduler(step=[4, 5], factor=0.5, base_lr=1.0)
+    schedule = EpochSchedule(inner)
+    return schedule, mx.optimizer.create("sgd", learning_rate=2.0, lr_scheduler=schedule)
+
+
+def test_epoch_schedule_follows_the_position() -> None:
+    schedule, opt = _schedule()
+    assert schedule.base_lr == 2.0  # the optimizer's learning rate is the schedule's base
+    lrs = []
+    for epoch in range(7):
+        schedule.set_training_position(epoch, 3, 10)
+        lrs.append(opt.learning_rate)
+    assert lrs == [2.0, 2.0, 2.0, 2.0, 1.0, 0.5, 0.5]
+
+
+@pytest.mark.parametrize(
+    ("epoch", "batch", "lr"), [(3, 9, 2.0), (4, 0, 1.0), (3, 0, 2.0), (5, 0, 0.5)]
+)
+def test_epoch_schedule_decays_at_the_epoch_boundary(epoch: int, batch: int, lr: float) -> None:
+    schedule, opt = _schedule()  # fresh, as after a resume
+    schedule.set_training_position(epoch, batch, 10)
+    assert opt.learning_rate == lr
