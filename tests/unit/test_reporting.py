@@ -228,6 +228,9 @@ def test_collect_has_the_facts_and_logs_them(caplog: pytest.LogCaptureFixture) -
     for key in ("mxtrain", "mxnet", "numpy", "python", "platform", "cpu_count", "env", "seed"):
         assert key in facts, key
     assert facts["seed"] == 7 and facts["contexts"] == ["cpu(0)"]
+    # every figure names the CPU and the instruction set its kernels used
+    assert facts["cpu"] and facts["isa"] in ("AVX-512", "AVX2", "no AVX2")
+    assert facts["isa"] in environment.describe(facts)
     json.dumps(facts)  # run.json must be able to hold it
     logger = logging.getLogger("test_envinfo")
     with caplog.at_level(logging.DEBUG, logger="test_envinfo"):
