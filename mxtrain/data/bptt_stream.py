@@ -47,6 +47,10 @@ HALF_LENGTH_PROBABILITY = 0.05
 def build_bptt_stream_iter(options: BpttStreamOptions, context: DataContext) -> Any:
     """Read, tokenize and cut ``options.source`` into streams for ``context.role``."""
     if context.role == "predict":
+        log.info(
+            "predict reads one line per row, each from a zero state (a record per line); "
+            "mxtrain score reads the text as streams with the state carried along"
+        )
         return build_bucket_sentence_iter(options.sentence_options(), context)
     source, lines = read_lines(options, context.base_dir)
     sentences = [tokenize(line, options.level, options.lowercase) for line in lines]

@@ -411,6 +411,10 @@ def _fit_epochs(
         start = resume if resume is not None and resume.epoch == epoch_index else None
         if start is not None and start.batch == 0:
             start = None  # an epoch-end checkpoint: this epoch starts from scratch
+        if start is None:
+            # recurrent state carried across batches starts each epoch from zeros (a resumed
+            # epoch continues from the state its checkpoint restored)
+            module.reset_states()
         limit = options.max_batches_per_epoch
         if options.coordinator is not None:  # before skipping: it may count the batches
             limit = options.coordinator.epoch_batches(epoch, train_iter, limit)

@@ -83,6 +83,9 @@ def test_mid_epoch_resume_is_bit_identical(stream_config: Path) -> None:
         for run in (straight, short)
     ]
     assert evals[0] == evals[1]
+    # lr_scheduler.unit: epochs, steps [1]: the second epoch trains at half the rate
+    lrs = [r["lr"] for r in read_metrics(straight / "metrics.jsonl") if r["event"] == "epoch"]
+    assert lrs == [1.0, 0.5]
 
 
 def test_checkpoints_keep_the_carried_state(stream_config: Path) -> None:
