@@ -4,7 +4,8 @@
 # Extra arguments are passed to `mxtrain fit`, e.g. scripts/quickstart.sh --set fit.num_epoch=5
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/_venv.sh"
+# an explicit (empty) extras argument: a sourced file would otherwise see our own arguments
+source "$ROOT/scripts/_venv.sh" ""
 cd "$ROOT"
 .venv/bin/mxtrain --version
 .venv/bin/mxtrain fit configs/ptb_lstm.yaml --name ptb_lstm_quickstart --force \
