@@ -1,0 +1,76 @@
+"""scripts/quickstart.sh and scripts/test.sh hand their arguments to the right program.
+
+A fake Python records what the scripts run, so no virtual environment is built and nothing
+is downloaded: the test copies the two scripts and ``_venv.sh`` into a temporary project.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Stands for python3.11: the version check passes, `-m venv DIR` makes DIR/bin/{python,
+# mxtrain} (copies of this script), and every call is appended to $CALLS.
+FAKE_PYTHON = """\
+#!/usr/bin/env bash
+echo "$(basename "$0") $*" >> "$CALLS"
+if [ "${1:-}" = "-m" ] && [ "${2:-}" = "venv" ]; then
+  mkdir -p "$3/bin"
+  cp "$0" "$3/bin/python"
+  cp "$0" "$3/bin/mxtrain"
+  cp "$0" "$3/bin/ruff"
+  cp "$0" "$3/bin/mypy"
+fi
+exit 0
+"""
+
+
+def _project(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True)
+    for name in ("quickstart.sh", "test.sh", "_venv.sh"):
+        shutil.copy(ROOT / "scripts" / name, project / "scripts" / name)
+    fake = tmp_path / "python3.11"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    env = dict(os.environ, PYTHON=str(fake), CALLS=str(tmp_path / "calls.txt"))
+    return project, env
+
+
+def _calls(tmp_path: Path) -> list[str]:
+    return (tmp_path / "calls.txt").read_text().splitlines()
+
+
+def test_quickstart_passes_its_arguments_to_fit_not_to_pip(tmp_path: Path) -> None:
+    project, env = _project(tmp_path)
+    done = subprocess.run(
+        ["bash", "scripts/quickstart.sh", "--set", "experiment.seed=2"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    calls = _calls(tmp_path)
+    installs = [c for c in calls if "pip install" in c and " -e " in c]
+    assert installs == [f"python -m pip install --quiet -e {project}"]
+    fits = [c for c in calls if c.startswith("mxtrain fit")]
+    assert fits == [
+        "mxtrain fit configs/ptb_lstm.yaml --name ptb_lstm_quickstart --force "
+        "--set fit.num_epoch=1 --set experiment.seed=2"
+    ]
+
+
+def test_test_sh_installs_the_test_extras_and_passes_pytest_arguments(tmp_path: Path) -> None:
+    project, env = _project(tmp_path)
+    done = subprocess.run(
+        ["bash", "scripts/test.sh", "-k", "config"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    calls = _calls(tmp_path)
+    assert f"python -m pip install --quiet -e {project}[test]" in calls
+    assert "python -m pytest -q -k config" in calls
