@@ -1771,6 +1771,18 @@ class BucketingModule:
         self.forward(data_batch, is_train=True)
         self.backward()
 
+    def progress_marker(self) -> Any:
+        """A one-element array summed from the last backward's smallest gradient, or None
+        without gradients. Waiting for it waits for that batch's backward (and the update
+        queued before it), not for batches queued later: the training loop uses it to keep
+        Python at most a few batches ahead of the devices."""
+        bucket = self._require()
+        grads = [self._grads[self._param_names[i]] for i in bucket.update_indices]
+        if not grads:
+            return None
+        smallest = min((g[0] for g in grads if g is not None), key=lambda a: a.size)
+        return mx.nd.sum(smallest)
+
     def zero_grads(self) -> None:
         """Set every parameter gradient to zero on every device.
 
