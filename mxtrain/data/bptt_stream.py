@@ -79,7 +79,6 @@ def build_bptt_stream_iter(options: BpttStreamOptions, context: DataContext) -> 
         bptt=options.bptt,
         random_length=options.random_length and train,
         length_step=options.length_step,
-        longest=options.longest_batch(),
         num_parts=options.num_parts,
         part_index=options.part_index,
         seed=context.seed,

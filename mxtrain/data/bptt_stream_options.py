@@ -108,18 +108,12 @@ class BpttStreamOptions(SourceOptions):
         check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS) + len(self.specials))
         check_sharding(self.num_parts, self.part_index)
 
-    def longest_batch(self) -> int:
-        """The most steps one batch may have (the default bucket)."""
-        return (
-            longest_random_length(self.bptt, self.length_step) if self.random_length else self.bptt
-        )
-
-    def sentence_options(self, batch_size: int | None = None) -> BucketSentenceOptions:
+    def sentence_options(self) -> BucketSentenceOptions:
         """The same text read one line per row (what ``mxtrain predict`` writes records of)."""
         return BucketSentenceOptions(
             source=self.source,
             level=self.level,
-            batch_size=batch_size or self.batch_size,
+            batch_size=self.batch_size,
             vocab=self.vocab,
             specials=list(self.specials),
             min_count=self.min_count,

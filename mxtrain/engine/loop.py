@@ -429,7 +429,17 @@ def _fit_epochs(
         hooks.on_epoch_start(epoch, num_batches)
         rebinds = getattr(module, "rebinds", 0)
         record, position, finished = _train_epoch(
-            module, train_iter, metrics, options, epoch, hooks, start, run, eval_iter, limit
+            module,
+            train_iter,
+            metrics,
+            options,
+            epoch,
+            hooks,
+            start,
+            run,
+            eval_iter,
+            limit,
+            num_batches,
         )
         rebound = getattr(module, "rebinds", 0) - rebinds
         if rebound:  # the price of fit.bucket_memory, where users look for it
@@ -617,12 +627,11 @@ def _train_epoch(
     run: _RunCounters,
     eval_iter: Any,
     limit: int | None,
+    num_batches: int | None,
 ) -> tuple[IntervalRecord, Position, str | None]:
+    """One epoch of ``num_batches`` batches (None: unknown), at most ``limit``."""
     batches, release = _batches(train_iter, options.prefetch)
     progress = EpochProgress.starting(epoch, start)
-    num_batches = getattr(train_iter, "num_batches", None)
-    if limit is not None:
-        num_batches = min(num_batches, limit) if num_batches is not None else limit
     work = _EpochWork(module, metrics, options, run, hooks, eval_iter, num_batches)
 
     def next_batch(done: int) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 
 from mxtrain.config import Config, load_config
 from mxtrain.data.base import DataContext
-from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX as TREEBANK_SOURCE
+from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX
 from mxtrain.errors import ConfigError, DataError, RunFolderError
 from mxtrain.run.layout import (
     CONFIG_FILE,
@@ -484,7 +484,7 @@ def open_run(
     path, ref_choice = parse_checkpoint_ref(ref)
     wanted = _merge_epochs(ref_choice, epoch, os.fspath(ref))
     data_file: Path | str | None = None
-    if data is not None and str(data).startswith(TREEBANK_SOURCE):
+    if data is not None and str(data).startswith(TREEBANK_PREFIX):
         data_file = str(data)  # a split of the treebank package, read by the iterator
     elif data:
         data_file = input_file(data, "data file" if role == "eval" else "input file")

@@ -137,12 +137,20 @@ def rnn_layers(
     """
     import mxnet as mx
 
-    check_choice("mode", mode, MODES)
     if not bidirectional:
-        x, _ = _one_direction(
-            x, seq_len, mode, num_hidden, num_layers, dropout, fused, prefix, state_inputs=False
+        x, _ = left_to_right_layers(
+            x,
+            seq_len,
+            mode=mode,
+            num_hidden=num_hidden,
+            num_layers=num_layers,
+            dropout=dropout,
+            fused=fused,
+            prefix=prefix,
+            state_inputs=False,
         )
         return x
+    check_choice("mode", mode, MODES)
 
     def one_way(inputs: Any, cell_prefix: str) -> Any:
         if fused:
@@ -170,55 +178,39 @@ def rnn_layers(
     return mx.sym.swapaxes(x, dim1=0, dim2=1)
 
 
-def stateful_rnn_layers(
-    x: Any,
-    seq_len: int,
-    *,
-    mode: str,
-    num_hidden: int,
-    num_layers: int,
-    dropout: float,
-    fused: bool,
-    prefix: str,
-) -> tuple[Any, dict[str, Any]]:
-    """One-direction stacked layers whose begin states are inputs: ``x`` (batch, time,
-    channels) -> ((batch, time, hidden), {begin-state input name: final-state symbol}).
-
-    Fused: ``{prefix}begin_state_0`` (h) and ``_1`` (c, LSTM only), (layers, batch, hidden);
-    unfused: ``{prefix}l{i}_begin_state_{j}`` per layer, (batch, hidden). The module carries
-    the final states into the next batch (``BucketingModule(states=...)``).
-    """
-    check_choice("mode", mode, MODES)
-    return _one_direction(
-        x, seq_len, mode, num_hidden, num_layers, dropout, fused, prefix, state_inputs=True
-    )
-
-
 def state_input_names(mode: str, num_layers: int, fused: bool, prefix: str) -> list[str]:
-    """The begin-state inputs of :func:`stateful_rnn_layers`, in its order."""
+    """The begin-state inputs of :func:`left_to_right_layers` with ``state_inputs``, in its
+    order."""
     per_layer = 2 if mode == "lstm" else 1
     if fused:
         return [f"{prefix}begin_state_{j}" for j in range(per_layer)]
     return [f"{prefix}l{i}_begin_state_{j}" for i in range(num_layers) for j in range(per_layer)]
 
 
-def _one_direction(
+def left_to_right_layers(
     x: Any,
     seq_len: int,
+    *,
     mode: str,
     num_hidden: int,
     num_layers: int,
     dropout: float,
     fused: bool,
     prefix: str,
-    *,
-    state_inputs: bool,
+    state_inputs: bool = False,
 ) -> tuple[Any, dict[str, Any]]:
-    """Left-to-right layers (batch, time, channels) -> (batch, time, hidden); with
-    ``state_inputs`` the begin states are input variables and the final states come back by
-    input name, else they are zeros and nothing comes back."""
+    """One-direction stacked layers: ``x`` (batch, time, channels) -> ((batch, time, hidden),
+    {begin-state input name: final-state symbol}); ``dropout`` applies between layers.
+
+    Without ``state_inputs`` the begin states are zeros and the mapping is empty. With it
+    they are inputs (:func:`state_input_names`): fused ``{prefix}begin_state_0`` (h) and
+    ``_1`` (c, LSTM only), (layers, batch, hidden); unfused ``{prefix}l{i}_begin_state_{j}``
+    per layer, (batch, hidden). The module carries the final states into the next batch
+    (``BucketingModule(states=...)``).
+    """
     import mxnet as mx
 
+    check_choice("mode", mode, MODES)
     names = state_input_names(mode, num_layers, fused, prefix) if state_inputs else []
     if fused:
         cell = mx.rnn.FusedRNNCell(
@@ -379,19 +371,17 @@ def build_rnn_lm(options: LmOptions, data_info: DataInfo, *, model: str, mode: s
         )
         if options.dropout > 0:
             x = mx.sym.Dropout(x, p=options.dropout, name="embed_dropout")
-        layers: dict[str, Any] = {
-            "mode": mode,
-            "num_hidden": options.num_hidden,
-            "num_layers": options.num_layers,
-            "dropout": options.dropout,
-            "fused": options.fused,
-            "prefix": f"{mode}_",
-        }
-        finals: dict[str, Any] = {}
-        if stateful:
-            x, finals = stateful_rnn_layers(x, seq_len, **layers)
-        else:
-            x = rnn_layers(x, seq_len, **layers)
+        x, finals = left_to_right_layers(
+            x,
+            seq_len,
+            mode=mode,
+            num_hidden=options.num_hidden,
+            num_layers=options.num_layers,
+            dropout=options.dropout,
+            fused=options.fused,
+            prefix=f"{mode}_",
+            state_inputs=stateful,
+        )
         x = mx.sym.reshape(x, shape=(-1, options.num_hidden))
         if options.dropout > 0:
             x = mx.sym.Dropout(x, p=options.dropout, name="pred_dropout")

@@ -41,18 +41,21 @@ def _project(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return project, env
 
 
+def _run(project: Path, env: dict[str, str], *args: str) -> None:
+    done = subprocess.run(
+        ["bash", *args], cwd=project, env=env, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
 def _calls(tmp_path: Path) -> list[str]:
     return (tmp_path / "calls.txt").read_text().splitlines()
 
 
 def test_quickstart_passes_its_arguments_to_fit_not_to_pip(tmp_path: Path) -> None:
     project, env = _project(tmp_path)
-    done = subprocess.run(
-        ["bash", "scripts/quickstart.sh", "--set", "experiment.seed=2"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=60,
-        stdin=subprocess.DEVNULL, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    _run(project, env, "scripts/quickstart.sh", "--set", "experiment.seed=2")
     calls = _calls(tmp_path)
     installs = [c for c in calls if "pip install" in c and " -e " in c]
     assert installs == [f"python -m pip install --quiet -e {project}"]
@@ -65,12 +68,7 @@ def test_quickstart_passes_its_arguments_to_fit_not_to_pip(tmp_path: Path) -> No
 
 def test_test_sh_installs_the_test_extras_and_passes_pytest_arguments(tmp_path: Path) -> None:
     project, env = _project(tmp_path)
-    done = subprocess.run(
-        ["bash", "scripts/test.sh", "-k", "config"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=60,
-        stdin=subprocess.DEVNULL, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    _run(project, env, "scripts/test.sh", "-k", "config")
     calls = _calls(tmp_path)
     assert f"python -m pip install --quiet -e {project}[test]" in calls
     assert "python -m pytest -q -k config" in calls
