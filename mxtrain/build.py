@@ -172,7 +172,7 @@ def build_module(
     ``data_iter``'s largest bucket (so a model that does not fit in memory fails here, and a
     model that does not fit the data is explained). Training binds with ``fit.fixed_params``
     and, with gradient accumulation, gradients that add up."""
-    from mxtrain.engine.bucketing import BucketingModule, FixedParamPatternError
+    from mxtrain.engine.bucketing import BucketingModule, ParamPatternError
 
     fit_cfg = config.fit
     sym_gen = build_sym_gen(config.model, data_iter.data_info, config.base_dir)
@@ -197,10 +197,28 @@ def build_module(
                 for_training=for_training,
                 grad_req="add" if for_training and fit_cfg.grad_accumulation > 1 else "write",
             )
-        except FixedParamPatternError as exc:  # a config key, not the model
-            key = "fit.fixed_params_exclude" if exc.excluded else "fit.fixed_params"
-            raise ConfigError(f"{config.source}: {key}: {exc}") from exc
+        except ParamPatternError as exc:  # a config key, not the model
+            raise param_pattern_error(config, exc) from exc
     return module
+
+
+#: the config key behind each glob argument of the module
+_PATTERN_KEYS = {
+    "fixed_param_patterns": ("fit", "fixed_params"),
+    "fixed_param_exclude": ("fit", "fixed_params_exclude"),
+    "lr_mult": ("optimizer", "lr_mult"),
+    "wd_mult": ("optimizer", "wd_mult"),
+}
+
+
+def param_pattern_error(config: Any, exc: Any) -> ConfigError:
+    """A module's :class:`ParamPatternError` as the config error of the key it came from,
+    at that key's line."""
+    section, key = _PATTERN_KEYS[exc.option]
+    globs = getattr(getattr(config, section), key)
+    # the glob's own line: a mapping key (multipliers) or a list item (fixed_params)
+    item = exc.pattern if isinstance(globs, Mapping) else list(globs).index(exc.pattern)
+    return ConfigError(f"{config.where(section, key, item)}: {section}.{key}: {exc}.")
 
 
 def build_metric(name: str, data_info: DataInfo, base_dir: Path) -> Any:

@@ -653,13 +653,22 @@ def _prepare(
         workers = dist_kv.num_workers if dist_kv is not None and sync else 1
         optimizer_params["rescale_grad"] = 1.0 / (batch_size * fit_cfg.grad_accumulation * workers)
     kvstore = dist_kv if dist_kv is not None else distributed.create_kvstore(kv_cfg, contexts)
-    module.init_optimizer(
-        kvstore=kvstore,
-        optimizer=optimizer_name,
-        optimizer_params=optimizer_params,
-        update_on_kvstore=_update_on_kvstore(config),
-        clip_global_norm=config.optimizer.clip_global_norm,
-    )
+    from mxtrain.build import param_pattern_error
+    from mxtrain.engine.bucketing import ParamPatternError
+
+    try:
+        module.init_optimizer(
+            kvstore=kvstore,
+            optimizer=optimizer_name,
+            optimizer_params=optimizer_params,
+            update_on_kvstore=_update_on_kvstore(config),
+            clip_global_norm=config.optimizer.clip_global_norm,
+            lr_mult=config.optimizer.lr_mult,
+            wd_mult=config.optimizer.wd_mult,
+        )
+    except ParamPatternError as exc:
+        raise param_pattern_error(config, exc) from exc
+    _log_update_multipliers(log, config, module.update_multipliers())
     coordinator = None
     if dist_kv is not None and kv_cfg.type in distributed.DIST_SYNC_TYPES:
         compression = kv_cfg.gradient_compression
@@ -678,6 +687,28 @@ def _prepare(
     )
     rank = int(dist_kv.rank) if dist_kv is not None else 0
     return _Setup(train_iter, eval_iter, module, contexts, mx.__version__, rank, coordinator)
+
+
+def _log_update_multipliers(
+    log: logging.Logger, config: Config, multipliers: dict[str, tuple[float, float]]
+) -> None:
+    """Say which parameters learn at another rate and which the weight decay reaches (MXNet
+    silently leaves out every parameter not named *_weight or *_gamma)."""
+    scaled = [f"{name} x{lr:g}" for name, (lr, _) in multipliers.items() if lr != 1.0]
+    if scaled:
+        log.info("learning-rate multipliers: %s", ", ".join(scaled))
+    if config.optimizer.wd == 0:
+        return
+    decayed = [
+        name if wd == 1.0 else f"{name} x{wd:g}" for name, (_, wd) in multipliers.items() if wd
+    ]
+    spared = [name for name, (_, wd) in multipliers.items() if not wd]
+    log.info(
+        "weight decay %g on: %s%s",
+        config.optimizer.wd,
+        ", ".join(decayed) or "no parameter",
+        f"; not on: {', '.join(spared)} (optimizer.wd_mult changes this)" if spared else "",
+    )
 
 
 def _train(

@@ -860,7 +860,7 @@ class _Builder:
         order = [name for name in tree if name in builders]
         order += [name for name in builders if name not in tree]
         sections = {name: builders[name](tree.get(name)) for name in order}
-        config = Config(**sections, source=source, base_dir=self.base_dir)
+        config = Config(**sections, source=source, base_dir=self.base_dir, locate=self.locs.where)
         self.cross_check(config)
         return config
 

@@ -41,6 +41,10 @@ MAY_CHANGE: tuple[str, ...] = (
     "optimizer.lr_scheduler.*",
     "optimizer.wd",
     "optimizer.clip_gradient",
+    "optimizer.lr_mult",  # e.g. un-freezing a pretrained layer later in a fine-tuning run
+    "optimizer.lr_mult.*",
+    "optimizer.wd_mult",
+    "optimizer.wd_mult.*",
     "initializer.*",  # parameters come from the checkpoint, not the initializer
     "context.omp_threads",
     "context.engine_threads",

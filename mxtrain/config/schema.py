@@ -13,8 +13,9 @@ signatures. Nothing here imports MXNet, click or YAML.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -789,6 +790,21 @@ class OptimizerSection:
     lr_scheduler: LrSchedulerSection | None = field(
         default=None, metadata={"doc": "learning-rate schedule (null: constant learning_rate)"}
     )
+    lr_mult: Mapping[str, float] = field(
+        default_factory=_frozen_mapping,
+        metadata={
+            "doc": "learning-rate multipliers by parameter-name glob, e.g. {'embed_*': 0.1} "
+            "(0 stops updates); each glob must match a parameter and no parameter two globs; "
+            "the rest keep 1"
+        },
+    )
+    wd_mult: Mapping[str, float] = field(
+        default_factory=_frozen_mapping,
+        metadata={
+            "doc": "weight-decay multipliers by parameter-name glob, as lr_mult; without one, "
+            "MXNet decays only parameters named *_weight or *_gamma (biases are not decayed)"
+        },
+    )
     params: Mapping[str, Any] = field(
         default_factory=_frozen_mapping,
         metadata={"doc": "the optimizer's own parameters, all of them, defaults filled in"},
@@ -814,12 +830,31 @@ class OptimizerSection:
         check_greater_than_zero("clip_global_norm", self.clip_global_norm)
         if self.rescale_grad != "auto":
             check_greater_than_zero("rescale_grad", self.rescale_grad)
+        for key in ("lr_mult", "wd_mult"):
+            _check_multipliers(key, getattr(self, key))
+        if self.wd_mult and self.wd == 0:
+            raise InvalidValue(
+                "wd_mult",
+                "has no effect while optimizer.wd is 0: it multiplies the weight decay. Set "
+                "optimizer.wd or remove wd_mult.",
+            )
         sched = self.lr_scheduler
         if sched is not None and sched.warmup_begin_lr > self.learning_rate:
             raise InvalidValue(
                 "lr_scheduler.warmup_begin_lr",
                 f"({sched.warmup_begin_lr:g}) must not exceed learning_rate "
                 f"({self.learning_rate:g}): the warmup ramps up to the learning rate.",
+            )
+
+
+def _check_multipliers(key: str, multipliers: Mapping[str, float]) -> None:
+    for pattern, value in multipliers.items():
+        if not pattern:
+            raise InvalidValue(key, "has an empty glob; write a pattern such as 'embed_*'.")
+        if not math.isfinite(value) or value < 0:
+            # the glob as the key's last part: the error points at its own line
+            raise InvalidValue(
+                f"{key}.{pattern}", f"must be a finite number >= 0 (a multiplier), got {value!r}."
             )
 
 
@@ -1256,6 +1291,15 @@ class Config:
     logging: LoggingSection = field(default_factory=LoggingSection)
     source: str = field(default="<string>", compare=False)
     base_dir: Path = field(default_factory=Path.cwd, compare=False)
+    #: the loader's ``file:line`` finder for a key path (None: no file)
+    locate: Callable[[tuple[str | int, ...]], str] | None = field(
+        default=None, compare=False, repr=False
+    )
+
+    def where(self, *path: str | int) -> str:
+        """``file:line`` of the key at ``path`` (or of the nearest enclosing key that was
+        written; the ``--set`` that changed it), for errors found after loading."""
+        return self.locate(path) if self.locate is not None else self.source
 
     def resolve_path(self, path: str | Path) -> Path:
         """``path`` relative to the config file's folder (absolute paths are kept)."""

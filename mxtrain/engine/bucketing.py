@@ -369,16 +369,49 @@ def _decode_state(spec: Any, arrays: Mapping[str, Any]) -> Any:
 # ----------------------------------------------------------------------------- module
 
 
-class FixedParamPatternError(ValueError):
-    """A ``fixed_param_patterns``/``fixed_param_exclude`` glob that matches no parameter.
+class ParamPatternError(ValueError):
+    """A glob over parameter names that cannot be applied: it matches no parameter, or a
+    parameter matches two multiplier globs. ``option`` is the argument it came from
+    (``fixed_param_patterns``, ``fixed_param_exclude``, ``lr_mult``, ``wd_mult``).
 
     Its own type so that callers can tell a bad pattern (a config key) from a model that does
     not fit its data (every other ValueError of construction and binding).
     """
 
-    def __init__(self, message: str, *, excluded: bool) -> None:
+    def __init__(self, message: str, *, option: str, pattern: str) -> None:
         super().__init__(message)
-        self.excluded = excluded
+        self.option = option
+        self.pattern = pattern  # the glob at fault
+
+
+def resolve_multipliers(
+    names: Sequence[str], globs: Mapping[str, float], option: str
+) -> dict[str, float]:
+    """``{parameter: multiplier}`` for the parameters ``globs`` (fnmatch pattern ->
+    multiplier) match. Every glob must match a parameter and no parameter two globs, so the
+    result never depends on the order the globs were written in."""
+    resolved: dict[str, float] = {}
+    matched_by: dict[str, str] = {}
+    for pattern, value in globs.items():
+        hits = fnmatch.filter(names, pattern)
+        if not hits:
+            raise ParamPatternError(
+                f"pattern {pattern!r} matches no parameter; write one that matches some of "
+                + ", ".join(names),
+                option=option,
+                pattern=pattern,
+            )
+        for name in hits:
+            if name in matched_by:
+                raise ParamPatternError(
+                    f"parameter {name!r} matches both {matched_by[name]!r} and {pattern!r}; "
+                    "make the patterns match disjoint parameters",
+                    option=option,
+                    pattern=pattern,
+                )
+            matched_by[name] = pattern
+            resolved[name] = float(value)
+    return resolved
 
 
 class BucketingModule:
@@ -386,7 +419,8 @@ class BucketingModule:
 
     ``sym_gen(bucket_key) -> (symbol, data_names, label_names)`` as for MXNet's module.
     ``fixed_param_patterns`` are fnmatch globs of parameters to freeze (minus those matching
-    ``fixed_param_exclude``); a glob that matches no parameter raises ``ValueError``.
+    ``fixed_param_exclude``); a glob that matches no parameter raises
+    :class:`ParamPatternError`.
 
     ``bucket_memory`` bounds what stays bound. Every bound bucket keeps memory of its own
     that executors cannot share (operator state such as a fused RNN's workspace, which grows
@@ -514,10 +548,11 @@ class BucketingModule:
         for kind, globs in (("fixed_param_patterns", patterns), ("fixed_param_exclude", exclude)):
             for pat in globs:
                 if not fnmatch.filter(names, pat):
-                    raise FixedParamPatternError(
-                        f"{kind}: pattern {pat!r} matches no parameter; parameters are: "
+                    raise ParamPatternError(
+                        f"pattern {pat!r} matches no parameter; write one that matches some of "
                         + ", ".join(names),
-                        excluded=kind == "fixed_param_exclude",
+                        option=kind,
+                        pattern=pat,
                     )
         return [
             n
@@ -1314,8 +1349,16 @@ class BucketingModule:
         *,
         update_on_kvstore: bool | None = None,
         clip_global_norm: float | None = None,
+        lr_mult: Mapping[str, float] | None = None,
+        wd_mult: Mapping[str, float] | None = None,
     ) -> None:
         """Create the optimizer, the kvstore (if any) and the updater.
+
+        ``lr_mult``/``wd_mult``: fnmatch glob -> multiplier of the learning rate / weight
+        decay of the parameters it matches (:func:`resolve_multipliers`: a glob matching
+        nothing, or a parameter matched twice, raises :class:`ParamPatternError`). They
+        replace MXNet's per-name settings on top of its defaults (a symbol's ``__lr_mult__``
+        attributes; no weight decay for names not ending in ``_weight``/``_gamma``).
 
         ``clip_global_norm``: before each update, once the gradients are summed over devices
         (and workers), scale them all by ``min(1, clip_global_norm / norm)`` where ``norm``
@@ -1337,6 +1380,8 @@ class BucketingModule:
         if not self.for_training:
             raise RuntimeError("the module is bound for inference: bind(for_training=True)")
         assert self._default is not None
+        lr_by_name = resolve_multipliers(self._param_names, lr_mult or {}, "lr_mult")
+        wd_by_name = resolve_multipliers(self._param_names, wd_mult or {}, "wd_mult")
         kv, on_kv = self._create_kvstore(kvstore, update_on_kvstore)
 
         batch_size = self._default.batch_size
@@ -1369,6 +1414,10 @@ class BucketingModule:
                 optimizer.idx2name = idx2name.copy()
         else:
             raise TypeError(f"optimizer must be a name or an mx.optimizer.Optimizer: {optimizer!r}")
+        if lr_by_name:
+            optimizer.set_lr_mult(lr_by_name)  # keeps the symbol's __lr_mult__ attributes
+        if wd_by_name:
+            optimizer.set_wd_mult(wd_by_name)  # keeps MXNet's no-decay default elsewhere
 
         if on_kv and (
             clip_global_norm is not None
@@ -1833,6 +1882,18 @@ class BucketingModule:
             for g in grads:
                 grad = g[k]  # type: ignore[index]
                 mx.nd.broadcast_mul(grad, mine, out=grad)
+
+    def update_multipliers(self) -> dict[str, tuple[float, float]]:
+        """``{parameter: (lr multiplier, wd multiplier)}`` as the optimizer applies them
+        (MXNet's defaults included), for every trained parameter."""
+        self._require(optimizer=True)
+        opt = self._optimizer
+        fixed = set(self._fixed)
+        return {
+            name: (float(opt.lr_mult.get(name, 1.0)), float(opt.wd_mult.get(name, 1.0)))
+            for name in self._param_names
+            if name not in fixed
+        }
 
     def take_grad_norm(self) -> float | None:
         """The mean global gradient norm (``clip_global_norm``, before clipping) over the

@@ -77,7 +77,7 @@ def test_fixed_params_pattern_that_matches_nothing_is_named_fixed_params(tmp_pat
     config = setup(tmp_path, "{name: mlp, hidden: [4]}", fit="{num_epoch: 1, fixed_params: [x*]}")
     code, output = invoke("fit", config)
     assert code == 2, output
-    assert "build.yaml: fit.fixed_params:" in output and "'x*' matches no parameter" in output
+    assert "build.yaml:5: fit.fixed_params:" in output and "'x*' matches no parameter" in output
     assert "Traceback" not in output
     config.write_text(config.read_text().replace("fixed_params: [x*]", "fixed_params: [fc*]"))
     config.write_text(
@@ -85,7 +85,9 @@ def test_fixed_params_pattern_that_matches_nothing_is_named_fixed_params(tmp_pat
     )
     code, output = invoke("fit", config)
     assert code == 2, output
-    assert "fit.fixed_params_exclude:" in output and "'q' matches no parameter" in output
+    assert (
+        "build.yaml:5: fit.fixed_params_exclude:" in output and "'q' matches no parameter" in output
+    )
 
 
 def test_lenet_on_images_too_small_for_its_layers_names_model_and_shape(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from mxtrain.config import (
     load_config,
     parse_config,
 )
+from mxtrain.config.resume_policy import may_change
 from mxtrain.errors import ConfigError, ExitCode, InvalidValue
 from mxtrain.registry import Registry
 
@@ -1131,7 +1132,7 @@ def test_explain_rows(tmp_path: Path) -> None:
         out = []
         for k, v in d.items():
             key = f"{prefix}{k}"
-            out += leaves(v, key + ".") if isinstance(v, dict) else [key]
+            out += leaves(v, key + ".") if isinstance(v, dict) and v else [key]
         return out
 
     assert list(by_key) == leaves(config_to_dict(config))
@@ -1368,3 +1369,55 @@ def test_worker_only_optimizer_keys_refuse_server_updates(
     assert "update_on_kvstore: false" in message
     # the same keys with updates on the workers are fine
     load(tmp_path, text.replace(kvstore, "{type: local, update_on_kvstore: false}"))
+
+
+# --------------------------------------------------------------------------------------------
+# optimizer.lr_mult / optimizer.wd_mult
+# --------------------------------------------------------------------------------------------
+
+MULT = (
+    BASE
+    + """\
+optimizer:
+  name: sgd
+  wd: 0.001
+  lr_mult:
+    "embed_*": 0.1
+    pred_weight: 0
+  wd_mult: {"*_bias": 1}
+"""
+)
+
+
+def test_multipliers_load_and_survive_a_dump(tmp_path: Path) -> None:
+    config = load(tmp_path, MULT)
+    assert dict(config.optimizer.lr_mult) == {"embed_*": 0.1, "pred_weight": 0.0}
+    assert dict(config.optimizer.wd_mult) == {"*_bias": 1.0}
+    again = load_config(write(tmp_path, dump_config(config), "dumped.yaml"), registries=REG)
+    assert again == config
+    line = line_of(MULT, "pred_weight")
+    assert config.where("optimizer", "lr_mult", "pred_weight") == f"{tmp_path / 'ptb.yaml'}:{line}"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "words"),
+    [
+        ("pred_weight: 0", "pred_weight: -1", "pred_weight", "a finite number >= 0"),
+        ("pred_weight: 0", "pred_weight: .inf", "pred_weight", "a finite number >= 0"),
+        ("pred_weight: 0", "pred_weight: fast", "pred_weight", "a number"),
+        ('"embed_*": 0.1', '"": 0.1', "lr_mult", "empty glob"),
+        ("wd: 0.001", "wd: 0", "wd_mult", "no effect while optimizer.wd is 0"),
+    ],
+)
+def test_bad_multipliers_name_file_line_and_key(
+    tmp_path: Path, old: str, new: str, key: str, words: str
+) -> None:
+    text = MULT.replace(old, new)
+    message = error(tmp_path, text)
+    assert f"ptb.yaml:{line_of(text, key)}:" in message
+    assert words in message
+
+
+def test_multipliers_may_change_on_resume() -> None:
+    assert may_change("optimizer.lr_mult") and may_change("optimizer.lr_mult.embed_*")
+    assert may_change("optimizer.wd_mult.*_bias")

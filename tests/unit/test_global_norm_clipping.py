@@ -5,6 +5,7 @@ from __future__ import annotations
 import mxnet as mx
 import numpy as np
 import pytest
+from batch_helpers import ArrayBatch, initialised_module
 
 from mxtrain.engine.bucketing import BucketingModule
 from mxtrain.optimizers import EpochSchedule
@@ -20,21 +21,8 @@ def _sym_gen(_key: int):  # type: ignore[no-untyped-def]
     return loss, ("data",), ("label",)
 
 
-class _Batch:
-    def __init__(self, data: np.ndarray, label: np.ndarray) -> None:
-        self.data, self.label = [mx.nd.array(data)], [mx.nd.array(label)]
-        self.bucket_key = 1
-        self.provide_data = [mx.io.DataDesc("data", data.shape)]
-        self.provide_label = [mx.io.DataDesc("label", label.shape)]
-        self.pad = 0
-
-
 def _trained(devices: int, clip: float | None, kvstore: str | None = "local") -> dict:
-    module = BucketingModule(_sym_gen, 1, [mx.cpu(i) for i in range(devices)])
-    module.bind([("data", (ROWS, FEATURES))], [("label", (ROWS, 3))])
-    mx.random.seed(0)
-    module.init_params(mx.init.Uniform(1.0))
-    start = {k: v.asnumpy() for k, v in module.get_params()[0].items()}
+    module, start = initialised_module(_sym_gen, devices, ROWS, FEATURES, 3)
     module.init_optimizer(
         kvstore=kvstore,
         optimizer="sgd",
@@ -43,7 +31,7 @@ def _trained(devices: int, clip: float | None, kvstore: str | None = "local") ->
         clip_global_norm=clip,
     )
     rng = np.random.default_rng(1)
-    batch = _Batch(rng.normal(size=(ROWS, FEATURES)) * 10, rng.normal(size=(ROWS, 3)))
+    batch = ArrayBatch(rng.normal(size=(ROWS, FEATURES)) * 10, rng.normal(size=(ROWS, 3)))
     module.forward_backward(batch)
     grads = {n: module.grad_array(n).asnumpy() for n in module.param_names}
     module.update()
