@@ -301,7 +301,7 @@ def _report_options(config: Config, setup: _Setup) -> dict[str, Any]:
     """What the reporter needs to know of the config: epochs and the metric whose best is marked.
 
     The watched metric is checkpoint.best_metric, else early_stopping's, else the first of
-    fit.metrics.
+    the evaluations' metrics (of fit.metrics without evaluation data).
     """
     ckpt, early = config.checkpoint, config.fit.early_stopping
     metric: str | None
@@ -310,7 +310,8 @@ def _report_options(config: Config, setup: _Setup) -> dict[str, Any]:
     elif early is not None:
         metric, mode = early.metric, early.mode
     else:
-        metric, mode = (config.fit.metrics[0] if config.fit.metrics else None), "auto"
+        names = config.fit.evaluation_metrics if config.data.eval else config.fit.metrics
+        metric, mode = (names[0] if names else None), "auto"
     return {
         "num_epoch": config.fit.num_epoch,
         "best_metric": metric,
@@ -728,6 +729,10 @@ def _train(
     def metric_factory() -> MetricSet:
         return MetricSet([build_metric(n, data_info, config.base_dir) for n in fit_cfg.metrics])
 
+    def eval_metric_factory() -> MetricSet:
+        names = fit_cfg.evaluation_metrics
+        return MetricSet([build_metric(n, data_info, config.base_dir) for n in names])
+
     early = fit_cfg.early_stopping
     stopper = None
     if early is not None:
@@ -754,6 +759,7 @@ def _train(
         eval_max_batches=fit_cfg.eval_max_batches,
         seed=config.experiment.seed,
         metric_factory=metric_factory,
+        eval_metric_factory=eval_metric_factory,
         resume_from=position,
         should_stop=should_stop,
         eval_interval=fit_cfg.eval_interval,
@@ -852,5 +858,6 @@ def _lower_is_better(setup: _Setup, config: Config, metric: str, mode: str) -> b
     from mxtrain.build import build_metric
 
     data_info = setup.train_iter.data_info
-    built = [build_metric(n, data_info, config.base_dir) for n in config.fit.metrics]
+    names = dict.fromkeys((*config.fit.evaluation_metrics, *config.fit.metrics))
+    built = [build_metric(n, data_info, config.base_dir) for n in names]
     return lower_is_better(metric, mode, declared_direction(built, metric))

@@ -48,7 +48,8 @@ def score_command(
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Score a checkpoint of RUN with the run's fit.metrics.
+    """Score a checkpoint of RUN with the run's evaluation metrics (fit.eval_metrics, else
+    fit.metrics).
 
     RUN alone (or RUN:latest) is the newest checkpoint whose files verify, mid-epoch ones
     included; RUN:EPOCH the end of that epoch, RUN:best the best one recorded, RUN:TAG one

@@ -1059,17 +1059,16 @@ class _Builder:
     def fit(self, raw: dict[str, Any]) -> FitSection:
         path: KeyPath = ("fit",)
         fit = typing.cast(FitSection, self.dataclass(FitSection, raw, path))
-        for i, name in enumerate(fit.metrics):
-            item = (*path, "metrics", i)
-            if "metrics" not in raw:
-                item = (*path,)
-            where = f"{self.where(item)}: fit.metrics[{i}]"
-            try:
-                self.registries.metrics.get(name, base_dir=self.base_dir, where=where)
-            except ConfigError as exc:
-                if exc.message.startswith(where):
-                    raise
-                raise ConfigError(f"{where}: {exc.message}", hint=exc.hint) from None
+        for key in ("metrics", "eval_metrics"):
+            for i, name in enumerate(getattr(fit, key) or ()):
+                item = (*path, key, i) if key in raw else path
+                where = f"{self.where(item)}: fit.{key}[{i}]"
+                try:
+                    self.registries.metrics.get(name, base_dir=self.base_dir, where=where)
+                except ConfigError as exc:
+                    if exc.message.startswith(where):
+                        raise
+                    raise ConfigError(f"{where}: {exc.message}", hint=exc.hint) from None
         return fit
 
     def cross_check(self, config: Config) -> None:
@@ -1135,13 +1134,15 @@ class _Builder:
             )
 
     def _is_a_fit_metric(self, config: Config, path: KeyPath, metric: str) -> None:
-        """The metric named at ``path`` must be one that fit computes."""
-        if metric not in config.fit.metrics:
+        """The metric named at ``path`` must be one that the evaluations compute."""
+        names = config.fit.evaluation_metrics
+        if metric not in names:
+            key = "fit.metrics" if config.fit.eval_metrics is None else "fit.eval_metrics"
             self.fail(
                 path,
-                f"{'.'.join(map(str, path))} {metric!r} is not one of fit.metrics "
-                f"({', '.join(config.fit.metrics)})",
-                hint="Pick one of fit.metrics, or add it there.",
+                f"{'.'.join(map(str, path))} {metric!r} is not one of {key} "
+                f"({', '.join(names) or 'none'}): it watches the evaluations",
+                hint=f"Pick one of {key}, or add it there.",
             )
 
 

@@ -24,6 +24,7 @@ MAY_CHANGE: tuple[str, ...] = (
     "fit.bucket_memory",
     "fit.eval_max_batches",
     "fit.metrics",
+    "fit.eval_metrics",
     "fit.eval_interval",
     "fit.early_stopping",
     "fit.early_stopping.*",

@@ -1064,6 +1064,13 @@ class FitSection:
             "'package.module:attr' / 'file.py:attr'"
         },
     )
+    eval_metrics: tuple[str, ...] | None = field(
+        default=None,
+        metadata={
+            "doc": "metrics of the evaluations (data.eval, eval_interval, mxtrain score), the "
+            "ones checkpoint.best_metric and early_stopping watch; null: fit.metrics"
+        },
+    )
     fixed_params: tuple[str, ...] = field(
         default=(),
         metadata={
@@ -1150,6 +1157,11 @@ class FitSection:
         },
     )
 
+    @property
+    def evaluation_metrics(self) -> tuple[str, ...]:
+        """The metrics evaluations compute: ``eval_metrics``, else ``metrics``."""
+        return self.metrics if self.eval_metrics is None else self.eval_metrics
+
     def __post_init__(self) -> None:
         check_at_least("num_epoch", self.num_epoch, 1)
         if self.bucket_memory != "auto":
@@ -1169,11 +1181,12 @@ class FitSection:
         check_at_least("prefetch", self.prefetch, 0)
         check_at_least("max_batches_per_epoch", self.max_batches_per_epoch, 1)
         check_at_least("eval_max_batches", self.eval_max_batches, 1)
-        seen: set[str] = set()
-        for name in self.metrics:
-            if name in seen:
-                raise InvalidValue("metrics", f"lists {name!r} twice.")
-            seen.add(name)
+        for key in ("metrics", "eval_metrics"):
+            seen: set[str] = set()
+            for name in getattr(self, key) or ():
+                if name in seen:
+                    raise InvalidValue(key, f"lists {name!r} twice.")
+                seen.add(name)
         if self.fixed_params_exclude and not self.fixed_params:
             raise InvalidValue(
                 "fixed_params_exclude",

@@ -267,6 +267,8 @@ class FitOptions:
     eval_max_batches: int | None = None
     seed: int = 1
     metric_factory: Callable[[], MetricSet] = field(default=lambda: MetricSet([]))
+    # the evaluations' metrics (None: metric_factory's)
+    eval_metric_factory: Callable[[], MetricSet] | None = None
     resume_from: Position | None = None  # continue inside an epoch (mid-epoch checkpoint)
     should_stop: Callable[[], bool] = field(default=lambda: False)  # polled after each batch
     eval_interval: int | None = None  # also evaluate every N batches
@@ -473,7 +475,7 @@ def _evaluate(
     values = score(
         module,
         eval_iter,
-        options.metric_factory(),
+        (options.eval_metric_factory or options.metric_factory)(),
         max_batches=options.eval_max_batches,
         prefetch=options.prefetch,
     )

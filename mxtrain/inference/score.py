@@ -51,7 +51,8 @@ def score_checkpoint(
     batch_size: int | None = None,
     overrides: Sequence[str] = (),
 ) -> ScoreReport:
-    """Score a run's checkpoint with the config's ``fit.metrics`` (see :func:`score_run`)."""
+    """Score a run's checkpoint with its evaluation metrics (``fit.eval_metrics``, else
+    ``fit.metrics``; see :func:`score_run`)."""
     started = time.perf_counter()
     opened = open_run(
         ref, epoch=epoch, overrides=overrides, batch_size=batch_size, data=data, role="eval"
@@ -61,7 +62,8 @@ def score_checkpoint(
 
     config = opened.config
     data_info = opened.data_iter.data_info
-    metrics = MetricSet([build_metric(n, data_info, config.base_dir) for n in config.fit.metrics])
+    names = config.fit.evaluation_metrics
+    metrics = MetricSet([build_metric(n, data_info, config.base_dir) for n in names])
     values = score(opened.module, opened.data_iter, metrics, prefetch=config.fit.prefetch)
     chosen = opened.checkpoint
     report = ScoreReport(
@@ -85,7 +87,8 @@ def score_run(
     batch_size: int | None = None,
     overrides: Sequence[str] = (),
 ) -> dict[str, float]:
-    """The config's ``fit.metrics`` of a checkpoint over ``data.eval`` (or the file ``data``).
+    """The config's evaluation metrics of a checkpoint over ``data.eval`` (or the file
+    ``data``).
 
     Over ``data.eval`` this is the value fit logged for that epoch in metrics.jsonl (all of the
     data is scored: if fit ran with ``fit.eval_max_batches``, fit scored only part of it). The

@@ -600,6 +600,7 @@ def test_iterator_value_error(tmp_path: Path) -> None:
         ("optimizer:\n  learning_rate: 0\n", "learning_rate", "must be greater than 0, got 0.0."),
         ("optimizer:\n  wd: -0.1\n", "wd", "optimizer.wd must be at least 0, got -0.1."),
         ("fit:\n  metrics: [perplexity, perplexity]\n", "metrics", "lists 'perplexity' twice."),
+        ("fit:\n  eval_metrics: [accuracy, accuracy]\n", "eval_metrics", "lists 'accuracy' twice"),
         (
             "fit:\n  fixed_params_exclude: [bias]\n",
             "fixed_params_exclude",
@@ -628,6 +629,16 @@ def test_metrics_checked_against_registry(tmp_path: Path) -> None:
         message
     )
     assert "Did you mean 'accuracy'?" in message
+    text = BASE + "fit:\n  eval_metrics:\n    - acuracy\n"
+    message = error(tmp_path, text)
+    assert f"ptb.yaml:{line_of(text, 'acuracy')}: fit.eval_metrics[0]: unknown metric" in message
+
+
+def test_eval_metrics_default_to_fit_metrics(tmp_path: Path) -> None:
+    config = load(tmp_path, BASE + "fit:\n  metrics: [accuracy]\n")
+    assert config.fit.eval_metrics is None and config.fit.evaluation_metrics == ("accuracy",)
+    config = load(tmp_path, BASE + "fit:\n  metrics: [accuracy]\n  eval_metrics: []\n")
+    assert config.fit.evaluation_metrics == ()
 
 
 # --------------------------------------------------------------------------------------------
