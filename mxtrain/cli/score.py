@@ -17,6 +17,7 @@ Examples:
   mxtrain score runs/ptb_lstm:best             # the best one (checkpoint.best_metric)
   mxtrain score runs/ptb_lstm:e0002-b000020    # a mid-epoch checkpoint by its tag
   mxtrain score runs/ptb_lstm:3 --data test.txt --batch-size 64
+  mxtrain score runs/ptb_lstm --max-batches 20        # a quick estimate
   mxtrain score runs/ptb_lstm --set context.devices=gpu --set context.ids=[0,1] --json""",
 )
 @click.argument("checkpoint", metavar="RUN[:EPOCH|:best|:latest|:TAG]")
@@ -37,6 +38,12 @@ Examples:
     "data.train).",
 )
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Sentences per batch.")
+@click.option(
+    "--max-batches",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Score only the first N batches (a quick estimate; the JSON line says so).",
+)
 @set_option
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON line.")
 @handle_errors
@@ -45,6 +52,7 @@ def score_command(
     epoch: int | None,
     data_file: str | None,
     batch_size: int | None,
+    max_batches: int | None,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -55,7 +63,8 @@ def score_command(
     included; RUN:EPOCH the end of that epoch, RUN:best the best one recorded, RUN:TAG one
     checkpoint (tags: `mxtrain show RUN`). Needs only the run folder `mxtrain fit` wrote. On
     data.eval the result equals the eval value fit logged for that checkpoint. Prints a
-    table and one JSON line {"run", "epoch", "batch", "checkpoint", "data", "metrics"}.
+    table and one JSON line {"run", "epoch", "batch", "checkpoint", "data", "max_batches",
+    "metrics"}.
     """
     from rich.console import Console
     from rich.table import Table
@@ -71,12 +80,15 @@ def score_command(
             data=data_file,
             batch_size=batch_size,
             overrides=overrides,
+            max_batches=max_batches,
         )
     finally:
         reporter.close()
     if not as_json:
+        part = f", first {max_batches} batches at most" if max_batches is not None else ""
         click.echo(
-            f"{report.run} epoch {report.epoch} on {report.data} (checkpoint {report.checkpoint})"
+            f"{report.run} epoch {report.epoch} on {report.data} "
+            f"(checkpoint {report.checkpoint}{part})"
         )
         table = Table()
         table.add_column("metric")

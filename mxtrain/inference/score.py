@@ -28,16 +28,18 @@ class ScoreReport:
     seconds: float = 0.0
     checkpoint: str | None = None  # the tag loaded, or the params file's name without one
     batch: int = 0  # batches of the next epoch in the checkpoint (mid-epoch)
+    max_batches: int | None = None  # only the first N batches were scored (None: all)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"run", "epoch", "batch", "checkpoint", "data", "metrics"}``; non-finite values
-        become null."""
+        """``{"run", "epoch", "batch", "checkpoint", "data", "max_batches", "metrics"}``;
+        non-finite values become null."""
         return {
             "run": str(self.run),
             "epoch": self.epoch,
             "batch": self.batch,
             "checkpoint": self.checkpoint,
             "data": self.data,
+            "max_batches": self.max_batches,
             "metrics": {k: finite_or_none(v) for k, v in self.metrics.items()},
         }
 
@@ -50,9 +52,11 @@ def score_checkpoint(
     data: str | os.PathLike[str] | None = None,
     batch_size: int | None = None,
     overrides: Sequence[str] = (),
+    max_batches: int | None = None,
 ) -> ScoreReport:
     """Score a run's checkpoint with its evaluation metrics (``fit.eval_metrics``, else
-    ``fit.metrics``; see :func:`score_run`)."""
+    ``fit.metrics``; see :func:`score_run`), over the first ``max_batches`` batches only
+    when given (a quick estimate)."""
     started = time.perf_counter()
     opened = open_run(
         ref, epoch=epoch, overrides=overrides, batch_size=batch_size, data=data, role="eval"
@@ -64,7 +68,13 @@ def score_checkpoint(
     data_info = opened.data_iter.data_info
     names = config.fit.evaluation_metrics
     metrics = MetricSet([build_metric(n, data_info, config.base_dir) for n in names])
-    values = score(opened.module, opened.data_iter, metrics, prefetch=config.fit.prefetch)
+    values = score(
+        opened.module,
+        opened.data_iter,
+        metrics,
+        max_batches=max_batches,
+        prefetch=config.fit.prefetch,
+    )
     chosen = opened.checkpoint
     report = ScoreReport(
         opened.run.path,
@@ -74,8 +84,10 @@ def score_checkpoint(
         seconds=time.perf_counter() - started,
         checkpoint=chosen.describe() if chosen is not None else None,
         batch=chosen.batch if chosen is not None else 0,
+        max_batches=max_batches,
     )
-    log.info("scored %s in %.1fs", opened.data_source, report.seconds)
+    part = f" (first {max_batches} batches at most)" if max_batches is not None else ""
+    log.info("scored %s%s in %.1fs", opened.data_source, part, report.seconds)
     return report
 
 

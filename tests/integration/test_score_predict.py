@@ -96,6 +96,25 @@ def test_score_does_not_depend_on_batch_size_or_devices(trained: Path) -> None:
     assert two["perplexity"] == pytest.approx(logged, rel=1e-5)
 
 
+def test_score_max_batches_scores_a_prefix_and_says_so(trained: Path) -> None:
+    full = logged_eval(trained)[2]
+    code, out, err = invoke("score", trained, "--max-batches", "1000", "--json")
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["max_batches"] == 1000
+    assert record["metrics"]["perplexity"] == pytest.approx(full, rel=1e-5)
+    code, out, err = invoke("score", trained, "--max-batches", "1", "--batch-size", "2")
+    assert code == 0, err
+    assert "first 1 batches at most" in out and "first 1 batches at most" in err
+    record = json.loads(out.strip().splitlines()[-1])
+    assert record["max_batches"] == 1
+    assert math.isfinite(record["metrics"]["perplexity"])
+    assert record["metrics"]["perplexity"] != pytest.approx(full, rel=1e-3)
+    code, out, err = invoke("score", trained, "--max-batches", "0")
+    assert code == 2 and "--max-batches" in err and "Traceback" not in err
+    assert json.loads(invoke("score", trained, "--json")[1])["max_batches"] is None
+
+
 def test_score_with_a_data_file(
     trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
