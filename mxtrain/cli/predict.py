@@ -16,6 +16,8 @@ Examples:
       --format csv --top-k 5
   mxtrain predict --checkpoint runs/ptb_lstm --input big.txt --output big.npy --format npy \\
       --batch-size 256 --set context.devices=gpu --force
+  mxtrain predict --checkpoint runs/my_plugin_model --input rows.npy --output out.npz \\
+      --outputs raw
 
 \b
 Language models: each record has line (1-based), tokens, log_likelihood (natural log, summed
@@ -46,13 +48,21 @@ likely tokens after the whole line. Blank lines get a record with null values.""
     "or a pipe is written directly).",
 )
 @click.option(
+    "--outputs",
+    type=click.Choice(["records", "raw"]),
+    default="records",
+    show_default=True,
+    help="records: what the model's task means (log-likelihood, labels, ...); raw: every "
+    "output of the model as it is, per input, for any model (npz or npy).",
+)
+@click.option(
     "--format",
     "fmt",
-    type=click.Choice(["jsonl", "csv", "npy"]),
-    default="jsonl",
-    show_default=True,
-    help="jsonl: one JSON object per line; csv: a header and one row per line; npy: a NumPy "
-    "structured array.",
+    type=click.Choice(["jsonl", "csv", "npy", "npz"]),
+    default=None,
+    help="jsonl (the default for records): one JSON object per line; csv: a header and one "
+    "row per line; npy: a NumPy array (records: a structured one); npz (the default for "
+    "raw): one array per output.",
 )
 @click.option(
     "--epoch", type=int, default=None, help="The end of this epoch (instead of RUN:EPOCH)."
@@ -75,7 +85,8 @@ def predict_command(
     checkpoint: str,
     input_file: str,
     output_file: str,
-    fmt: str,
+    outputs: str,
+    fmt: str | None,
     epoch: int | None,
     batch_size: int | None,
     top_k: int,
@@ -104,17 +115,25 @@ def predict_command(
             input_file,
             output_file,
             epoch=epoch,
-            fmt=fmt,
+            fmt=fmt or ("npz" if outputs == "raw" else "jsonl"),
             batch_size=batch_size,
             top_k=top_k,
             overrides=overrides,
             force=force,
+            outputs=outputs,
         )
     finally:
         reporter.close()
     # With --output /dev/stdout (or another stream) the records own stdout: summary to stderr.
     to_stderr = is_stream(summary.output)
-    if summary.tokens:  # sequence models: token counts and the overall perplexity
+    if summary.raw_shapes is not None:
+        arrays = ", ".join(f"{name} {shape}" for name, shape in summary.raw_shapes.items())
+        click.echo(
+            f"wrote the raw outputs of {summary.lines:,} inputs ({summary.empty:,} without a "
+            f"prediction) to {summary.output}: {arrays} (checkpoint {summary.checkpoint})",
+            err=to_stderr,
+        )
+    elif summary.tokens:  # sequence models: token counts and the overall perplexity
         click.echo(
             f"wrote {summary.lines:,} records ({summary.empty:,} blank lines) to "
             f"{summary.output}: {summary.tokens:,} tokens, perplexity "

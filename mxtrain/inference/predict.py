@@ -27,6 +27,7 @@ from mxtrain.errors import ConfigError
 from mxtrain.inference.lm import predict_lm
 from mxtrain.inference.open import OpenedRun, input_file, open_run
 from mxtrain.inference.output import check_output, resolve_output, write_output
+from mxtrain.inference.raw import RAW_FORMATS, predict_raw
 from mxtrain.inference.rows import predict_classes, predict_values
 from mxtrain.inference.tags import predict_tags
 from mxtrain.run.plugin_files import uses_kept_plugins
@@ -73,6 +74,8 @@ class PredictSummary:
     log_likelihood: float  # their total natural-log likelihood
     seconds: float
     checkpoint: str | None = None  # the tag loaded, or the params file's name without one
+    #: ``--outputs raw``: each output's array shape (None: task records were written)
+    raw_shapes: dict[str, tuple[int, ...]] | None = None
 
     @property
     def perplexity(self) -> float:
@@ -134,6 +137,7 @@ def predict_run(
     top_k: int = 0,
     overrides: Sequence[str] = (),
     force: bool = False,
+    outputs: str = "records",
 ) -> PredictSummary:
     """Predict every line of the text file ``input`` and write one record per line to ``output``.
 
@@ -170,14 +174,12 @@ def predict_run(
     an existing ``output`` is an error unless ``force``. A symbolic link is followed (its
     target is replaced); a character device or pipe (``/dev/stdout``) is written directly and
     never replaced (see :mod:`mxtrain.inference.output`).
+
+    ``outputs="raw"`` writes the model's outputs uninterpreted instead, for any model (its
+    iterator need not report a task), as ``npz`` or ``npy``: see :mod:`mxtrain.inference.raw`.
     """
     started = time.perf_counter()
-    if fmt not in FORMATS:
-        raise ConfigError(
-            f"Unknown output format {fmt!r}.", hint=f"Use one of {', '.join(FORMATS)}."
-        )
-    if top_k < 0:
-        raise ConfigError(f"--top-k must be 0 or more, got {top_k}.")
+    _check_request(fmt, top_k, outputs)
     out_path = resolve_output(Path(output).expanduser().absolute())
     check_output(out_path, force)
     in_path = input_file(input, "input file")
@@ -189,6 +191,8 @@ def predict_run(
         data=in_path,
         role="predict",
     )
+    if outputs == "raw":
+        return _predict_raw(opened, in_path, out_path, fmt, started)
     info = opened.data_iter.data_info
     task = getattr(info, "task", None)
     predictor = PREDICTORS.get(task) if task is not None else None
@@ -196,8 +200,8 @@ def predict_run(
         raise ConfigError(
             f"mxtrain predict cannot interpret this model's output: its data iterator "
             f"({opened.config.data.train.name}) reports task {task!r}.",
-            hint=f"Supported tasks: {', '.join(PREDICTORS)} (data_info.task). `mxtrain "
-            "score` works for any model.",
+            hint=f"Supported tasks: {', '.join(PREDICTORS)} (data_info.task). `--outputs "
+            "raw` writes any model's outputs as they are; `mxtrain score` works for any model.",
         )
     predictions = predictor(opened, top_k)
     check_output(out_path, force)  # again: the file may have appeared meanwhile
@@ -207,6 +211,53 @@ def predict_run(
         "wrote %d records (%d empty lines) to %s in %.1fs",
         summary.lines,
         summary.empty,
+        out_path,
+        summary.seconds,
+    )
+    return summary
+
+
+def _check_request(fmt: str, top_k: int, outputs: str) -> None:
+    if outputs not in ("records", "raw"):
+        raise ConfigError(f"Unknown --outputs {outputs!r}.", hint="Use records or raw.")
+    formats = RAW_FORMATS if outputs == "raw" else FORMATS
+    if fmt not in formats:
+        raise ConfigError(
+            f"--format {fmt} cannot hold {'raw outputs' if outputs == 'raw' else 'records'}.",
+            hint=f"With --outputs {outputs} use --format {' or '.join(formats)}.",
+        )
+    if top_k < 0:
+        raise ConfigError(f"--top-k must be 0 or more, got {top_k}.")
+    if top_k and outputs == "raw":
+        raise ConfigError(
+            "--top-k picks the most likely outcomes of a task's records; raw outputs are "
+            "written whole.",
+            hint="Leave out --top-k, or use --outputs records.",
+        )
+
+
+def _predict_raw(
+    opened: OpenedRun, in_path: Path, out_path: Path, fmt: str, started: float
+) -> PredictSummary:
+    written = predict_raw(opened, fmt, lambda writer: write_output(out_path, writer))
+    summary = PredictSummary(
+        opened.run.path,
+        opened.epoch,
+        in_path,
+        out_path,
+        fmt,
+        written.inputs,
+        written.inputs - written.predicted,
+        0,
+        0.0,
+        time.perf_counter() - started,
+        opened.checkpoint.describe() if opened.checkpoint is not None else None,
+        raw_shapes=written.shapes,
+    )
+    log.info(
+        "wrote the raw outputs of %d inputs (%s) to %s in %.1fs",
+        summary.lines,
+        ", ".join(f"{n} {s}" for n, s in written.shapes.items()),
         out_path,
         summary.seconds,
     )

@@ -441,3 +441,77 @@ def test_python_m_mxtrain_predict(trained: Path, tmp_path: Path) -> None:
     assert "wrote 3 records" in proc.stdout and "\x1b[" not in proc.stdout
     again = _subprocess(argv, tmp_path)
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+# ----------------------------------------------------------------------------- raw outputs
+
+
+def test_raw_outputs_hold_every_position_in_input_order(trained: Path, tmp_path: Path) -> None:
+    """--outputs raw: one padded row per line (blank ones marked unpredicted), each row the
+    model's softmax at every input position; the position reading a line's last word is the
+    distribution the records call "next"."""
+    lines = mixed_lines()
+    source = write_lines(tmp_path / "in.txt", lines)
+    raw = tmp_path / "raw.npz"
+    code, out, err = invoke(
+        "predict", "--checkpoint", trained, "--input", source, "--output", raw,
+        "--outputs", "raw", "--batch-size", "3",
+    )  # fmt: skip
+    assert code == 0, err
+    assert f"wrote the raw outputs of {len(lines)} inputs (2 without a prediction)" in out
+    vocab = json.loads((trained / "vocab.json").read_text())["tokens"]
+    with np.load(raw) as archive:
+        assert sorted(archive.files) == [
+            "nll_output",  # the loss head's per-position negative log-likelihood
+            "nll_output.shape",
+            "predicted",
+            "softmax_output",
+            "softmax_output.shape",
+        ]
+        probs, shapes = archive["softmax_output"], archive["softmax_output.shape"]
+        nll = archive["nll_output"]
+        predicted = archive["predicted"]
+    # the longest row: the 40-word line's own bucket
+    assert probs.shape == (len(lines), shapes[:, 0].max(), len(vocab)) and probs.shape[1] >= 40
+    assert predicted.tolist() == [bool(line.split()) for line in lines]
+    records = tmp_path / "next.jsonl"
+    predict_run(trained, source, records, top_k=len(vocab) - 1)
+    for i, (line, record) in enumerate(zip(lines, read_jsonl(records), strict=True)):
+        words = len(line.split())
+        if not words:
+            assert shapes[i].tolist() == [0, 0] and np.isnan(probs[i]).all()
+            continue
+        steps = shapes[i][0]
+        assert steps >= words and shapes[i][1] == len(vocab)
+        assert np.isnan(probs[i, steps:]).all() and not np.isnan(probs[i, :steps]).any()
+        # the loss head's per-position values add up to the line's log-likelihood
+        assert nll[i, :words].sum() == pytest.approx(-record["log_likelihood"], rel=1e-4)
+        after_line = probs[i, words - 1]
+        for token, p in record["next"]:
+            assert after_line[vocab.index(token)] == pytest.approx(p, rel=1e-5)
+    # reversed input on two devices: the same rows, by line
+    reverse = write_lines(tmp_path / "rev.txt", lines[::-1])
+    predict_run(trained, reverse, tmp_path / "rev.npz", outputs="raw", fmt="npz",
+                overrides=["context.count=2"])  # fmt: skip
+    with np.load(tmp_path / "rev.npz") as archive:
+        again = archive["softmax_output"][::-1]
+    np.testing.assert_allclose(again, probs, rtol=1e-5, atol=1e-7)
+
+
+def test_raw_npy_needs_one_array_and_bad_requests_are_refused(
+    trained: Path, tmp_path: Path
+) -> None:
+    source = write_lines(tmp_path / "in.txt", mixed_lines())
+    out = tmp_path / "raw.npy"
+    with pytest.raises(ConfigError, match="--format npz"):
+        predict_run(trained, source, out, outputs="raw", fmt="npy")
+    assert not out.exists()
+    same = write_lines(tmp_path / "same.txt", ["the cat sat", "a dog ran", "red"])
+    with pytest.raises(ConfigError, match=r"2 outputs .*--format npz"):
+        predict_run(trained, same, out, outputs="raw", fmt="npy")
+    assert not out.exists()
+    for fmt, top_k, words in (("jsonl", 0, "--format jsonl cannot hold raw"), ("npz", 2, "top-k")):
+        with pytest.raises(ConfigError, match=words):
+            predict_run(trained, same, tmp_path / "x", outputs="raw", fmt=fmt, top_k=top_k)
+    with pytest.raises(ConfigError, match="--format npz cannot hold records"):
+        predict_run(trained, same, tmp_path / "x", fmt="npz")
