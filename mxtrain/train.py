@@ -130,6 +130,7 @@ def _write_first_files(
         config_dir=str(Path(config.base_dir).resolve()),
         **environment.run_json_facts(),
         environment=facts,
+        initialized_from=setup.warm_start.to_json() if setup.warm_start else None,
     )
     atomic_write_text(run.config_file, dump_config(config))
     keep_plugin_files(config, run.path)  # resume, score and predict import these copies
@@ -537,6 +538,7 @@ class _Setup:
     mxnet_version: str
     rank: int = 0  # distributed worker rank (0 alone writes the run folder)
     coordinator: Any = None  # distributed.Coordinator for dist_sync kvstores
+    warm_start: Any = None  # warm_start.WarmStartReport: where the starting weights came from
 
 
 def _update_on_kvstore(config: Config) -> bool | None:
@@ -639,6 +641,11 @@ def _prepare(
     fit_cfg = config.fit
     module = build_module(config, train_iter, "data.train", contexts, for_training=True, logger=log)
     module.init_params(build_initializer(config.initializer))
+    started_from = None
+    if restore is None:  # a resumed run's weights come from its checkpoint
+        from mxtrain.warm_start import warm_start
+
+        started_from = warm_start(module, config)
     if restore is not None:
         from mxtrain.run import checkpoint
 
@@ -687,7 +694,9 @@ def _prepare(
         ", ".join(str(c) for c in contexts),
     )
     rank = int(dist_kv.rank) if dist_kv is not None else 0
-    return _Setup(train_iter, eval_iter, module, contexts, mx.__version__, rank, coordinator)
+    return _Setup(
+        train_iter, eval_iter, module, contexts, mx.__version__, rank, coordinator, started_from
+    )
 
 
 def _log_update_multipliers(

@@ -56,6 +56,7 @@ from mxtrain.config.schema import (
     ModelSection,
     OptimizerSection,
     ParamSpec,
+    WarmStartSection,
     gradient_compression_problem,
     sharding_problem,
     updates_on_servers,
@@ -1023,9 +1024,20 @@ class _Builder:
         self.check_keys(raw, path, ["name", *extra, *(s.name for s in params)], others)
         return name, self.convert(params, {k: v for k, v in raw.items() if k not in extra}, path)
 
+    def warm_start(self, raw: Any) -> WarmStartSection | None:
+        """``initializer.from``: null, a source string, or a mapping."""
+        path: KeyPath = ("initializer", "from")
+        if raw is None:
+            return None
+        if isinstance(raw, str):
+            raw = {"source": raw}
+        section = self.mapping(raw, path, null_ok=False)
+        return typing.cast(WarmStartSection, self.dataclass(WarmStartSection, section, path))
+
     def initializer(self, raw: dict[str, Any]) -> InitializerSection:
         path: KeyPath = ("initializer",)
-        name, values = self.initializer_parts(raw, path, "xavier", ["overrides"])
+        name, values = self.initializer_parts(raw, path, "xavier", ["overrides", "from"])
+        warm_start = self.warm_start(raw.get("from"))
         overrides = []
         items = raw.get("overrides") or []
         if not isinstance(items, list):
@@ -1051,7 +1063,12 @@ class _Builder:
             InitializerSection,
             self.instantiate(
                 InitializerSection,
-                {"name": name, "params": values, "overrides": tuple(overrides)},
+                {
+                    "name": name,
+                    "params": values,
+                    "overrides": tuple(overrides),
+                    "warm_start": warm_start,
+                },
                 path,
             ),
         )
@@ -1331,7 +1348,7 @@ def _rows(config: Config) -> Iterator[tuple[tuple[str, ...], Any, Any, str]]:
                 yield (*path, key), value, spec.params[key].default, spec.params[key].doc
         elif name == "initializer":
             ispec = INITIALIZERS[obj.name]
-            yield from section(obj, path, skip=("params", "overrides"))
+            yield from section(obj, path, skip=("params", "overrides", "warm_start"))
             for key, value in obj.params.items():
                 yield (*path, key), value, ispec.params[key].default, ispec.params[key].doc
             doc = _dc_field(InitializerSection, "overrides").metadata["doc"]
@@ -1339,6 +1356,11 @@ def _rows(config: Config) -> Iterator[tuple[tuple[str, ...], Any, Any, str]]:
                 {"pattern": o.pattern, "name": o.name, **dict(o.params)} for o in obj.overrides
             ]
             yield (*path, "overrides"), listed, [], doc
+            if obj.warm_start is None:
+                doc = _dc_field(InitializerSection, "warm_start").metadata["doc"]
+                yield (*path, "from"), None, None, doc
+            else:
+                yield from section(obj.warm_start, (*path, "from"))
         else:
             yield from section(obj, path)
 

@@ -951,6 +951,63 @@ class InitializerOverride:
 
 
 @dataclass(frozen=True)
+class WarmStartSection:
+    """``initializer.from``: start from trained weights instead of random ones."""
+
+    source: str = field(
+        metadata={
+            "doc": "a run folder with an optional checkpoint (RUN, RUN:best, RUN:3, RUN:TAG), "
+            "an MXNet .params file, or a loader plugin ('file.py:attr' / 'package.module:attr' "
+            "returning {parameter name: array})"
+        }
+    )
+    allow_missing: bool = field(
+        default=False,
+        metadata={
+            "doc": "parameters the source lacks get the initializer (listed in the log); "
+            "false: an error naming them"
+        },
+    )
+    allow_extra: bool = field(
+        default=False,
+        metadata={
+            "doc": "parameters of the source the model lacks are ignored (listed); false: an "
+            "error naming them"
+        },
+    )
+    rename: Mapping[str, str] = field(
+        default_factory=_frozen_mapping,
+        metadata={
+            "doc": "source name glob -> model name, '*' carried over in order, e.g. "
+            "{'tagger_embed_*': 'embed_*'} (renamed layers)"
+        },
+    )
+    exclude: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "doc": "globs of source parameters not to load, e.g. ['pred_*'] for an output "
+            "layer trained anew (with allow_missing)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if not self.source.strip():
+            raise InvalidValue("source", "must name a run folder, a .params file or a loader.")
+        if any(not pattern for pattern in self.exclude):
+            raise InvalidValue("exclude", "must not contain empty strings.")
+        for pattern, target in self.rename.items():
+            if not pattern or not target:
+                raise InvalidValue("rename", "has an empty pattern or name.")
+            if target.count("*") > pattern.count("*") or "?" in target or "[" in target:
+                raise InvalidValue(
+                    f"rename.{pattern}",
+                    f"{target!r}: the new name may use '*' (each one carries over what a "
+                    f"'*' of the pattern matched, in order), at most {pattern.count('*')} "
+                    "here, and no other wildcard.",
+                )
+
+
+@dataclass(frozen=True)
 class InitializerSection:
     """How weights are initialized before the first batch. Keys other than ``name`` are the
     initializer's own parameters (``magnitude`` for xavier, ``sigma`` for normal, ...)."""
@@ -967,6 +1024,16 @@ class InitializerSection:
         metadata={
             "doc": "per-parameter exceptions, first match wins: a list of {pattern, name, "
             "...params}, e.g. [{pattern: '*_bias', name: zero}]"
+        },
+    )
+    #: written ``from:`` in the file (a Python keyword, so not the field's name)
+    warm_start: WarmStartSection | None = field(
+        default=None,
+        metadata={
+            "doc": "start from trained weights: a run folder (RUN:best), a .params file or a "
+            "loader plugin, or {source, allow_missing, allow_extra, rename}; the initializer "
+            "covers only what the source lacks (null: random initialization)",
+            "key": "from",
         },
     )
 

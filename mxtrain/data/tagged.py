@@ -153,6 +153,10 @@ def _token_vocab(
     source: str,
 ) -> Vocab:
     vocab_file = context.vocab_file
+    if vocab_file is None and context.role == "train" and options.vocab is not None:
+        # a saved vocab.json (e.g. a pretrained model's, to reuse its embedding rows); a
+        # resumed run's own file (context.vocab_file) wins
+        vocab_file = Path(options.vocab).expanduser()
     if vocab_file is not None and not Path(vocab_file).is_absolute():
         vocab_file = context.base_dir / vocab_file
     train_vocab = getattr(context.train, "vocab", None) if context.role != "train" else None
@@ -173,6 +177,11 @@ def _token_vocab(
             f"The {context.role} data {source} needs the training vocabulary, but there is no "
             "train iterator with one and no vocabulary file.",
             hint="Score or predict with a run folder (it holds vocab.json and label_vocab.json).",
+        )
+    if vocab.level is not None and vocab.level != LEVEL:
+        raise DataError(
+            f"The data {source} is read as words, but {origin} was built at level {vocab.level!r}.",
+            hint="Give a word-level vocabulary (the vocab.json of a word-level run).",
         )
     if vocab.lowercase is not None and vocab.lowercase != options.lowercase:
         raise DataError(

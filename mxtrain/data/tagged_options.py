@@ -17,11 +17,13 @@ from mxtrain.data.source_options import (
     check_max_vocab,
     check_optional_positive_int,
     check_source,
+    check_vocab_file,
     long_sentences_field,
     max_padding_field,
     max_sentences_field,
     num_buckets_field,
     shuffle_field,
+    vocab_file_field,
 )
 from mxtrain.errors import InvalidValue
 from mxtrain.option_checks import check_choice, check_positive_int, not_int
@@ -109,6 +111,7 @@ class TaggedSequencesOptions(SourceOptions):
     lowercase: bool = field(
         default=False, metadata={"doc": "lowercase the tokens (not the labels) before lookup"}
     )
+    vocab: str | None = vocab_file_field()
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""
@@ -144,6 +147,7 @@ class TaggedSequencesOptions(SourceOptions):
         check_optional_positive_int("max_sentences", self.max_sentences)
         check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS))
         check_buckets(self.buckets)
+        check_vocab_file(self.vocab)
 
     def columns(self, fmt: str) -> tuple[int, int]:
         """(token column, label column) for the resolved format ``conll`` or ``conllu``."""

@@ -89,7 +89,7 @@ def checkpoint_epochs(run: RunFolder, prefix: str) -> list[int]:
     return sorted(epochs)
 
 
-def _open_folder(path: Path) -> RunFolder:
+def open_run_folder(path: Path) -> RunFolder:
     """The run folder at ``path``, or a RunFolderError saying what is missing."""
     if not path.exists():
         hint = "Pass the folder `mxtrain fit` created (runs/<experiment> by default)."
@@ -491,7 +491,7 @@ def open_run(
     if role == "predict" and data_file is None:
         raise ValueError("role 'predict' needs a data file")
 
-    run = _open_folder(path)
+    run = open_run_folder(path)
     status = run.read_status()
     config_dir = run.config_dir()
     config = load_config(run.config_file, overrides, base_dir=config_dir)

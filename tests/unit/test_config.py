@@ -370,7 +370,7 @@ def test_parameter_of_another_initializer(tmp_path: Path) -> None:
     message = error(tmp_path, text)
     assert f"ptb.yaml:{line_of(text, 'scale')}: unknown key 'initializer.scale'" in message
     assert "'scale' is a parameter of uniform, orthogonal, not of normal" in message
-    assert "Valid keys in 'initializer': name, overrides, sigma" in message
+    assert "Valid keys in 'initializer': name, overrides, from, sigma" in message
 
 
 # --------------------------------------------------------------------------------------------
@@ -1128,6 +1128,7 @@ def test_config_to_dict_flattens_components(tmp_path: Path) -> None:
         "scale": 1.414,
         "rand_type": "normal",
         "overrides": [],
+        "from": None,
     }
     assert plain["fit"]["metrics"] == ["perplexity", "accuracy"]
     assert "source" not in plain and "base_dir" not in plain
