@@ -161,7 +161,7 @@ class Coordinator:
 
     BATCHES_KEY = "mxtrain:agree:batches"
     FLAGS_KEY = "mxtrain:agree:flags"
-    FLAGS = ("stop", "time")
+    FLAGS = ("stop", "time", "finish")
 
     def __init__(self, kv: Any, watchdog: Watchdog | None = None, unit: float = 1.0) -> None:
         import mxnet as mx
@@ -181,6 +181,7 @@ class Coordinator:
 
         self._should_stop: Callable[[], bool] = lambda: False
         self._max_time: float | None = None
+        self._finish_requested: Callable[[], bool] = lambda: False
         self._stop = False
 
     @property
@@ -188,10 +189,17 @@ class Coordinator:
         """Rank 0: the one worker that writes the run folder."""
         return self.rank == 0
 
-    def attach(self, should_stop: Callable[[], bool], max_time: float | None) -> None:
-        """The local stop request (signals) and time limit that workers must agree on."""
+    def attach(
+        self,
+        should_stop: Callable[[], bool],
+        max_time: float | None,
+        finish_requested: Callable[[], bool] | None = None,
+    ) -> None:
+        """The local stop request (signals), time limit and request to finish early (a
+        callback's) that workers must agree on."""
         self._should_stop = should_stop
         self._max_time = max_time
+        self._finish_requested = finish_requested or (lambda: False)
 
     def stop_agreed(self) -> bool:
         """The fit loop's ``should_stop``: true once all workers agreed to stop."""
@@ -225,7 +233,7 @@ class Coordinator:
 
     def _agree(self, seconds: float) -> str | None:
         time_is_up = self._max_time is not None and seconds >= self._max_time
-        verdict = self.agree_stop(self._should_stop(), time_is_up)
+        verdict = self.agree_stop(self._should_stop(), time_is_up, self._finish_requested())
         if verdict == "stop":
             if not self._stop:
                 log.warning("all workers stop here (a stop was requested on at least one)")
@@ -251,13 +259,18 @@ class Coordinator:
         table = self._all_gather(self.BATCHES_KEY, bits)
         return [sum(1 << b for b in range(_COUNT_BITS) if row[b]) for row in table]
 
-    def agree_stop(self, stop_requested: bool, time_is_up: bool) -> str | None:
-        """``stop`` if any worker was asked to stop, ``max_time`` if any ran out of time."""
-        table = self._all_gather(self.FLAGS_KEY, [stop_requested, time_is_up])
+    def agree_stop(
+        self, stop_requested: bool, time_is_up: bool, finish_requested: bool = False
+    ) -> str | None:
+        """``stop`` if any worker was asked to stop, ``max_time`` if any ran out of time,
+        ``callback`` if a callback on any worker asked to finish."""
+        table = self._all_gather(self.FLAGS_KEY, [stop_requested, time_is_up, finish_requested])
         if table[:, 0].any():
             return "stop"
         if table[:, 1].any():
             return "max_time"
+        if table[:, 2].any():
+            return "callback"
         return None
 
 

@@ -27,6 +27,7 @@ _STOP_REASONS = {
     "max_updates": "fit.max_updates ({max_updates}) reached",
     "max_time": "fit.max_time ({max_time}s) reached",
     "early_stopping": "no improvement for fit.early_stopping.patience evaluations",
+    "callback": "a callback asked to stop (fit.callbacks; the log says which and why)",
 }
 
 
@@ -272,15 +273,18 @@ class CheckpointHook:
             self.best["tag"] = tag
         return EpochCheckpoint(tag, new_best)
 
-    def on_stop(self, position: Any) -> None:
+    def on_stop(self, position: Any) -> Any:
+        """Save the checkpoint a stop request needs; returns it (None: this rank saves
+        nothing)."""
         if not self.saves:
-            return
+            return None
         saved = self.save(position)
         log.warning(
             "stop requested: saved checkpoint %s; resume with `mxtrain resume %s`",
             saved.tag,
             self.run.path,
         )
+        return saved
 
 
 class RunHooks:
@@ -294,27 +298,53 @@ class RunHooks:
         checkpoints: CheckpointHook,
         tensorboard: TensorBoardHook | None,
         epochs: list[dict[str, Any]],
+        callbacks: Any = None,
     ) -> None:
         self.reporter = reporter
         self.metrics_log = metrics_log
         self.checkpoints = checkpoints
         self.tensorboard = tensorboard
         self.epochs = epochs  # every epoch record, for the run's summary
+        self.callbacks = callbacks  # callbacks.CallbackRunner (fit.callbacks) or None
 
     def on_epoch_start(self, epoch: int, num_batches: int | None) -> None:
         self.reporter.on_epoch_start(epoch, num_batches)
+
+    def on_batch_end(self, epoch: int, batch: int) -> None:
+        if self.callbacks is not None:
+            self.callbacks.call("on_batch_end", epoch=epoch, batch=batch)
 
     def on_interval(self, record: Any) -> None:
         self.reporter.on_interval(record)
         self.metrics_log.on_interval(record)
         if self.tensorboard is not None:
             self.tensorboard.on_interval(record)
+        if self.callbacks is not None:
+            self.callbacks.call(
+                "on_interval",
+                epoch=record.epoch,
+                batch=record.batch,
+                metrics=record.metrics,
+                lr=record.lr,
+            )
 
     def on_eval(self, epoch: int, batch: int, values: dict[str, float], seconds: float) -> None:
         self.metrics_log.on_eval(epoch, batch, values, seconds)
         self.reporter.on_eval(epoch, batch, values, seconds)
         if self.tensorboard is not None:
             self.tensorboard.on_eval(epoch, batch, values, seconds)
+        if self.callbacks is not None:
+            self.callbacks.call("on_eval_end", epoch=epoch, batch=batch, eval=values)
+
+    def _saved(self, saved: Any, position: Any) -> None:
+        if self.callbacks is not None and saved is not None:
+            self.callbacks.call(
+                "on_checkpoint",
+                epoch=position.epoch,
+                batch=position.batch,
+                checkpoint=saved.tag,
+                checkpoint_path=str(saved.path),
+            )
 
     def on_epoch_end(self, result: Any) -> None:
         self.reporter.epoch_ended()
@@ -336,6 +366,24 @@ class RunHooks:
             saved = self.checkpoints.save(result.position, best=planned.best)
         self.epochs.append(entry)
         self.reporter.epoch_done(result, saved.tag if saved is not None else None)
+        if self.callbacks is not None:
+            values = {"epoch": result.epoch, "batch": result.train.batch}
+            if result.eval is not None:
+                self.callbacks.call("on_eval_end", eval=result.eval, **values)
+            self._saved(saved, result.position)
+            self.callbacks.call(
+                "on_epoch_end",
+                metrics=result.train.metrics,
+                eval=result.eval,
+                lr=result.train.lr,
+                checkpoint=saved.tag if saved is not None else None,
+                checkpoint_path=str(saved.path) if saved is not None else None,
+                **values,
+            )
+            if saved is None and self.checkpoints.saves and self.callbacks.finish_requested():
+                # a stop asked for at the epoch's end: the run ends here, so it needs this
+                # epoch's checkpoint even when checkpoint.period skipped it
+                self._saved(self.checkpoints.save(result.position), result.position)
 
     def on_stop(self, position: Any) -> None:
-        self.checkpoints.on_stop(position)
+        self._saved(self.checkpoints.on_stop(position), position)

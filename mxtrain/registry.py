@@ -124,6 +124,9 @@ class Entry:
     options_target: str | None  # "module:attr" of its options dataclass, if any
     summary: str
     base_dir: Path | None = None
+    #: the factory's first positional parameter is what mxtrain passes (a model's data_info,
+    #: an iterator's DataContext), not a YAML option; callbacks take options only
+    context_arg: bool = True
 
     def load(self) -> Callable[..., Any]:
         """Import and return the factory (this may import MXNet)."""
@@ -156,7 +159,7 @@ class Entry:
         ]
         # The first positional parameter receives what mxtrain passes (data_info for a
         # model, the DataContext for an iterator); it is not a YAML option.
-        if named and named[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+        if self.context_arg and named and named[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
             named = named[1:]
         return [p.name for p in named]
 
@@ -164,8 +167,9 @@ class Entry:
 class Registry:
     """Built-ins of one kind (``model``, ``iterator``, ``metric``) and plugin lookup."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, *, context_arg: bool = True) -> None:
         self.kind = kind
+        self.context_arg = context_arg  # see Entry.context_arg
         self._entries: dict[str, Entry] = {}
 
     def register(
@@ -190,7 +194,7 @@ class Registry:
         ``where`` (for example ``"config.yaml:3: model.name"``) starts the error message.
         """
         if is_plugin_reference(name):
-            entry = Entry(self.kind, name, name, None, "plugin", base_dir)
+            entry = Entry(self.kind, name, name, None, "plugin", base_dir, self.context_arg)
             entry.load()  # fail now, with the reference named, if it cannot be imported
             return entry
         try:
@@ -209,6 +213,8 @@ class Registry:
 MODELS = Registry("model")
 ITERATORS = Registry("iterator")
 METRICS = Registry("metric")
+#: fit.callbacks: no built-ins yet; plugins only ('file.py:attr' / 'package.module:attr')
+CALLBACKS = Registry("callback", context_arg=False)
 
 
 def _register_builtins() -> None:

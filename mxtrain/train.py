@@ -539,6 +539,7 @@ class _Setup:
     rank: int = 0  # distributed worker rank (0 alone writes the run folder)
     coordinator: Any = None  # distributed.Coordinator for dist_sync kvstores
     warm_start: Any = None  # warm_start.WarmStartReport: where the starting weights came from
+    callbacks: Any = None  # callbacks.CallbackRunner of fit.callbacks (None: none)
 
 
 def _update_on_kvstore(config: Config) -> bool | None:
@@ -694,8 +695,21 @@ def _prepare(
         ", ".join(str(c) for c in contexts),
     )
     rank = int(dist_kv.rank) if dist_kv is not None else 0
+    callbacks = None
+    if config.fit.callbacks:  # built before the run folder exists: a bad one fails first
+        from mxtrain.callbacks import CallbackRunner
+
+        callbacks = CallbackRunner(config.fit.callbacks, config.base_dir, module, rank=rank)
     return _Setup(
-        train_iter, eval_iter, module, contexts, mx.__version__, rank, coordinator, started_from
+        train_iter,
+        eval_iter,
+        module,
+        contexts,
+        mx.__version__,
+        rank,
+        coordinator,
+        started_from,
+        callbacks,
     )
 
 
@@ -751,11 +765,13 @@ def _train(
         )
     position = Position.from_json(resume_state["position"]) if resume_state else None
     should_stop, max_time = stops.requested, fit_cfg.max_time
+    finish = setup.callbacks.finish_requested if setup.callbacks is not None else None
     coordinator, watchdog = setup.coordinator, None
     if coordinator is not None:
-        # Signals and the time limit differ between workers: they act only once agreed.
-        coordinator.attach(stops.requested, fit_cfg.max_time)
-        should_stop, max_time = coordinator.stop_agreed, None
+        # Signals, the time limit and callbacks differ between workers: they act only once
+        # agreed.
+        coordinator.attach(stops.requested, fit_cfg.max_time, finish)
+        should_stop, max_time, finish = coordinator.stop_agreed, None, None
         if config.kvstore.watchdog_seconds is not None:
             from mxtrain.distributed import Watchdog
 
@@ -771,6 +787,7 @@ def _train(
         eval_metric_factory=eval_metric_factory,
         resume_from=position,
         should_stop=should_stop,
+        finish_requested=finish,
         eval_interval=fit_cfg.eval_interval,
         max_updates=fit_cfg.max_updates,
         max_time=max_time,
@@ -804,7 +821,12 @@ def _train(
         tensorboard = TensorBoardHook(ScalarLog(run.path), setup.module)
     metrics_hook = MetricsLogHook()
     hooks = RunHooks(
-        ReporterHook(reporter, fit_cfg), metrics_hook, checkpoints, tensorboard, summary.epochs
+        ReporterHook(reporter, fit_cfg),
+        metrics_hook,
+        checkpoints,
+        tensorboard,
+        summary.epochs,
+        setup.callbacks,
     )
     with MetricsLog(run.metrics_file) as metrics_log:
         metrics_hook.log = metrics_log

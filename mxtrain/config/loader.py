@@ -40,6 +40,7 @@ from mxtrain.config.schema import (
     REQUIRED,
     SECTIONS,
     SHARDING_HINT,
+    CallbackSection,
     CheckpointSection,
     ComponentSection,
     Config,
@@ -63,7 +64,7 @@ from mxtrain.config.schema import (
     worker_update_keys,
 )
 from mxtrain.errors import ConfigError, InvalidValue
-from mxtrain.registry import ITERATORS, METRICS, MODELS, Registry
+from mxtrain.registry import CALLBACKS, ITERATORS, METRICS, MODELS, Registry
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -594,6 +595,7 @@ class Registries:
     models: Registry = MODELS
     iterators: Registry = ITERATORS
     metrics: Registry = METRICS
+    callbacks: Registry = CALLBACKS
 
 
 @dataclass(frozen=True)
@@ -1073,9 +1075,40 @@ class _Builder:
             ),
         )
 
+    def callbacks(self, raw: Any) -> tuple[CallbackSection, ...]:
+        """``fit.callbacks``: a list of plugin references or ``{name: ref, ...options}``."""
+        path: KeyPath = ("fit", "callbacks")
+        if raw is None:
+            return ()
+        if not isinstance(raw, list):
+            self.fail(
+                path,
+                "fit.callbacks must be a list of callback plugins",
+                hint="Example: callbacks: [hooks.py:Notify, {name: hooks.py:StopAt, "
+                "accuracy: 0.95}]",
+            )
+        items = []
+        for i, item in enumerate(raw):
+            if not isinstance(item, (str, dict)):
+                self.fail(
+                    (*path, i),
+                    f"fit.callbacks[{i}] must be a plugin reference or a mapping with a name, "
+                    f"not {_show(item)}",
+                    hint="Example: hooks.py:Notify, or {name: hooks.py:StopAt, accuracy: 0.95}.",
+                )
+            section = {"name": item} if isinstance(item, str) else item
+            items.append(
+                self.component(
+                    section, (*path, i), self.registries.callbacks, CallbackSection, required=True
+                )
+            )
+        return tuple(items)
+
     def fit(self, raw: dict[str, Any]) -> FitSection:
         path: KeyPath = ("fit",)
-        fit = typing.cast(FitSection, self.dataclass(FitSection, raw, path))
+        callbacks = self.callbacks(raw.get("callbacks"))
+        plain = {k: v for k, v in raw.items() if k != "callbacks"}
+        fit = typing.cast(FitSection, self.dataclass(FitSection, plain, path, callbacks=callbacks))
         for key in ("metrics", "eval_metrics"):
             for i, name in enumerate(getattr(fit, key) or ()):
                 item = (*path, key, i) if key in raw else path
@@ -1361,6 +1394,12 @@ def _rows(config: Config) -> Iterator[tuple[tuple[str, ...], Any, Any, str]]:
                 yield (*path, "from"), None, None, doc
             else:
                 yield from section(obj.warm_start, (*path, "from"))
+        elif name == "fit":
+            for row in section(obj, path):
+                if row[0][-1] == "callbacks":  # flattened as written: {name, ...options}
+                    listed = [{"name": c.name, **(_plain(c.options) or {})} for c in obj.callbacks]
+                    row = (row[0], listed, [], row[3])
+                yield row
         else:
             yield from section(obj, path)
 

@@ -25,6 +25,7 @@ MAY_CHANGE: tuple[str, ...] = (
     "fit.eval_max_batches",
     "fit.metrics",
     "fit.eval_metrics",
+    "fit.callbacks",
     "fit.eval_interval",
     "fit.early_stopping",
     "fit.early_stopping.*",

@@ -118,6 +118,18 @@ class ComponentSection:
 
 
 @dataclass(frozen=True)
+class CallbackSection(ComponentSection):
+    """One ``fit.callbacks`` entry: a callback plugin and its options."""
+
+    selector: ClassVar[str] = "name"
+
+    name: str = field(
+        default="",
+        metadata={"doc": "the callback: 'package.module:attr' / 'file.py:attr'"},
+    )
+
+
+@dataclass(frozen=True)
 class ModelSection(ComponentSection):
     """The network. ``name`` picks a model builder; the other keys are its options."""
 
@@ -1129,6 +1141,13 @@ class FitSection:
         metadata={
             "doc": "metrics computed on the device and logged: perplexity, accuracy, or your own "
             "'package.module:attr' / 'file.py:attr'"
+        },
+    )
+    callbacks: tuple[CallbackSection, ...] = field(
+        default=(),
+        metadata={
+            "doc": "callback plugins called at batch end, log interval, evaluation, epoch end "
+            "and checkpoint: a list of 'file.py:attr' or {name: 'file.py:attr', ...options}"
         },
     )
     eval_metrics: tuple[str, ...] | None = field(

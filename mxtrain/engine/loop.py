@@ -210,6 +210,9 @@ class FitHooks(Protocol):
     def on_epoch_start(self, epoch: int, num_batches: int | None) -> None:
         """Called before the first batch of ``epoch`` (1-based)."""
 
+    def on_batch_end(self, epoch: int, batch: int) -> None:
+        """Called after every batch (``batch`` batches of ``epoch`` done)."""
+
     def on_interval(self, record: IntervalRecord) -> None:
         """Called every ``log_interval`` batches with the interval's statistics."""
 
@@ -242,6 +245,9 @@ class NoHooks:
     def on_epoch_start(self, epoch: int, num_batches: int | None) -> None:
         pass
 
+    def on_batch_end(self, epoch: int, batch: int) -> None:
+        pass
+
     def on_interval(self, record: IntervalRecord) -> None:
         pass
 
@@ -271,6 +277,9 @@ class FitOptions:
     eval_metric_factory: Callable[[], MetricSet] | None = None
     resume_from: Position | None = None  # continue inside an epoch (mid-epoch checkpoint)
     should_stop: Callable[[], bool] = field(default=lambda: False)  # polled after each batch
+    # polled where should_stop is: true ends training early as finished "callback" (a
+    # callback asked; None on distributed runs, whose coordinator agrees on it instead)
+    finish_requested: Callable[[], bool] | None = None
     eval_interval: int | None = None  # also evaluate every N batches
     max_updates: int | None = None
     max_time: float | None = None
@@ -456,7 +465,12 @@ def _fit_epochs(
                 result.finished = "early_stopping"
             if stopper is not None:
                 position.early_stopping = stopper.get_state()
+        if result.finished is None and options.finish_requested and options.finish_requested():
+            result.finished = "callback"  # asked during the epoch's last batch
         hooks.on_epoch_end(result)
+        if result.finished is None and options.finish_requested and options.finish_requested():
+            # asked at the epoch's end (on_epoch_end): the hooks saved its checkpoint
+            result.finished = "callback"
         results.append(result)
         if result.finished is not None:
             break
@@ -655,6 +669,7 @@ def _train_epoch(
             module.update_metric(metrics, batch.label)
             progress.count(batch)
             run.batches_here += 1
+            hooks.on_batch_end(epoch, progress.batch)
             if options.profiler is not None:
                 options.profiler.after_batch(run.batches_here)
             batch = upcoming
@@ -750,6 +765,8 @@ def _stops_here(work: _EpochWork, progress: EpochProgress) -> bool:
         if _patience_ran_out(options.early_stopping, values):
             progress.finished = "early_stopping"
     progress.finished = progress.finished or work.run.limit_reached(options)
+    if progress.finished is None and options.finish_requested and options.finish_requested():
+        progress.finished = "callback"
     if progress.finished is not None:
         return True
     if options.should_stop():

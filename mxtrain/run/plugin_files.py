@@ -39,6 +39,8 @@ def plugin_references(config: Any) -> list[str]:
     if config.data.eval is not None:
         names.append(config.data.eval.name)
     names.extend(config.fit.metrics)
+    names.extend(config.fit.eval_metrics or ())
+    names.extend(callback.name for callback in config.fit.callbacks)
     files: list[str] = []
     for name in names:
         module_part = str(name).rpartition(":")[0]

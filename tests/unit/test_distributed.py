@@ -464,3 +464,19 @@ def test_a_failure_names_the_rank_and_the_launch_order(tmp_path: Path) -> None:
     assert "worker rank 1 (launch #0) exited with code 3" in message, message
     assert f"Last lines of {tmp_path / 'worker-rank-1.log'}" in message and "loading" in message
     assert err.value.exit_code == 3
+
+
+def test_one_workers_callback_finishes_everyone() -> None:
+    """A callback's stop request (rank 0 only, typically) ends every worker at the same
+    agreement point, as finished 'callback' (not a preemption); signals still win."""
+
+    def worker(finish: bool, stop: bool = False) -> Any:
+        def call(c: distributed.Coordinator) -> Any:
+            c.attach(lambda: stop, max_time=None, finish_requested=lambda: finish)
+            return c.at_interval(1.0), c.stop_agreed()
+
+        return call
+
+    assert run_workers([worker(True), worker(False)]) == [("callback", False)] * 2
+    assert run_workers([worker(False), worker(False)]) == [(None, False)] * 2
+    assert run_workers([worker(True), worker(False, stop=True)]) == [(None, True)] * 2
