@@ -9,6 +9,7 @@ position in the data, and continues as if it had never stopped.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -22,7 +23,7 @@ from typing import Any
 
 from mxtrain.config import Config, config_to_dict, dump_config, load_config
 from mxtrain.config.resume_policy import diff_configs
-from mxtrain.data.base import DataContext
+from mxtrain.data.base import DataContext, model_inputs
 from mxtrain.devices import build_contexts, configure_threads
 from mxtrain.distributed import is_distributed
 from mxtrain.errors import ConfigError, MxtrainError, PreemptedError, RunFolderError
@@ -137,6 +138,9 @@ def _write_first_files(
     vocab = getattr(setup.train_iter, "vocab", None)
     if vocab is not None:
         vocab.save(run.vocab_file)
+    atomic_write_text(
+        run.model_inputs_file, json.dumps(model_inputs(setup.train_iter), indent=1) + "\n"
+    )
     # Other files an iterator needs again later (a tagger's label vocabulary, ...).
     for filename, save in getattr(setup.train_iter, "artifacts", dict)().items():
         save(run.path / filename)

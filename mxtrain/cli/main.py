@@ -47,6 +47,7 @@ def _register_commands() -> None:
     from mxtrain.cli import (
         check,
         diff,
+        export,
         fit,
         init,
         launch,
@@ -63,6 +64,7 @@ def _register_commands() -> None:
     cli.add_command(resume.resume_command)
     cli.add_command(score.score_command)
     cli.add_command(predict.predict_command)
+    cli.add_command(export.export_command)
     cli.add_command(check.check_command)
     cli.add_command(listing.list_command)
     cli.add_command(init.init_command)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,3 +63,46 @@ class DataContext:
     #: a resumed run's recorded ``last_batch`` rule, which wins over the options (a
     #: checkpoint of a version without the rule padded its last batches: "pad")
     last_batch: str | None = None
+
+
+def model_inputs(data_iter: Any) -> dict[str, Any]:
+    """What a model is built from, as JSON: the iterator's ``data_info`` (its class and
+    fields), its default bucket key, buckets and input/label shapes (batch axis first).
+    ``mxtrain export`` rebuilds the model from this without reading any data."""
+    info = data_iter.data_info
+    is_record = dataclasses.is_dataclass(info) and not isinstance(info, type)
+    fields = dataclasses.asdict(info) if is_record else dict(vars(info))
+    kind = type(info)
+
+    def shapes(descs: Any) -> list[list[Any]]:
+        return [[d[0], list(d[1])] for d in descs or ()]
+
+    key = data_iter.default_bucket_key
+    buckets = getattr(data_iter, "buckets", None)
+    return {
+        "data_info": {"class": f"{kind.__module__}:{kind.__qualname__}", "fields": fields},
+        "default_bucket_key": key,
+        "buckets": list(buckets) if buckets is not None else None,
+        "provide_data": shapes(data_iter.provide_data),
+        "provide_label": shapes(data_iter.provide_label),
+    }
+
+
+def data_info_from(saved: dict[str, Any]) -> Any:
+    """The ``data_info`` object of :func:`model_inputs`' record: its own class when that
+    can be imported (a plugin's kept file is), else :class:`DataInfo` with the fields it
+    knows."""
+    record = saved["data_info"]
+    module, _, name = str(record.get("class", "")).partition(":")
+    fields = {k: as_tuples(v) for k, v in (record.get("fields") or {}).items()}
+    try:
+        kind = getattr(importlib.import_module(module), name)
+        return kind(**fields)
+    except Exception:  # a vanished plugin class: the built-in one serves
+        known = {f.name for f in dataclasses.fields(DataInfo)}
+        return DataInfo(**{k: v for k, v in fields.items() if k in known})
+
+
+def as_tuples(value: Any) -> Any:
+    """JSON lists back to the tuples they were (shapes, bucket keys), recursively."""
+    return tuple(as_tuples(v) for v in value) if isinstance(value, list) else value

@@ -7,6 +7,7 @@ Layout (``runs/<experiment>/``)::
     plugins/                 copies of the file.py plugins it uses, and plugins.json
     run.json                 status (running/finished/failed/preempted), times, versions
     vocab.json               the training vocabulary (or an iterator's input facts)
+    model_inputs.json        what the model was built from (data_info, input names and shapes)
     <prefix>-symbol.json     the model symbol (default bucket), loadable by mx.mod.Module.load
     <prefix>-0001.params     parameters after epoch 1, MXNet's standard naming
     metrics.jsonl            one JSON object per logged interval and per epoch
@@ -33,6 +34,7 @@ from mxtrain.run.atomic import atomic_write_text
 CONFIG_FILE = "config.yaml"
 RUN_FILE = "run.json"
 VOCAB_FILE = "vocab.json"
+MODEL_INPUTS_FILE = "model_inputs.json"  # data_info and input shapes: export rebuilds from it
 METRICS_FILE = "metrics.jsonl"
 LOG_FILE = "train.log"
 PLUGINS_DIR = "plugins"
@@ -121,6 +123,10 @@ class RunFolder:
     @property
     def vocab_file(self) -> Path:
         return self.path / VOCAB_FILE
+
+    @property
+    def model_inputs_file(self) -> Path:
+        return self.path / MODEL_INPUTS_FILE
 
     @property
     def metrics_file(self) -> Path:

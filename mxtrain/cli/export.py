@@ -1,0 +1,85 @@
+"""``mxtrain export``: a run's inference graph and weights, loadable without mxtrain."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from mxtrain.cli.options import handle_errors
+
+
+@click.command(
+    "export",
+    epilog="""\b
+Examples:
+  mxtrain export runs/ptb_lstm:best -o exported/            # the default (largest) bucket
+  mxtrain export runs/ptb_lstm -o exported/ --bucket 20 --bucket 35
+  mxtrain export runs/conll_tagger:best -o tagger/ --all-buckets""",
+)
+@click.argument("checkpoint", metavar="RUN[:EPOCH|:best|:latest|:TAG]")
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    required=True,
+    help="Folder to write into (created; an existing non-empty one needs --force).",
+)
+@click.option(
+    "--bucket",
+    "buckets",
+    type=int,
+    multiple=True,
+    help="A sequence length (bucket key) to unroll the graph for; repeatable.",
+)
+@click.option("--all-buckets", is_flag=True, help="Every bucket the run trained with.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="The batch axis written in export.json's shapes (the graph itself takes any).",
+)
+@click.option("--force", is_flag=True, help="Write into a non-empty folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print only export.json's content.")
+@handle_errors
+def export_command(
+    checkpoint: str,
+    out_dir: str,
+    buckets: tuple[int, ...],
+    all_buckets: bool,
+    batch_size: int,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """Write the inference graph of a checkpoint of RUN, without its training loss head,
+    as MXNet symbol + params files per bucket (sequence length), loadable by
+    mx.mod.Module.load and gluon.SymbolBlock.imports; export.json lists the graphs with
+    their input and output names and shapes, and the run's vocabularies are copied."""
+    from mxtrain.errors import ConfigError
+    from mxtrain.inference.export import export_run
+
+    if buckets and all_buckets:
+        raise ConfigError("Give --bucket or --all-buckets, not both.")
+    folder = Path(out_dir).expanduser()
+    graphs = export_run(
+        checkpoint,
+        folder,
+        buckets=list(buckets) or None,
+        all_buckets=all_buckets,
+        batch_size=batch_size,
+        force=force,
+    )
+    manifest = (folder / "export.json").read_text(encoding="utf-8")
+    if as_json:
+        click.echo(json.dumps(json.loads(manifest)))
+        return
+    for graph in graphs:
+        inputs = ", ".join(f"{n} {tuple(s)}" for n, s in graph.inputs.items())
+        outputs = ", ".join(f"{n} {tuple(s)}" for n, s in graph.outputs.items())
+        left_out = (
+            f"; left out (training only): {', '.join(graph.dropped)}" if graph.dropped else ""
+        )
+        click.echo(f"{folder / graph.prefix}: inputs {inputs} -> outputs {outputs}{left_out}")

@@ -1,0 +1,210 @@
+"""``mxtrain export``: a run's inference graph and weights as MXNet files.
+
+The model is rebuilt from the run folder alone (config.yaml, model_inputs.json, a
+checkpoint): no data is read. The training loss head is removed: a ``SoftmaxOutput`` becomes
+the ``softmax`` it computes forward (``LinearRegressionOutput`` the identity,
+``LogisticRegressionOutput`` a sigmoid), and every output that still needs a label (a
+``MakeLoss`` of -log p(label), say) is dropped. What is left reads only the data inputs (and
+a stateful model's begin states). Each bucket (sequence length) is unrolled separately when
+the model needs it; ``export.json`` lists every exported graph with its input and output
+names and shapes.
+
+Files, per bucket key K: ``model-bucketK-symbol.json`` and ``model-bucketK-0000.params``
+(``arg:``/``aux:`` names): ``mx.mod.Module.load(DIR/model-bucketK, 0, data_names=...,
+label_names=None)`` and ``gluon.SymbolBlock.imports(symbol, input names, params)`` load them.
+The run's vocabularies are copied beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mxtrain.errors import ConfigError, RunFolderError
+
+log = logging.getLogger("mxtrain")
+
+#: loss-head operators and the forward computation that replaces them
+_HEADS = ("SoftmaxOutput", "LinearRegressionOutput", "LogisticRegressionOutput",
+          "MAERegressionOutput")  # fmt: skip
+
+
+@dataclass
+class ExportedGraph:
+    """One exported bucket."""
+
+    bucket_key: Any
+    prefix: str  # DIR/<prefix>-symbol.json, DIR/<prefix>-0000.params
+    inputs: dict[str, list[int]]
+    outputs: dict[str, list[int]]
+    dropped: list[str] = field(default_factory=list)  # training-only outputs left out
+
+
+def _head_op(out: Any) -> tuple[str, dict[str, str]]:
+    node = json.loads(out.tojson())["nodes"][-1]
+    return node["op"], dict(node.get("attrs") or {})
+
+
+def _forward_of(out: Any) -> Any:
+    """The inference computation of one output of the training graph."""
+    import mxnet as mx
+
+    op, attrs = _head_op(out)
+    if op not in _HEADS:
+        return out
+    x = out.get_children()[0]
+    name = out.name
+    if op == "SoftmaxOutput":
+        if attrs.get("multi_output", "False").lower() in ("true", "1"):
+            return mx.sym.softmax(x, axis=1, name=name)
+        if attrs.get("preserve_shape", "False").lower() in ("true", "1"):
+            return mx.sym.softmax(x, axis=-1, name=name)
+        flat = mx.sym.softmax(mx.sym.flatten(x), axis=-1)
+        return mx.sym.reshape_like(flat, x, name=name)
+    if op == "LogisticRegressionOutput":
+        return mx.sym.sigmoid(x, name=name)
+    return mx.sym.identity(x, name=name)
+
+
+def inference_symbol(symbol: Any, label_names: list[str]) -> tuple[Any, list[str]]:
+    """``symbol`` without its loss head; returns it and the names of the outputs dropped
+    because they need a label."""
+    import mxnet as mx
+
+    kept, dropped = [], []
+    for i, name in enumerate(symbol.list_outputs()):
+        forward = _forward_of(symbol[i])
+        if set(label_names) & set(forward.list_arguments()):
+            dropped.append(name)
+        else:
+            kept.append(forward)
+    if not kept:
+        raise ConfigError(
+            "Every output of the model needs a label (a loss), so there is nothing to export.",
+            hint="Export models whose outputs include a prediction (softmax, regression).",
+        )
+    return (kept[0] if len(kept) == 1 else mx.sym.Group(kept)), dropped
+
+
+def _key_shapes(saved: dict[str, Any], key: Any, batch_size: int) -> dict[str, tuple[int, ...]]:
+    """Data input shapes for bucket ``key``: the recorded default bucket's, with its
+    sequence length replaced by ``key`` and the batch axis by ``batch_size``."""
+    default = saved["default_bucket_key"]
+    shapes = {}
+    for name, shape in saved["provide_data"]:
+        dims = [batch_size, *shape[1:]]
+        if isinstance(default, int) and isinstance(key, int):
+            dims = [dims[0], *(key if d == default else d for d in dims[1:])]
+        shapes[name] = tuple(int(d) for d in dims)
+    return shapes
+
+
+def export_run(
+    ref: str,
+    out_dir: Path,
+    *,
+    buckets: list[Any] | None = None,
+    all_buckets: bool = False,
+    batch_size: int = 1,
+    force: bool = False,
+) -> list[ExportedGraph]:
+    """Export the checkpoint ``ref`` (RUN[:SEL]) into ``out_dir`` (see the module docstring).
+
+    ``buckets``: the bucket keys (sequence lengths) to export; ``all_buckets``: every
+    training bucket; neither: the default (largest) bucket. ``batch_size`` is the batch
+    axis of the recorded shapes (any batch size runs: MXNet infers shapes at bind)."""
+    import mxnet as mx
+
+    from mxtrain.build import build_sym_gen
+    from mxtrain.config import load_config
+    from mxtrain.data.base import as_tuples, data_info_from
+    from mxtrain.inference.open import (
+        _merge_epochs,
+        open_run_folder,
+        parse_checkpoint_ref,
+        resolve_checkpoint,
+    )
+    from mxtrain.run.params import read_params
+    from mxtrain.run.plugin_files import kept_plugins
+
+    path, choice = parse_checkpoint_ref(ref)
+    run = open_run_folder(path)
+    if not run.model_inputs_file.is_file():
+        raise RunFolderError(
+            f"The run folder {run.path} has no {run.model_inputs_file.name}: it was trained "
+            "by an mxtrain older than export, which rebuilds the model from that file.",
+            hint="Train the run again (or resume it: resume writes nothing new here) with "
+            "this mxtrain.",
+        )
+    saved = json.loads(run.model_inputs_file.read_text(encoding="utf-8"))
+    with kept_plugins(run.path):
+        config = load_config(run.config_file, base_dir=run.config_dir())
+        data_info = data_info_from(saved)
+        sym_gen = build_sym_gen(config.model, data_info, config.base_dir)
+    chosen = resolve_checkpoint(run, config.checkpoint.prefix, _merge_epochs(choice, None, ref))
+    if chosen.loaded is not None:
+        arg_params, aux_params = chosen.loaded.arg_params, chosen.loaded.aux_params
+    else:
+        arg_params, aux_params = read_params(chosen.params_file)
+    trained = [as_tuples(k) for k in saved.get("buckets") or [saved["default_bucket_key"]]]
+    default = as_tuples(saved["default_bucket_key"])
+    keys = trained if all_buckets else [as_tuples(k) for k in buckets] if buckets else [default]
+    _check_out_dir(out_dir, force)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    exported = []
+    for key in keys:
+        symbol, _, label_names = sym_gen(key)
+        graph, dropped = inference_symbol(symbol, list(label_names))
+        shapes = _key_shapes(saved, key, batch_size)
+        states = getattr(sym_gen, "states", None) or {}
+        arg_shapes, out_shapes, _ = graph.infer_shape_partial(**shapes)
+        inputs = {
+            n: list(s)
+            for n, s in zip(graph.list_arguments(), arg_shapes, strict=True)
+            if n in shapes or n in states
+        }
+        prefix = f"model-bucket{_key_text(key)}"
+        needed = set(graph.list_arguments()) - set(inputs)
+        missing = sorted(needed - set(arg_params))
+        if missing:
+            raise RunFolderError(
+                f"The checkpoint {chosen.params_file} lacks {', '.join(missing)}, which the "
+                f"model of bucket {key} needs.",
+                hint="Export a checkpoint of this run as it was trained.",
+            )
+        params = {f"arg:{n}": arg_params[n] for n in sorted(needed)}
+        params.update({f"aux:{n}": v for n, v in aux_params.items()
+                       if n in graph.list_auxiliary_states()})  # fmt: skip
+        graph.save(str(out_dir / f"{prefix}-symbol.json"), remove_amp_cast=True)
+        mx.nd.save(str(out_dir / f"{prefix}-0000.params"), params)
+        outputs = {n: list(s or ()) for n, s in zip(graph.list_outputs(), out_shapes, strict=True)}
+        exported.append(ExportedGraph(key, prefix, inputs, outputs, dropped))
+    for extra in (run.vocab_file, run.path / "label_vocab.json"):
+        if extra.is_file():
+            shutil.copy2(extra, out_dir / extra.name)
+    manifest = {
+        "run": str(run.path),
+        "checkpoint": chosen.describe(),
+        "epoch": chosen.epoch,
+        "graphs": [g.__dict__ | {"bucket_key": g.bucket_key} for g in exported],
+    }
+    (out_dir / "export.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    return exported
+
+
+def _key_text(key: Any) -> str:
+    return "x".join(str(k) for k in key) if isinstance(key, tuple) else str(key)
+
+
+def _check_out_dir(out_dir: Path, force: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"The export folder {out_dir} is a file.", hint="Choose another -o.")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise ConfigError(
+            f"The export folder {out_dir} is not empty; mxtrain export does not overwrite files.",
+            hint="Pass --force to write into it anyway, or choose an empty or new folder.",
+        )
