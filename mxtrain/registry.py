@@ -213,6 +213,17 @@ class Registry:
 MODELS = Registry("model")
 ITERATORS = Registry("iterator")
 METRICS = Registry("metric")
+#: what ``mxtrain export`` can write for each built-in model (``mxtrain list models``);
+#: tests/integration/test_export_onnx.py checks it against MXNet's ONNX exporter
+MODEL_EXPORTS: dict[str, str] = {
+    "lstm_lm": "mxnet, onnx",
+    "gru_lm": "mxnet, onnx",
+    "mlp": "mxnet, onnx",
+    "lenet": "mxnet, onnx",
+    "rnn_classifier": "mxnet (onnx: no SequenceLast, _not_equal_scalar)",
+    "rnn_tagger": "mxnet (onnx: no _not_equal_scalar)",
+}
+
 #: fit.callbacks: no built-ins yet; plugins only ('file.py:attr' / 'package.module:attr')
 CALLBACKS = Registry("callback", context_arg=False)
 

@@ -16,7 +16,8 @@ from mxtrain.cli.options import handle_errors
 Examples:
   mxtrain export runs/ptb_lstm:best -o exported/            # the default (largest) bucket
   mxtrain export runs/ptb_lstm -o exported/ --bucket 20 --bucket 35
-  mxtrain export runs/conll_tagger:best -o tagger/ --all-buckets""",
+  mxtrain export runs/conll_tagger:best -o tagger/ --all-buckets
+  mxtrain export runs/ptb_lstm:best -o onnx/ --format onnx --bucket 35 --batch-size 20""",
 )
 @click.argument("checkpoint", metavar="RUN[:EPOCH|:best|:latest|:TAG]")
 @click.option(
@@ -42,6 +43,15 @@ Examples:
     show_default=True,
     help="The batch axis written in export.json's shapes (the graph itself takes any).",
 )
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["mxnet", "onnx"]),
+    default="mxnet",
+    show_default=True,
+    help="mxnet: symbol + params files; onnx: one .onnx file per bucket (needs the onnx "
+    "package: pip install 'mxtrain[onnx]'; static shapes, batch axis --batch-size).",
+)
 @click.option("--force", is_flag=True, help="Write into a non-empty folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print only export.json's content.")
 @handle_errors
@@ -51,6 +61,7 @@ def export_command(
     buckets: tuple[int, ...],
     all_buckets: bool,
     batch_size: int,
+    fmt: str,
     force: bool,
     as_json: bool,
 ) -> None:
@@ -71,6 +82,7 @@ def export_command(
         all_buckets=all_buckets,
         batch_size=batch_size,
         force=force,
+        fmt=fmt,
     )
     manifest = (folder / "export.json").read_text(encoding="utf-8")
     if as_json:
@@ -82,4 +94,5 @@ def export_command(
         left_out = (
             f"; left out (training only): {', '.join(graph.dropped)}" if graph.dropped else ""
         )
-        click.echo(f"{folder / graph.prefix}: inputs {inputs} -> outputs {outputs}{left_out}")
+        target = folder / (f"{graph.prefix}.onnx" if fmt == "onnx" else graph.prefix)
+        click.echo(f"{target}: inputs {inputs} -> outputs {outputs}{left_out}")

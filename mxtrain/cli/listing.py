@@ -19,10 +19,13 @@ def list_command(kind: str) -> None:
     """List what a config can name (KIND: models, iterators, metrics, optimizers,
     initializers or all). MXNet is not imported."""
     from mxtrain.config.schema import INITIALIZERS, OPTIMIZERS
-    from mxtrain.registry import ITERATORS, METRICS, MODELS
+    from mxtrain.registry import ITERATORS, METRICS, MODEL_EXPORTS, MODELS
+
+    def exports(name: str) -> str:
+        return f" [export: {MODEL_EXPORTS[name]}]" if name in MODEL_EXPORTS else ""
 
     sections: dict[str, list[tuple[str, str]]] = {
-        "models": [(e.name, e.summary) for e in MODELS.entries()],
+        "models": [(e.name, e.summary + exports(e.name)) for e in MODELS.entries()],
         "iterators": [(e.name, e.summary) for e in ITERATORS.entries()],
         "metrics": [(e.name, e.summary) for e in METRICS.entries()],
         "optimizers": [(name, spec.summary) for name, spec in sorted(OPTIMIZERS.items())],

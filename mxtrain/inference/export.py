@@ -1,4 +1,4 @@
-"""``mxtrain export``: a run's inference graph and weights as MXNet files.
+"""``mxtrain export``: a run's inference graph and weights as MXNet or ONNX files.
 
 The model is rebuilt from the run folder alone (config.yaml, model_inputs.json, a
 checkpoint): no data is read. The training loss head is removed: a ``SoftmaxOutput`` becomes
@@ -13,6 +13,13 @@ Files, per bucket key K: ``model-bucketK-symbol.json`` and ``model-bucketK-0000.
 (``arg:``/``aux:`` names): ``mx.mod.Module.load(DIR/model-bucketK, 0, data_names=...,
 label_names=None)`` and ``gluon.SymbolBlock.imports(symbol, input names, params)`` load them.
 The run's vocabularies are copied beside them.
+
+``--format onnx`` writes ``model-bucketK.onnx`` instead, through MXNet's own exporter
+(``mx.onnx.export_model``, which needs the ``onnx`` package): static shapes (the batch axis
+is ``batch_size``), fused RNN layers switched to ``state_outputs`` (the only form it
+converts), the file's opset set to 13, the newest its translations write (it would declare
+the installed onnx package's newest, whose ``Split`` differs). Operators it cannot convert
+are named before anything is written.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from mxtrain.errors import ConfigError, RunFolderError
 
@@ -42,6 +51,7 @@ class ExportedGraph:
     inputs: dict[str, list[int]]
     outputs: dict[str, list[int]]
     dropped: list[str] = field(default_factory=list)  # training-only outputs left out
+    onnx_outputs: list[str] | None = None  # --format onnx: the .onnx file's output names
 
 
 def _head_op(out: Any) -> tuple[str, dict[str, str]]:
@@ -111,13 +121,13 @@ def export_run(
     all_buckets: bool = False,
     batch_size: int = 1,
     force: bool = False,
+    fmt: str = "mxnet",
 ) -> list[ExportedGraph]:
     """Export the checkpoint ``ref`` (RUN[:SEL]) into ``out_dir`` (see the module docstring).
 
     ``buckets``: the bucket keys (sequence lengths) to export; ``all_buckets``: every
     training bucket; neither: the default (largest) bucket. ``batch_size`` is the batch
     axis of the recorded shapes (any batch size runs: MXNet infers shapes at bind)."""
-    import mxnet as mx
 
     from mxtrain.build import build_sym_gen
     from mxtrain.config import load_config
@@ -154,7 +164,32 @@ def export_run(
     default = as_tuples(saved["default_bucket_key"])
     keys = trained if all_buckets else [as_tuples(k) for k in buckets] if buckets else [default]
     _check_out_dir(out_dir, force)
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _export_keys(
+            keys, sym_gen, saved, batch_size, arg_params, aux_params, chosen, run, out_dir, fmt
+        )
+    except BaseException:
+        if created:  # a failed export leaves nothing behind (a folder given with --force stays)
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+
+
+def _export_keys(
+    keys: list[Any],
+    sym_gen: Any,
+    saved: dict[str, Any],
+    batch_size: int,
+    arg_params: dict[str, Any],
+    aux_params: dict[str, Any],
+    chosen: Any,
+    run: Any,
+    out_dir: Path,
+    fmt: str,
+) -> list[ExportedGraph]:
+    import mxnet as mx
+
     exported = []
     for key in keys:
         symbol, _, label_names = sym_gen(key)
@@ -179,10 +214,15 @@ def export_run(
         params = {f"arg:{n}": arg_params[n] for n in sorted(needed)}
         params.update({f"aux:{n}": v for n, v in aux_params.items()
                        if n in graph.list_auxiliary_states()})  # fmt: skip
-        graph.save(str(out_dir / f"{prefix}-symbol.json"), remove_amp_cast=True)
-        mx.nd.save(str(out_dir / f"{prefix}-0000.params"), params)
+        onnx_outputs = None
+        if fmt == "onnx":
+            plain = {name.partition(":")[2]: value for name, value in params.items()}
+            onnx_outputs = write_onnx(graph, plain, inputs, out_dir / f"{prefix}.onnx")
+        else:
+            graph.save(str(out_dir / f"{prefix}-symbol.json"), remove_amp_cast=True)
+            mx.nd.save(str(out_dir / f"{prefix}-0000.params"), params)
         outputs = {n: list(s or ()) for n, s in zip(graph.list_outputs(), out_shapes, strict=True)}
-        exported.append(ExportedGraph(key, prefix, inputs, outputs, dropped))
+        exported.append(ExportedGraph(key, prefix, inputs, outputs, dropped, onnx_outputs))
     for extra in (run.vocab_file, run.path / "label_vocab.json"):
         if extra.is_file():
             shutil.copy2(extra, out_dir / extra.name)
@@ -190,10 +230,71 @@ def export_run(
         "run": str(run.path),
         "checkpoint": chosen.describe(),
         "epoch": chosen.epoch,
+        "format": fmt,
         "graphs": [g.__dict__ | {"bucket_key": g.bucket_key} for g in exported],
     }
     (out_dir / "export.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     return exported
+
+
+#: the ONNX opset MXNet 1.9.1's converters write (their newest translations): the file
+#: declares it, not the installed onnx package's newest opset, whose Split and friends differ
+ONNX_OPSET = 13
+
+
+def _onnx_ready(graph: Any) -> Any:
+    """``graph`` as MXNet's ONNX exporter takes it: fused RNN layers with state outputs (it
+    converts no other form; the extra outputs are not graph outputs)."""
+    import mxnet as mx
+
+    tree = json.loads(graph.tojson())
+    for node in tree["nodes"]:
+        if node["op"] == "RNN":
+            node.setdefault("attrs", {})["state_outputs"] = "True"
+    return mx.sym.load_json(json.dumps(tree))
+
+
+def unsupported_operators(graph: Any) -> list[str]:
+    """The operators of ``graph`` MXNet's ONNX exporter cannot convert."""
+    from mxnet.onnx.mx2onnx._export_model import get_operator_support
+
+    supported = set(get_operator_support(ONNX_OPSET)) | {"null"}
+    used = {node["op"] for node in json.loads(graph.tojson())["nodes"]}
+    return sorted(used - supported)
+
+
+def write_onnx(
+    graph: Any, params: dict[str, Any], inputs: dict[str, list[int]], path: Path
+) -> list[str]:
+    """``graph`` with ``params`` (no arg:/aux: prefixes) as an ONNX model at ``path``;
+    returns the ONNX model's output names (MXNet's exporter names them after their nodes)."""
+    try:
+        import onnx
+        from mxnet.onnx import export_model
+    except ImportError:
+        raise ConfigError(
+            "ONNX export needs the onnx package, which is not installed.",
+            hint="Install it with: pip install 'mxtrain[onnx]'.",
+        ) from None
+    graph = _onnx_ready(graph)
+    missing = unsupported_operators(graph)
+    if missing:
+        raise ConfigError(
+            f"MXNet's ONNX exporter cannot convert the operator(s) {', '.join(missing)} of "
+            "this model.",
+            hint="Export it as MXNet files (the default --format mxnet), or change the model "
+            "to use supported operators.",
+        )
+    names = list(inputs)
+    export_model(graph, params, [tuple(inputs[n]) for n in names], [np.float32] * len(names),
+                 str(path))  # fmt: skip
+    model = onnx.load(str(path))
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx"):
+            opset.version = ONNX_OPSET
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return [output.name for output in model.graph.output]
 
 
 def _key_text(key: Any) -> str:

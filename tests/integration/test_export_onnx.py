@@ -1,0 +1,162 @@
+"""`mxtrain export --format onnx`: onnxruntime computes what mxtrain computes, unsupported
+operators are named before anything is written, and `mxtrain list`'s export column tells
+the truth about every built-in model.
+
+onnxruntime for Python 3.11 needs numpy>=1.24.2 while MXNet 1.9.1 needs numpy<1.24, so it
+runs in an environment of its own that this module creates (pip, from the package index).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import mxnet as mx
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import TINY_CONFIG, write_corpus
+
+from mxtrain.build import build_sym_gen
+from mxtrain.cli.main import cli
+from mxtrain.config import load_config, parse_config
+from mxtrain.data.array_options import ArrayDataInfo
+from mxtrain.data.base import DataInfo
+from mxtrain.inference.export import _onnx_ready, inference_symbol, unsupported_operators
+from mxtrain.registry import MODEL_EXPORTS, MODELS
+from mxtrain.train import fit_experiment
+
+pytest.importorskip("onnx", reason="the onnx package is a test extra: pip install -e '.[test]'")
+
+RUN_ONNX = """
+import sys, numpy as np, onnxruntime as ort
+ort.set_default_logger_severity(3)
+session = ort.InferenceSession(sys.argv[1])
+inputs = dict(np.load(sys.argv[2]))
+np.savez(sys.argv[3], *session.run(None, inputs))
+"""
+
+
+@pytest.fixture(scope="module")
+def onnxruntime_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("ort") / "venv"
+    base = getattr(sys, "_base_executable", sys.executable)
+    try:
+        subprocess.run([base, "-m", "venv", str(folder)], check=True, capture_output=True)
+        subprocess.run(
+            [str(folder / "bin/python"), "-m", "pip", "install", "-q", "onnxruntime", "numpy"],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        reason = getattr(exc, "stderr", b"") or b""
+        message = f"onnxruntime could not be installed in its own environment: {reason[-300:]!r}"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI has the package index: this must not pass unseen
+        pytest.skip(message)
+    return folder / "bin/python"
+
+
+def run_onnx(python: Path, model: Path, inputs: dict[str, np.ndarray], tmp: Path) -> list:
+    np.savez(tmp / "inputs.npz", **inputs)
+    script = tmp / "run_onnx.py"
+    script.write_text(RUN_ONNX)
+    subprocess.run(
+        [str(python), str(script), str(model), str(tmp / "inputs.npz"), str(tmp / "out.npz")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    with np.load(tmp / "out.npz") as outputs:
+        return [outputs[f"arr_{i}"] for i in range(len(outputs.files))]
+
+
+def invoke(*args: object) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("onnx_lm")
+    write_corpus(folder / "train.txt", 120, seed=1)
+    write_corpus(folder / "valid.txt", 30, seed=2)
+    config = folder / "tiny.yaml"
+    text = textwrap.dedent(TINY_CONFIG.format(runs_dir=folder / "runs"))
+    config.write_text(text.replace("cell: unfused", "cell: fused"))
+    return fit_experiment(load_config(config)).run.path
+
+
+def test_onnxruntime_computes_what_mxtrain_computes(
+    lm_run: Path, onnxruntime_python: Path, tmp_path: Path
+) -> None:
+    out, ref = tmp_path / "onnx", tmp_path / "mxnet"
+    args = ("--bucket", "9", "--batch-size", "3")
+    code, output = invoke("export", f"{lm_run}:best", "-o", out, "--format", "onnx", *args)
+    assert code == 0, output
+    assert f"{out / 'model-bucket9.onnx'}: inputs data (3, 9)" in output
+    assert json.loads((out / "export.json").read_text())["graphs"][0]["onnx_outputs"]
+    assert invoke("export", f"{lm_run}:best", "-o", ref, *args)[0] == 0
+    ids = np.random.default_rng(0).integers(1, 10, (3, 9)).astype("f4")
+    module = mx.mod.Module.load(str(ref / "model-bucket9"), 0, label_names=None)
+    module.bind([("data", ids.shape)], for_training=False)
+    module.forward(mx.io.DataBatch([mx.nd.array(ids)]), is_train=False)
+    (got,) = run_onnx(onnxruntime_python, out / "model-bucket9.onnx", {"data": ids}, tmp_path)
+    np.testing.assert_allclose(got, module.get_outputs()[0].asnumpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_unsupported_operators_are_named_and_nothing_is_written(tmp_path: Path) -> None:
+    train = tmp_path / "train.conll"
+    train.write_text("a X\nb Y\n\nb Y\na X\n\n" * 20)
+    config = tmp_path / "tagger.yaml"
+    config.write_text(
+        f"experiment: {{name: tagger, runs_dir: {tmp_path / 'runs'}}}\n"
+        "model: {name: rnn_tagger, num_embed: 4, num_hidden: 4}\n"
+        "data: {train: {iterator: tagged_sequences, source: train.conll, batch_size: 4}}\n"
+        "fit: {num_epoch: 1}\n"
+    )
+    assert invoke("fit", config)[0] == 0
+    code, output = invoke(
+        "export", tmp_path / "runs/tagger", "-o", tmp_path / "x", "--format", "onnx"
+    )
+    assert code == 2 and "cannot convert the operator(s) _not_equal_scalar" in output
+    assert "--format mxnet" in output and "Traceback" not in output
+    assert not (tmp_path / "x").exists()
+
+
+def _toy(name: str) -> tuple[Any, Any]:
+    """(data_info, bucket key) to build a built-in model with."""
+    lm = DataInfo(vocab_size=30, num_classes=30, pad_id=0, task="lm")
+    rows: dict[str, Any] = {"num_classes": 3, "pad_id": -1, "task": "classify"}
+    return {
+        "lstm_lm": (lm, 7),
+        "gru_lm": (lm, 7),
+        "rnn_tagger": (DataInfo(vocab_size=30, num_classes=5, pad_id=0, task="tag"), 7),
+        "mlp": (ArrayDataInfo(**rows, feature_shape=(5,)), (5,)),
+        "lenet": (ArrayDataInfo(**rows, feature_shape=(1, 28, 28)), (1, 28, 28)),
+        "rnn_classifier": (
+            ArrayDataInfo(**rows, vocab_size=30, feature_shape=(7,), integer_data=True),
+            (7,),
+        ),
+    }[name]
+
+
+@pytest.mark.parametrize("name", sorted(e.name for e in MODELS.entries()))
+def test_list_says_truly_which_models_export_to_onnx(name: str) -> None:
+    info, key = _toy(name)
+    config = parse_config(
+        f"model: {{name: {name}}}\ndata: {{train: {{iterator: bucket_sentence, source: x}}}}\n",
+        source="x.yaml",
+        base_dir=Path("."),
+    )
+    symbol, _, labels = build_sym_gen(config.model, info, Path("."))(key)
+    graph, _ = inference_symbol(symbol, list(labels))
+    missing = unsupported_operators(_onnx_ready(graph))
+    expected = "mxnet, onnx" if not missing else f"mxnet (onnx: no {', '.join(missing)})"
+    assert MODEL_EXPORTS[name] == expected
