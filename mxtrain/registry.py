@@ -221,7 +221,7 @@ MODEL_EXPORTS: dict[str, str] = {
     "mlp": "mxnet, onnx",
     "lenet": "mxnet, onnx",
     "rnn_classifier": "mxnet (onnx: no SequenceLast, _not_equal_scalar)",
-    "rnn_tagger": "mxnet (onnx: no _not_equal_scalar)",
+    "rnn_tagger": "mxnet, onnx",
 }
 
 #: fit.callbacks: no built-ins yet; plugins only ('file.py:attr' / 'package.module:attr')

@@ -107,7 +107,10 @@ def build_rnn_tagger(options: RnnTaggerOptions, data_info: DataInfo) -> SymGen:
             x = mx.sym.Dropout(x, p=options.dropout, name="embed_dropout")
         lengths = None
         if options.bidirectional:
-            lengths = mx.sym.sum(data != pad_id, axis=1, name="lengths")
+            # ids are non-negative, so with pad id 0 clip(ids, 0, 1) marks the real tokens
+            # exactly as ids != 0 does, in an operator ONNX export can convert
+            real = mx.sym.clip(data, 0, 1) if pad_id == 0 else data != pad_id
+            lengths = mx.sym.sum(real, axis=1, name="lengths")
         x = rnn_layers(
             x,
             seq_len,

@@ -111,23 +111,79 @@ def test_onnxruntime_computes_what_mxtrain_computes(
     np.testing.assert_allclose(got, module.get_outputs()[0].asnumpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_unsupported_operators_are_named_and_nothing_is_written(tmp_path: Path) -> None:
+def test_a_tagger_with_padding_runs_in_onnxruntime(
+    onnxruntime_python: Path, tmp_path: Path
+) -> None:
+    """The fine-tuning README's last step: a bidirectional tagger (sequence lengths from the
+    padding) exported to ONNX labels padded sentences as mxtrain predict does."""
     train = tmp_path / "train.conll"
-    train.write_text("a X\nb Y\n\nb Y\na X\n\n" * 20)
+    train.write_text("the DET\ncat NOUN\nsat VERB\n\nthe DET\ndog NOUN\n\n" * 20)
     config = tmp_path / "tagger.yaml"
     config.write_text(
         f"experiment: {{name: tagger, runs_dir: {tmp_path / 'runs'}}}\n"
-        "model: {name: rnn_tagger, num_embed: 4, num_hidden: 4}\n"
-        "data: {train: {iterator: tagged_sequences, source: train.conll, batch_size: 4}}\n"
+        "model: {name: rnn_tagger, num_embed: 4, num_hidden: 4, bidirectional: true}\n"
+        "data: {train: {iterator: tagged_sequences, source: train.conll, batch_size: 4,"
+        " buckets: [4]}}\n"
+        "fit: {num_epoch: 2}\n"
+    )
+    code, output = invoke("fit", config)
+    assert code == 0, output
+    out = tmp_path / "onnx"
+    code, output = invoke("export", tmp_path / "runs/tagger", "-o", out, "--format", "onnx",
+                          "--batch-size", "2")  # fmt: skip
+    assert code == 0, output
+    tokens = json.loads((tmp_path / "runs/tagger/vocab.json").read_text())["tokens"]
+    ids = np.array([[tokens.index(w) for w in ("the", "cat", "sat")] + [0],
+                    [tokens.index(w) for w in ("the", "dog")] + [0, 0]], dtype="f4")  # fmt: skip
+    (got,) = run_onnx(onnxruntime_python, out / "model-bucket4.onnx", {"data": ids}, tmp_path)
+    source = tmp_path / "in.conll"
+    source.write_text("the\ncat\nsat\n\nthe\ndog\n\n")
+    code, output = invoke("predict", "--checkpoint", tmp_path / "runs/tagger", "--input",
+                          source, "--output", tmp_path / "raw.npz", "--outputs", "raw")  # fmt: skip
+    assert code == 0, output
+    with np.load(tmp_path / "raw.npz") as archive:
+        expected = archive["softmax_output"]
+    got = got.reshape(2, 4, -1)
+    np.testing.assert_allclose(got[0, :3], expected[0, :3], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1, :2], expected[1, :2], rtol=1e-5, atol=1e-6)
+
+
+PLUGIN = """
+import mxnet as mx
+
+
+def gated(data_info):
+    def sym_gen(key):
+        x = mx.sym.Variable("data")
+        x = x * (x != 0)  # _not_equal_scalar: no ONNX conversion in MXNet 1.9.1
+        out = mx.sym.FullyConnected(x, num_hidden=data_info.num_classes, name="fc")
+        label = mx.sym.Variable("softmax_label")
+        return mx.sym.SoftmaxOutput(out, label, name="softmax"), ("data",), ("softmax_label",)
+
+    return sym_gen
+"""
+
+
+def test_unsupported_operators_are_named_and_nothing_is_written(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(24, 5)).astype("f4")
+    np.savez(tmp_path / "rows.npz", data=data, label=(data[:, 0] > 0).astype("f4"))
+    (tmp_path / "plug.py").write_text(PLUGIN)
+    config = tmp_path / "gated.yaml"
+    config.write_text(
+        f"experiment: {{name: gated, runs_dir: {tmp_path / 'runs'}}}\n"
+        "model: {name: plug.py:gated}\n"
+        "data: {train: {iterator: ndarray, source: rows.npz, batch_size: 8}}\n"
         "fit: {num_epoch: 1}\n"
     )
     assert invoke("fit", config)[0] == 0
     code, output = invoke(
-        "export", tmp_path / "runs/tagger", "-o", tmp_path / "x", "--format", "onnx"
+        "export", tmp_path / "runs/gated", "-o", tmp_path / "x", "--format", "onnx"
     )
     assert code == 2 and "cannot convert the operator(s) _not_equal_scalar" in output
     assert "--format mxnet" in output and "Traceback" not in output
     assert not (tmp_path / "x").exists()
+    assert invoke("export", tmp_path / "runs/gated", "-o", tmp_path / "y")[0] == 0  # mxnet
 
 
 def _toy(name: str) -> tuple[Any, Any]:
