@@ -128,3 +128,11 @@ def demo_blobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def newest_checkpoint(run: Path) -> Path:
     """The newest checkpoint folder of a run (tags sort by epoch, then batch)."""
     return sorted(p for p in (run / "checkpoints").iterdir() if p.name.startswith("e"))[-1]
+
+
+@pytest.fixture(scope="session")
+def onnxruntime_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A python with onnxruntime, in an environment of its own (tests/onnx_helpers.py)."""
+    from onnx_helpers import onnxruntime_environment
+
+    return onnxruntime_environment(tmp_path_factory.mktemp("onnxruntime") / "venv")

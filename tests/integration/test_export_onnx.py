@@ -1,17 +1,11 @@
-"""`mxtrain export --format onnx`: onnxruntime computes what mxtrain computes, unsupported
-operators are named before anything is written, and `mxtrain list`'s export column tells
-the truth about every built-in model.
-
-onnxruntime for Python 3.11 needs numpy>=1.24.2 while MXNet 1.9.1 needs numpy<1.24, so it
-runs in an environment of its own that this module creates (pip, from the package index).
-"""
+"""`mxtrain export --format onnx`: onnxruntime computes what mxtrain computes (it runs in
+an environment of its own: tests/onnx_helpers.py), unsupported operators are named before
+anything is written, and `mxtrain list`'s export column tells the truth about every
+built-in model."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -21,6 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import TINY_CONFIG, write_corpus
+from onnx_helpers import run_onnx
 
 from mxtrain.build import build_sym_gen
 from mxtrain.cli.main import cli
@@ -32,49 +27,6 @@ from mxtrain.registry import MODEL_EXPORTS, MODELS
 from mxtrain.train import fit_experiment
 
 pytest.importorskip("onnx", reason="the onnx package is a test extra: pip install -e '.[test]'")
-
-RUN_ONNX = """
-import sys, numpy as np, onnxruntime as ort
-ort.set_default_logger_severity(3)
-session = ort.InferenceSession(sys.argv[1])
-inputs = dict(np.load(sys.argv[2]))
-np.savez(sys.argv[3], *session.run(None, inputs))
-"""
-
-
-@pytest.fixture(scope="module")
-def onnxruntime_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("ort") / "venv"
-    base = getattr(sys, "_base_executable", sys.executable)
-    try:
-        subprocess.run([base, "-m", "venv", str(folder)], check=True, capture_output=True)
-        subprocess.run(
-            [str(folder / "bin/python"), "-m", "pip", "install", "-q", "onnxruntime", "numpy"],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        reason = getattr(exc, "stderr", b"") or b""
-        message = f"onnxruntime could not be installed in its own environment: {reason[-300:]!r}"
-        if os.environ.get("CI"):
-            pytest.fail(message)  # CI has the package index: this must not pass unseen
-        pytest.skip(message)
-    return folder / "bin/python"
-
-
-def run_onnx(python: Path, model: Path, inputs: dict[str, np.ndarray], tmp: Path) -> list:
-    np.savez(tmp / "inputs.npz", **inputs)
-    script = tmp / "run_onnx.py"
-    script.write_text(RUN_ONNX)
-    subprocess.run(
-        [str(python), str(script), str(model), str(tmp / "inputs.npz"), str(tmp / "out.npz")],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    with np.load(tmp / "out.npz") as outputs:
-        return [outputs[f"arr_{i}"] for i in range(len(outputs.files))]
 
 
 def invoke(*args: object) -> tuple[int, str]:

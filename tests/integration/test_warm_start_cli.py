@@ -67,7 +67,9 @@ def pretrained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def test_fine_tuning_recipe_reuses_the_embedding_and_trains_a_new_head(pretrained: Path) -> None:
+@pytest.fixture(scope="module")
+def coarse(pretrained: Path) -> tuple[Path, str]:
+    """The README's recipe: a tagger for another label set from the pretrained one."""
     folder, source = pretrained, pretrained / "runs/tagger"
     train = write_conll(folder / "coarse_train.conll", 150, seed=3, coarse=True)
     dev = write_conll(folder / "coarse_dev.conll", 30, seed=4, coarse=True)
@@ -81,8 +83,14 @@ def test_fine_tuning_recipe_reuses_the_embedding_and_trains_a_new_head(pretraine
         "fit.fixed_params=[embed_*]",
     )
     assert code == 0, output
+    return folder / "runs/coarse", output
+
+
+def test_fine_tuning_recipe_reuses_the_embedding_and_trains_a_new_head(
+    pretrained: Path, coarse: tuple[Path, str]
+) -> None:
+    source, (run, output) = pretrained / "runs/tagger", coarse
     assert f"weights from {source}" in output and "initialized: pred_bias, pred_weight" in output
-    run = folder / "runs/coarse"
     started = json.loads((run / "run.json").read_text())["initialized_from"]
     assert started["source"] == f"{source}:best" and started["checkpoint"].startswith("e000")
     assert started["initialized"] == ["pred_bias", "pred_weight"]
@@ -98,6 +106,43 @@ def test_fine_tuning_recipe_reuses_the_embedding_and_trains_a_new_head(pretraine
         if r["event"] == "epoch"
     ]
     assert accuracy[-1] > 0.9, accuracy
+
+
+def test_the_fine_tuned_tagger_labels_text_in_onnxruntime(
+    coarse: tuple[Path, str], onnxruntime_python: Path, tmp_path: Path
+) -> None:
+    """The recipe's last step: export to ONNX, then onnxruntime labels as mxtrain does."""
+    pytest.importorskip("onnx", reason="the onnx package is a test extra")
+    from onnx_helpers import run_onnx
+
+    run, _ = coarse
+    out = tmp_path / "onnx"
+    args = ["export", f"{run}:best", "-o", str(out), "--format", "onnx", "--bucket", "9"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    sentences = [WORDS[:3], WORDS[4:9]]
+    tokens = json.loads((out / "vocab.json").read_text())["tokens"]
+    ids = [[tokens.index(w) for w in s] + [0] * (9 - len(s)) for s in sentences]
+    probs = {}
+    for i, row in enumerate(ids):
+        (probs[i],) = run_onnx(
+            onnxruntime_python,
+            out / "model-bucket9.onnx",
+            {"data": np.array([row], "f4")},
+            tmp_path,
+        )
+    source = tmp_path / "in.conll"
+    source.write_text("".join("\n".join(s) + "\n\n" for s in sentences))
+    predicted = tmp_path / "tags.jsonl"
+    result = CliRunner().invoke(
+        cli, ["predict", "--checkpoint", f"{run}:best", "--input", str(source), "--output",
+              str(predicted)]
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    labels = json.loads((out / "label_vocab.json").read_text())["labels"]
+    for i, record in enumerate(map(json.loads, predicted.read_text().splitlines())):
+        onnx_labels = [labels[k] for k in probs[i][: len(sentences[i])].argmax(axis=1)]
+        assert onnx_labels == record["labels"]
 
 
 def test_a_shape_mismatch_is_named_and_leaves_nothing_behind(pretrained: Path) -> None:
