@@ -50,7 +50,8 @@ Examples:
     default="mxnet",
     show_default=True,
     help="mxnet: symbol + params files; onnx: one .onnx file per bucket (needs the onnx "
-    "package: pip install 'mxtrain[onnx]'; static shapes, batch axis --batch-size).",
+    "package: pip install -e '.[onnx]' in the mxtrain checkout; static shapes, batch axis "
+    "--batch-size).",
 )
 @click.option("--force", is_flag=True, help="Write into a non-empty folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print only export.json's content.")
@@ -66,9 +67,10 @@ def export_command(
     as_json: bool,
 ) -> None:
     """Write the inference graph of a checkpoint of RUN, without its training loss head,
-    as MXNet symbol + params files per bucket (sequence length), loadable by
-    mx.mod.Module.load and gluon.SymbolBlock.imports; export.json lists the graphs with
-    their input and output names and shapes, and the run's vocabularies are copied."""
+    per bucket (sequence length): MXNet symbol + params files (loadable by
+    mx.mod.Module.load and gluon.SymbolBlock.imports) or ONNX files; export.json lists the
+    graphs with their input and output names and shapes, and the run's vocabularies are
+    copied."""
     from mxtrain.errors import ConfigError
     from mxtrain.inference.export import export_run
 

@@ -17,6 +17,7 @@ Examples:
   mxtrain resume runs/ptb_lstm
   mxtrain score runs/ptb_lstm
   mxtrain predict --checkpoint runs/ptb_lstm --input sents.txt --output preds.jsonl
+  mxtrain export runs/ptb_lstm:best -o exported/ --format onnx
   mxtrain check configs/ptb_lstm.yaml --explain
   mxtrain launch -n 2 -s 1 cfg.yaml --set kvstore.type=dist_sync
   mxtrain list models

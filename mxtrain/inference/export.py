@@ -274,7 +274,7 @@ def write_onnx(
     except ImportError:
         raise ConfigError(
             "ONNX export needs the onnx package, which is not installed.",
-            hint="Install it with: pip install 'mxtrain[onnx]'.",
+            hint="Install it with: pip install -e '.[onnx]' in the mxtrain checkout.",
         ) from None
     graph = _onnx_ready(graph)
     missing = unsupported_operators(graph)
