@@ -274,12 +274,21 @@ def build_lr_scheduler(spec: Any, base_lr: float) -> Any:
         "warmup_begin_lr": spec.warmup_begin_lr,
         "warmup_mode": spec.warmup_mode,
     }
-    scheduler = _mxnet_scheduler(spec, base_lr, warmup)
     if getattr(spec, "unit", "updates") == "epochs":
-        from mxtrain.optimizers import EpochSchedule
+        from mxtrain.optimizers import EPOCH_SCALE, EpochSchedule
 
-        return EpochSchedule(scheduler)
-    return scheduler
+        # MXNet's schedulers count whole updates from 1: the epoch schedule runs them on
+        # thousandths of an epoch, so steps such as 0.75 epochs work
+        scaled = dataclasses.replace(
+            spec,
+            step=None if spec.step is None else spec.step * EPOCH_SCALE,
+            steps=None if spec.steps is None else tuple(round(s * EPOCH_SCALE) for s in spec.steps),
+            max_update=None if spec.max_update is None else spec.max_update * EPOCH_SCALE,
+            warmup_steps=spec.warmup_steps * EPOCH_SCALE,
+        )
+        warmup["warmup_steps"] = scaled.warmup_steps
+        return EpochSchedule(_mxnet_scheduler(scaled, base_lr, warmup))
+    return _mxnet_scheduler(spec, base_lr, warmup)
 
 
 def _mxnet_scheduler(spec: Any, base_lr: float, warmup: dict[str, Any]) -> Any:

@@ -78,6 +78,10 @@ class AdamW(mx.optimizer.Optimizer):
         )
 
 
+#: EpochSchedule's inner scheduler counts thousandths of an epoch
+EPOCH_SCALE = 1000
+
+
 class EpochSchedule(mx.lr_scheduler.LRScheduler):
     """An MXNet learning-rate schedule counted in epochs instead of updates
     (``lr_scheduler.unit: epochs``).
@@ -112,4 +116,5 @@ class EpochSchedule(mx.lr_scheduler.LRScheduler):
         self.epochs = epoch + min(fraction, 1.0)
 
     def __call__(self, num_update: int) -> float:
-        return float(self.inner(self.epochs))
+        # the inner scheduler was built on thousandths of an epoch (build_lr_scheduler)
+        return float(self.inner(self.epochs * EPOCH_SCALE))

@@ -13,6 +13,7 @@ signatures. Nothing here imports MXNet, click or YAML.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -430,6 +431,10 @@ LR_REQUIRED_KEYS: Mapping[str, str] = MappingProxyType(
 )
 
 
+#: an epoch-counted schedule resolves epochs to 1/1000 (EpochSchedule scales by 1000)
+EPOCH_RESOLUTION_MIN = 0.001
+
+
 @dataclass(frozen=True)
 class LrSchedulerSection:
     """Learning-rate schedule, counted in updates (batches), starting from the optimizer's
@@ -446,10 +451,12 @@ class LrSchedulerSection:
     step: int | None = field(
         default=None, metadata={"doc": "factor: updates between two decays (required for factor)"}
     )
-    steps: tuple[int, ...] | None = field(
+    steps: tuple[int | float, ...] | None = field(
         default=None,
         metadata={
-            "doc": "multifactor: increasing update counts at which lr is multiplied by factor"
+            "doc": "multifactor: increasing update counts at which lr is multiplied by factor "
+            "(with unit: epochs, epoch counts, fractions allowed: [0.75, 3] decays three "
+            "quarters into the first epoch and when the fourth starts)"
         },
     )
     factor: float = field(
@@ -489,6 +496,28 @@ class LrSchedulerSection:
         },
     )
 
+    def _check_steps(self, steps: tuple[int | float, ...]) -> None:
+        increasing = all(a < b for a, b in itertools.pairwise(steps))
+        if self.unit == "epochs":
+            if not steps or steps[0] < EPOCH_RESOLUTION_MIN or not increasing:
+                raise InvalidValue(
+                    "steps",
+                    "must be increasing epoch counts (fractions allowed) of at least "
+                    f"{EPOCH_RESOLUTION_MIN:g}, got {list(steps)}.",
+                )
+            return
+        if any(isinstance(s, float) and not s.is_integer() for s in steps):
+            raise InvalidValue(
+                "steps",
+                f"counts updates, so it must list whole numbers, got {list(steps)}; fractions "
+                "need unit: epochs.",
+            )
+        if not steps or steps[0] < 1 or not increasing:
+            raise InvalidValue(
+                "steps", f"must be increasing update counts of at least 1, got {list(steps)}."
+            )
+        object.__setattr__(self, "steps", tuple(int(s) for s in steps))  # 100.0 -> 100
+
     def __post_init__(self) -> None:
         check_choice("unit", self.unit, ("updates", "epochs"))
         required = LR_REQUIRED_KEYS[self.type]
@@ -506,15 +535,7 @@ class LrSchedulerSection:
         if self.step is not None:
             check_at_least("step", self.step, 1)
         if self.steps is not None:
-            if not self.steps:
-                raise InvalidValue("steps", "must list at least one update count.")
-            if self.steps[0] < 1 or any(
-                a >= b for a, b in zip(self.steps, self.steps[1:], strict=False)
-            ):
-                raise InvalidValue(
-                    "steps",
-                    f"must be increasing update counts of at least 1, got {list(self.steps)}.",
-                )
+            self._check_steps(self.steps)
         if self.type in ("factor", "multifactor") and not 0 < self.factor <= 1:
             raise InvalidValue(
                 "factor", f"must be in (0, 1] so the lr decreases, got {self.factor!r}."

@@ -692,6 +692,16 @@ def test_scheduler_types_resolve(tmp_path: Path) -> None:
             "steps:",
             "optimizer.lr_scheduler.steps must be increasing update counts",
         ),
+        (
+            "type: multifactor\nsteps: [0.5, 2]\n",
+            "steps:",
+            "optimizer.lr_scheduler.steps counts updates, so it must list whole numbers",
+        ),
+        (
+            "type: multifactor\nsteps: [0, 2]\nunit: epochs\n",
+            "steps:",
+            "optimizer.lr_scheduler.steps must be increasing epoch counts (fractions allowed)",
+        ),
         ("type: factor\nstep: 0\n", "step:", "optimizer.lr_scheduler.step must be at least 1"),
         (
             "type: factor\nstep: 10\nfactor: 2\n",
@@ -714,6 +724,16 @@ def test_scheduler_checks(tmp_path: Path, body: str, needle: str, expected: str)
     text = sched(body)
     message = error(tmp_path, text)
     assert f"ptb.yaml:{line_of(text, needle)}: {expected}" in message
+
+
+def test_epoch_steps_keep_their_fractions_and_update_steps_stay_whole(tmp_path: Path) -> None:
+    config = load(tmp_path, sched("type: multifactor\nsteps: [0.75, 3]\nunit: epochs\n"))
+    assert config.optimizer.lr_scheduler.steps == (0.75, 3)
+    again = load_config(write(tmp_path, dump_config(config), "again.yaml"), registries=REG)
+    assert again == config
+    config = load(tmp_path, sched("type: multifactor\nsteps: [100.0, 200]\n"))
+    assert config.optimizer.lr_scheduler.steps == (100, 200)
+    assert all(type(s) is int for s in config.optimizer.lr_scheduler.steps)
 
 
 def test_scheduler_key_of_another_type(tmp_path: Path) -> None:

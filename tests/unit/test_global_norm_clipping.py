@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from batch_helpers import ArrayBatch, initialised_module
 
+from mxtrain.build import build_lr_scheduler
+from mxtrain.config import LrSchedulerSection
 from mxtrain.engine.bucketing import BucketingModule
 from mxtrain.optimizers import EpochSchedule
 
@@ -72,9 +74,10 @@ def test_updates_on_the_kvstore_are_refused() -> None:
         module.init_optimizer(kvstore="local", update_on_kvstore=True, clip_global_norm=1.0)
 
 
-def _schedule() -> tuple[EpochSchedule, mx.optimizer.Optimizer]:
-    inner = mx.lr_scheduler.MultiFactorScheduler(step=[4, 5], factor=0.5, base_lr=1.0)
-    schedule = EpochSchedule(inner)
+def _schedule(steps: tuple[float, ...] = (4, 5)) -> tuple[EpochSchedule, mx.optimizer.Optimizer]:
+    spec = LrSchedulerSection(type="multifactor", steps=steps, factor=0.5, unit="epochs")
+    schedule = build_lr_scheduler(spec, 2.0)
+    assert isinstance(schedule, EpochSchedule)
     return schedule, mx.optimizer.create("sgd", learning_rate=2.0, lr_scheduler=schedule)
 
 
@@ -93,5 +96,17 @@ def test_epoch_schedule_follows_the_position() -> None:
 )
 def test_epoch_schedule_decays_at_the_epoch_boundary(epoch: int, batch: int, lr: float) -> None:
     schedule, opt = _schedule()  # fresh, as after a resume
+    schedule.set_training_position(epoch, batch, 10)
+    assert opt.learning_rate == lr
+
+
+@pytest.mark.parametrize(
+    ("epoch", "batch", "lr"),
+    [(0, 6, 2.0), (0, 7, 1.0), (0, 9, 1.0), (1, 9, 1.0), (2, 0, 0.5), (5, 5, 0.5)],
+)
+def test_epoch_steps_may_be_fractions(epoch: int, batch: int, lr: float) -> None:
+    """steps: [0.75, 2]: the first decay three quarters into the first epoch (the batch
+    that completes 0.8 of it trains at the lower lr), the second when the third starts."""
+    schedule, opt = _schedule((0.75, 2))
     schedule.set_training_position(epoch, batch, 10)
     assert opt.learning_rate == lr
