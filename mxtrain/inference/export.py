@@ -138,7 +138,6 @@ def export_run(
         parse_checkpoint_ref,
         resolve_checkpoint,
     )
-    from mxtrain.run.params import read_params
     from mxtrain.run.plugin_files import kept_plugins
 
     path, choice = parse_checkpoint_ref(ref)
@@ -156,10 +155,7 @@ def export_run(
         data_info = data_info_from(saved)
         sym_gen = build_sym_gen(config.model, data_info, config.base_dir)
     chosen = resolve_checkpoint(run, config.checkpoint.prefix, _merge_epochs(choice, None, ref))
-    if chosen.loaded is not None:
-        arg_params, aux_params = chosen.loaded.arg_params, chosen.loaded.aux_params
-    else:
-        arg_params, aux_params = read_params(chosen.params_file)
+    arg_params, aux_params = chosen.arrays()
     trained = [as_tuples(k) for k in saved.get("buckets") or [saved["default_bucket_key"]]]
     default = as_tuples(saved["default_bucket_key"])
     keys = trained if all_buckets else [as_tuples(k) for k in buckets] if buckets else [default]

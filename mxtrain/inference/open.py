@@ -133,6 +133,13 @@ class ChosenCheckpoint:
     def describe(self) -> str:
         return self.tag if self.tag is not None else self.params_file.name
 
+    def arrays(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(arg_params, aux_params): the verified ones already read, else the params file's
+        (a DataError explains a file that cannot be read)."""
+        if self.loaded is not None:
+            return self.loaded.arg_params, self.loaded.aux_params
+        return _read_params(self.params_file)
+
 
 def resolve_checkpoint(run: RunFolder, prefix: str, wanted: int | str | None) -> ChosenCheckpoint:
     """The checkpoint of ``run`` to load: the newest valid one (None or "latest"), the end of
@@ -413,10 +420,7 @@ def _load_params(opened: OpenedRun, overrides: Sequence[str]) -> None:
     """Load the params file into the module, explaining any mismatch with the model."""
     module, path = opened.module, opened.params_file
     chosen = opened.checkpoint
-    if chosen is not None and chosen.loaded is not None:  # verified and read already
-        args, auxs = chosen.loaded.arg_params, chosen.loaded.aux_params
-    else:
-        args, auxs = _read_params(path)
+    args, auxs = chosen.arrays() if chosen is not None else _read_params(path)
     data_iter = opened.data_iter
     shapes = {d[0]: tuple(d[1]) for d in [*data_iter.provide_data, *data_iter.provide_label]}
     symbol = module.symbol

@@ -89,6 +89,13 @@ def test_every_bucket_and_refusals(lm_run: Path, tmp_path: Path) -> None:
         (lm_run.parent / "old" / name).write_bytes((lm_run / name).read_bytes())
     code, output = invoke("export", lm_run.parent / "old", "-o", tmp_path / "y")
     assert code != 0 and "model_inputs.json" in output and "Traceback" not in output
+    (lm_run.parent / "broken").mkdir()
+    for name in ("config.yaml", "run.json", "model_inputs.json", "model-symbol.json"):
+        (lm_run.parent / "broken" / name).write_bytes((lm_run / name).read_bytes())
+    (lm_run.parent / "broken" / "model-0001.params").write_bytes(b"not a params file")
+    code, output = invoke("export", lm_run.parent / "broken", "-o", tmp_path / "z")
+    assert code != 0 and "model-0001.params" in output, output
+    assert "Traceback" not in output and not (tmp_path / "z").exists()
 
 
 def test_a_classifier_exports_its_softmax_without_the_label(tmp_path: Path) -> None:
