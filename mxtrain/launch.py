@@ -20,8 +20,9 @@ in the log folder; when one exits non-zero (or is killed) the others are stopped
 the process group, SIGKILL after a grace period) and ``LaunchError`` names it, its exit code
 or signal and the end of its log. SIGINT/SIGTERM to the launcher stop the whole job the same
 way. ssh commands run under ``relay_remote`` (see there) so that signals reach them and a
-dead launcher leaves nothing running remotely. The local and ssh launchers (through a fake
-ssh) are tested end to end; mpi commands only as built.
+dead launcher leaves nothing running remotely. All three launchers are tested end to end on
+127.0.0.1: ssh against a real sshd started by the test, mpi with OpenMPI's mpirun (those
+tests skip, saying why, where the tools are not installed).
 
 Workers are named by their ps-lite rank, which the scheduler assigns only as they register
 (launch order says nothing about it). Until a worker knows its rank it is ``worker #N``
@@ -29,7 +30,9 @@ Workers are named by their ps-lite rank, which the scheduler assigns only as the
 W`` (see ``announce_rank``) once its kvstore exists, and from that line on the launcher shows
 it as ``worker R`` and keeps its whole log, earlier lines included, in ``worker-rank-R.log``.
 The mpi launcher runs all workers under one ``mpirun`` with one output stream: that stream
-stays ``workers`` (``workers.log``) and the rank lines in it say which rank is which.
+stays ``workers`` (``workers.log``); the rank lines in it also give each worker's MPI rank,
+so that when mpirun reports "process rank 1 ... exited on signal 9" the error names the
+worker by its ps-lite rank.
 """
 
 from __future__ import annotations
@@ -37,10 +40,12 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import ipaddress
 import logging
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -96,23 +101,74 @@ def worker_label(launch_index: int) -> str:
     return f"worker #{launch_index}"
 
 
-_RANK_LINE = re.compile(r"mxtrain: worker rank (\d+) of (\d+)")
+_RANK_LINE = re.compile(r"mxtrain: worker rank (\d+) of (\d+)(?: \(MPI rank (\d+)\))?")
+# what mpirun (OpenMPI) prints when one of its processes dies or fails
+_MPI_SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
+_MPI_PROCESS_NAME = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
+_MPI_EXIT_CODE = re.compile(r"Exit code:\s*(\d+)")
+# the variables MPI implementations set to a process's rank (OpenMPI, then MPICH/Hydra)
+_MPI_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 
-def rank_line(rank: int, num_workers: int) -> str:
-    """The line a distributed worker prints so that ``mxtrain launch`` learns its rank."""
-    return f"mxtrain: worker rank {rank} of {num_workers}"
+def rank_line(rank: int, num_workers: int, mpi_rank: int | None = None) -> str:
+    """The line a distributed worker prints so that ``mxtrain launch`` learns its rank (and,
+    under mpirun, which MPI rank that is: mpirun reports failures by MPI rank)."""
+    line = f"mxtrain: worker rank {rank} of {num_workers}"
+    return line if mpi_rank is None else f"{line} (MPI rank {mpi_rank})"
+
+
+def mpi_rank_from_env(env: Mapping[str, str] | None = None) -> int | None:
+    """This process's MPI rank when mpirun started it, else None."""
+    env = os.environ if env is None else env
+    for name in _MPI_RANK_VARIABLES:
+        value = env.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 def announce_rank(rank: int, num_workers: int) -> None:
     """Print ``rank_line`` on stderr (stdout may carry only ``--json`` events)."""
-    print(rank_line(rank, num_workers), file=sys.stderr, flush=True)
+    print(rank_line(rank, num_workers, mpi_rank_from_env()), file=sys.stderr, flush=True)
 
 
 def parse_rank_line(line: str) -> int | None:
     """The rank announced by ``line``, or None when it is not a rank line."""
     match = _RANK_LINE.fullmatch(line.strip())
     return int(match.group(1)) if match else None
+
+
+def parse_mpi_rank_line(line: str) -> tuple[int, int] | None:
+    """(ps-lite rank, MPI rank) announced by ``line`` under mpirun, else None."""
+    match = _RANK_LINE.fullmatch(line.strip())
+    if not match or match.group(3) is None:
+        return None
+    return int(match.group(1)), int(match.group(3))
+
+
+def describe_mpi_failure(lines: Sequence[str], ranks: Mapping[int, int]) -> str | None:
+    """Which worker mpirun says failed and how, from its report in ``lines``; ``ranks`` maps
+    MPI ranks to ps-lite ranks (from the workers' rank lines). None when there is no report."""
+    text = "\n".join(lines)
+
+    def who(mpi_rank: int) -> str:
+        rank = ranks.get(mpi_rank)
+        if rank is None:
+            return f"the worker of MPI rank {mpi_rank} (its ps-lite rank was not known yet)"
+        return f"worker rank {rank} (MPI rank {mpi_rank})"
+
+    signalled = _MPI_SIGNALLED.search(text)
+    if signalled:
+        mpi_rank, node, signum = int(signalled[1]), signalled[2], int(signalled[3])
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        return f"{who(mpi_rank)} on node {node} was killed by {name}"
+    named, code = _MPI_PROCESS_NAME.search(text), _MPI_EXIT_CODE.search(text)
+    if named and code:
+        return f"{who(int(named[1]))} exited with code {code[1]}"
+    return None
 
 
 @dataclass
@@ -198,6 +254,60 @@ def read_hosts(path: str | Path) -> list[str]:
     return hosts
 
 
+def address_of(host: str) -> str:
+    """The host's name or address without ssh's ``user@`` prefix (ps-lite needs the address)."""
+    return host.rsplit("@", 1)[-1]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback interface (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_hosts_reach_scheduler(hosts: Sequence[str], scheduler_host: str, source: str) -> None:
+    """A loopback scheduler is reachable from this machine only: refuse other hosts."""
+    if not is_loopback(scheduler_host):
+        return
+    remote = [h for h in hosts if not is_loopback(address_of(h))]
+    if remote:
+        raise ConfigError(
+            f"{source} names {', '.join(remote)}, but the scheduler listens on "
+            f"{scheduler_host}, which only this machine can reach.",
+            hint="Give --scheduler-host an address those hosts reach, or list only 127.0.0.1 "
+            "(or localhost) to run every process here.",
+        )
+
+
+def read_mpi_hostfile(path: str | Path) -> list[str]:
+    """The host names of an mpirun hostfile (``HOST [slots=N ...]`` per line)."""
+    return [line.split()[0] for line in read_hosts(path)]
+
+
+def ssh_command(host: str, options: Sequence[str] = ()) -> list[str]:
+    """``ssh`` with the options launch always needs, then ``options`` (``-o KEY=VALUE``)."""
+    argv = ["ssh", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes"]
+    for option in options:
+        argv += ["-o", option]
+    return [*argv, host]
+
+
+def check_ssh_options(options: Sequence[str]) -> None:
+    """Each ``--ssh-option`` must be ssh's ``KEY=VALUE`` (as after ``ssh -o``)."""
+    for option in options:
+        key, sep, value = option.partition("=")
+        if not sep or not key.isalnum() or not value:
+            raise ConfigError(
+                f"--ssh-option {option!r} is not an ssh option as KEY=VALUE.",
+                hint="For example --ssh-option Port=2222 --ssh-option IdentityFile=~/.ssh/id_job "
+                "(see `man ssh_config`).",
+            )
+
+
 def _remote_command(job: JobSpec, env: Mapping[str, str], argv: Sequence[str]) -> str:
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     relay = [job.python, "-m", "mxtrain.launch", "--relay", f"{job.grace:g}", "--", *argv]
@@ -206,7 +316,11 @@ def _remote_command(job: JobSpec, env: Mapping[str, str], argv: Sequence[str]) -
 
 
 def ssh_processes(
-    job: JobSpec, hosts: Sequence[str], scheduler_host: str, port: int
+    job: JobSpec,
+    hosts: Sequence[str],
+    scheduler_host: str,
+    port: int,
+    ssh_options: Sequence[str] = (),
 ) -> list[ProcessSpec]:
     """The scheduler here; servers then workers on ``hosts`` round robin, through ssh.
 
@@ -219,8 +333,8 @@ def ssh_processes(
     roles += [("worker", i, _worker_argv(job)) for i in range(job.num_workers)]
     for n, (role, index, argv) in enumerate(roles):
         host = hosts[n % len(hosts)]
-        env = role_env(role, job, scheduler_host, port, host)
-        ssh = ["ssh", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes", host]
+        env = role_env(role, job, scheduler_host, port, address_of(host))
+        ssh = ssh_command(host, ssh_options)
         command = _remote_command(job, env, argv)
         is_worker = role == "worker"
         label = worker_label(index) if is_worker else f"{role} {index}"
@@ -241,7 +355,9 @@ def mpi_processes(
     """The scheduler here; all servers through one ``mpirun``, all workers through another.
 
     The ps-lite node address of a process started by mpirun is its host's default address
-    (``DMLC_NODE_HOST`` is not set for them), since one command serves several hosts.
+    (``DMLC_NODE_HOST`` is not set for them), since one command serves several hosts; with a
+    loopback scheduler every process runs here and all of them use the scheduler's address,
+    so that no ps-lite traffic leaves the loopback interface.
     """
     local_env = role_env("scheduler", job, scheduler_host, port, scheduler_host)
     specs = [ProcessSpec("scheduler", _server_argv(job.python), local_env)]
@@ -250,7 +366,8 @@ def mpi_processes(
         ("worker", job.num_workers, _worker_argv(job)),
     ):
         env = role_env(role, job, scheduler_host, port, scheduler_host)
-        env.pop("DMLC_NODE_HOST")
+        if not is_loopback(scheduler_host):
+            env.pop("DMLC_NODE_HOST")
         mpirun = ["mpirun", "-np", str(count)]
         if hostfile:
             mpirun += ["--hostfile", hostfile]
@@ -306,6 +423,7 @@ class _Running:
         self.log_dir = log_dir
         self.log_path = log_dir / spec.log_name
         self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        self.mpi_ranks: dict[int, int] = {}  # an mpirun stream: MPI rank -> ps-lite rank
         env = dict(os.environ)
         env.update(spec.env)
         env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the log as they are printed
@@ -338,6 +456,10 @@ class _Running:
                 rank = parse_rank_line(line)
                 if rank is not None:
                     self._switch_to_rank(rank)
+            elif self.spec.launch_index is None:
+                ranks = parse_mpi_rank_line(line)
+                if ranks is not None:
+                    self.mpi_ranks[ranks[1]] = ranks[0]
             self.tail.append(line)
             with self._log_lock:
                 if not self._log_file.closed:
@@ -565,10 +687,23 @@ class Cluster:
     def _failure(self, failed: _Running) -> LaunchError:
         tail = "\n".join(f"    {line}" for line in failed.tail) or "    (no output)"
         code = failed.process.returncode
+        what = f"{failed.describe_name()} {failed.describe_exit()}"
+        hint = f"All logs are in {self.log_dir}."
+        if failed.spec.argv[:1] == ["mpirun"]:
+            report = describe_mpi_failure(failed.tail, failed.mpi_ranks)
+            what = (
+                f"{report} (mpirun's report); mpirun {failed.describe_exit()}"
+                if report
+                else (f"mpirun ({failed.label}) {failed.describe_exit()}")
+            )
+            if "allow-run-as-root" in "\n".join(failed.tail):
+                hint += (
+                    " mpirun refuses to run as root: run as another user, or set "
+                    "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 if you must."
+                )
         error = LaunchError(
-            f"{failed.describe_name()} {failed.describe_exit()}; the other processes were stopped. "
-            f"Last lines of {failed.log_path}:\n{tail}\n",
-            hint=f"All logs are in {self.log_dir}.",
+            f"{what}; the other processes were stopped. Last lines of {failed.log_path}:\n{tail}\n",
+            hint=hint,
         )
         if code is not None and code > 0:
             error.exit_code = code  # a worker's own mxtrain exit code (config, data, ...)
@@ -615,6 +750,7 @@ class LaunchRequest:
     grace: float = 10.0
     log_dir: str | None = None
     scheduler_host: str | None = None
+    ssh_options: Sequence[str] = ()  # KEY=VALUE, each passed as ``ssh -o KEY=VALUE``
 
 
 def _forwarded_env(items: Sequence[str]) -> dict[str, str]:
@@ -702,6 +838,10 @@ def _resume_command(request: LaunchRequest, run_dir: Path) -> str:
         words += ["--launcher", request.launcher]
         if request.hosts_file:
             words += ["--hosts", request.hosts_file]
+        if request.scheduler_host:
+            words += ["--scheduler-host", request.scheduler_host]
+        for option in request.ssh_options:
+            words += ["--ssh-option", option]
     for item in request.env:
         words += ["--env", item]
     words += ["--resume", str(run_dir)]
@@ -714,16 +854,34 @@ def build_processes(request: LaunchRequest, job: JobSpec) -> list[ProcessSpec]:
         if request.hosts_file:
             log.warning("--hosts is ignored by the local launcher")
         return local_processes(job)
+    if request.ssh_options and request.launcher != "ssh":
+        log.warning("--ssh-option is used only by the ssh launcher")
     scheduler_host = request.scheduler_host or default_scheduler_host()
-    port = free_port("0.0.0.0")
+    if request.launcher in ("ssh", "mpi"):
+        program = "ssh" if request.launcher == "ssh" else "mpirun"
+        if shutil.which(program) is None:
+            package = "openssh-client" if program == "ssh" else "openmpi-bin"
+            raise ConfigError(
+                f"--launcher {request.launcher}: {program} is not on PATH.",
+                hint=f"Install it (Debian/Ubuntu: apt-get install {package}) or put it on PATH, "
+                "or use --launcher local to run every process on this machine.",
+            )
+    # with a loopback scheduler nothing listens beyond this machine
+    port = free_port(LOCALHOST if is_loopback(scheduler_host) else "0.0.0.0")
     if request.launcher == "ssh":
         if not request.hosts_file:
             raise ConfigError(
                 "--launcher ssh needs --hosts FILE (one host per line).",
                 hint="Or use --launcher local to run every process on this machine.",
             )
-        return ssh_processes(job, read_hosts(request.hosts_file), scheduler_host, port)
+        check_ssh_options(request.ssh_options)
+        hosts = read_hosts(request.hosts_file)
+        check_hosts_reach_scheduler(hosts, scheduler_host, f"--hosts {request.hosts_file}")
+        return ssh_processes(job, hosts, scheduler_host, port, request.ssh_options)
     if request.launcher == "mpi":
+        if request.hosts_file:
+            hosts = read_mpi_hostfile(request.hosts_file)
+            check_hosts_reach_scheduler(hosts, scheduler_host, f"--hosts {request.hosts_file}")
         return mpi_processes(job, request.hosts_file, scheduler_host, port)
     raise ConfigError(
         f"--launcher {request.launcher!r} is not one of {', '.join(LAUNCHERS)}.",

@@ -64,6 +64,13 @@ Examples:
     default=None,
     help="ssh/mpi: this machine's address as the hosts reach it (default: guessed).",
 )
+@click.option(
+    "--ssh-option",
+    "ssh_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="ssh: an option for every ssh command (as ssh -o), e.g. Port=2222; repeatable.",
+)
 @handle_errors
 def launch_command(
     target: str,
@@ -79,6 +86,7 @@ def launch_command(
     grace: float,
     log_dir: str | None,
     scheduler_host: str | None,
+    ssh_options: tuple[str, ...],
 ) -> None:
     """Start a scheduler, servers and workers that train CONFIG with a dist_* kvstore.
 
@@ -105,6 +113,7 @@ def launch_command(
         grace=grace,
         log_dir=log_dir,
         scheduler_host=scheduler_host,
+        ssh_options=ssh_options,
     )
     result = launch(request, echo=click.echo)
     click.echo(f"launch: all workers finished; logs in {result.log_dir}")

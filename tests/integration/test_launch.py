@@ -15,78 +15,27 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-LAUNCH_TIMEOUT = 90
-
-CONFIG = """\
-experiment: {{name: dist, seed: 5, runs_dir: {runs}}}
-model: {{name: mlp, hidden: [8], activation: relu}}
-data:
-  train: {train}
-optimizer: {{name: sgd, learning_rate: 0.2, momentum: 0.9}}
-kvstore: {{type: dist_sync}}
-fit: {{num_epoch: {epochs}, log_interval: 2}}
-"""
-
-
-def ndarray_train(folder: Path, batch_size: int) -> str:
-    return (
-        f"{{iterator: ndarray, source: {folder / 'x.npy'}, labels: {folder / 'y.npy'}, "
-        f"batch_size: {batch_size}}}"
-    )
+from launch_helpers import (
+    LAUNCH_TIMEOUT,
+    ROOT,
+    alive,
+    children_of,
+    descendants_of,
+    end_all,
+    env,
+    load_params,
+    make_blobs,
+    mxtrain,
+    ndarray_train,
+    start_launch,
+    wait_for_log,
+    write_config,
+)
 
 
 @pytest.fixture
 def blobs(tmp_path: Path) -> Path:
-    rng = np.random.default_rng(0)
-    labels = rng.integers(0, 3, size=96)
-    features = rng.normal(size=(96, 6)).astype(np.float32) + labels[:, None]
-    np.save(tmp_path / "x.npy", features)
-    np.save(tmp_path / "y.npy", labels)
-    return tmp_path
-
-
-def write_config(folder: Path, name: str, train: str, epochs: int = 2) -> Path:
-    path = folder / name
-    path.write_text(CONFIG.format(runs=folder / "runs", train=train, epochs=epochs))
-    return path
-
-
-def env() -> dict[str, str]:
-    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-
-
-def mxtrain(*args: object, timeout: float = LAUNCH_TIMEOUT) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "mxtrain", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env(),
-        cwd=ROOT,
-    )
-
-
-def load_params(path: Path) -> dict[str, np.ndarray]:
-    import mxnet as mx
-
-    return {k.split(":", 1)[-1]: v.asnumpy() for k, v in mx.nd.load(str(path)).items()}
-
-
-def children_of(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie (not yet reaped) counts as gone
-    status = Path(f"/proc/{pid}/stat")
-    return status.exists() and status.read_text().split()[2] != "Z"
+    return make_blobs(tmp_path)
 
 
 def test_dist_sync_equals_one_process_with_the_combined_batch_and_resumes(blobs: Path) -> None:
@@ -127,36 +76,6 @@ def test_dist_sync_equals_one_process_with_the_combined_batch_and_resumes(blobs:
     assert f"run folder {run}" in rank0 and "rank 0 writes the run folder" not in rank0
     assert rank1.count("worker rank 1: rank 0 writes the run folder") == 2
     assert sorted(p.name for p in runs.iterdir()) == ["dist", "dist.launch", "single"]
-
-
-def start_launch(*args: object) -> subprocess.Popen:
-    """``mxtrain launch ARGS`` in the background (the caller ends it and its children)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "mxtrain", "launch", *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-        cwd=ROOT,
-    )
-
-
-def wait_for_log(launcher: subprocess.Popen, log: Path, text: str) -> None:
-    deadline = time.monotonic() + LAUNCH_TIMEOUT
-    while not (log.exists() and text in log.read_text()):
-        assert launcher.poll() is None, launcher.communicate()
-        assert time.monotonic() < deadline, f"{text!r} never appeared in {log}"
-        time.sleep(0.2)
-
-
-def end_all(launcher: subprocess.Popen, started: list[int]) -> None:
-    """Kill, by PID, the launcher and every process it started that is still there."""
-    if launcher.poll() is None:
-        launcher.kill()
-        launcher.communicate()
-    for pid in started:
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
 
 
 def test_sigterm_to_launch_checkpoints_exits_75_and_resume_finishes(blobs: Path) -> None:
@@ -241,12 +160,7 @@ def test_a_killed_worker_stops_the_whole_job(blobs: Path) -> None:
         _, err = launcher.communicate(timeout=30)
         elapsed = time.monotonic() - killed_at
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-        for pid in started:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        end_all(launcher, started)
     assert launcher.returncode != 0
     assert elapsed < 15, elapsed
     # ps-lite may have given the killed worker either rank
@@ -330,18 +244,6 @@ def fake_ssh(blobs: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 SSH_ARGS = ("--launcher", "ssh", "--scheduler-host", "127.0.0.1", "--grace", 3)
-
-
-def descendants_of(pid: int) -> list[int]:
-    """Every process below ``pid`` (children, grandchildren, ...)."""
-    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True)
-    parents = [tuple(map(int, line.split())) for line in out.stdout.splitlines()]
-    found, frontier = [], [pid]
-    while frontier:
-        below = [p for p, parent in parents if parent in frontier]
-        found += below
-        frontier = below
-    return found
 
 
 def test_ssh_launcher_trains_like_the_local_one(blobs: Path, fake_ssh: Path) -> None:

@@ -24,11 +24,17 @@ from mxtrain.launch import (
     LaunchError,
     ProcessSpec,
     _forwarded_env,
+    check_hosts_reach_scheduler,
+    check_ssh_options,
+    describe_mpi_failure,
     local_processes,
     mpi_processes,
+    mpi_rank_from_env,
+    parse_mpi_rank_line,
     parse_rank_line,
     rank_line,
     read_hosts,
+    read_mpi_hostfile,
     ssh_processes,
 )
 
@@ -336,6 +342,63 @@ def test_mpi_commands_forward_the_environment() -> None:
     assert "DMLC_ROLE=worker" in workers and workers[workers.index("DMLC_ROLE=worker") - 1] == "-x"
     assert "DMLC_PS_ROOT_URI=10.0.0.9" in workers
     assert not any(a.startswith("DMLC_NODE_HOST") for a in workers)
+
+
+def test_mpi_on_a_loopback_scheduler_keeps_every_node_on_loopback() -> None:
+    specs = mpi_processes(job(), None, "127.0.0.1", 9000)
+    for spec in specs[1:]:
+        assert "DMLC_NODE_HOST=127.0.0.1" in spec.argv
+        assert "--hostfile" not in spec.argv
+
+
+def test_ssh_options_and_user_at_host() -> None:
+    specs = ssh_processes(job(), ["me@10.0.0.5"], "10.0.0.9", 9000, ["Port=2222", "User=x"])
+    argv = specs[1].argv
+    assert argv[:5] == ["ssh", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes"]
+    assert argv[5:10] == ["-o", "Port=2222", "-o", "User=x", "me@10.0.0.5"]
+    assert "DMLC_NODE_HOST=10.0.0.5" in argv[-1]  # the address, not ssh's user@ prefix
+    check_ssh_options(["Port=2222", "IdentityFile=/k"])
+    for bad in ("Port", "=2", "Port=", "-p=2"):
+        with pytest.raises(ConfigError, match="KEY=VALUE"):
+            check_ssh_options([bad])
+
+
+def test_a_loopback_scheduler_refuses_other_hosts(tmp_path: Path) -> None:
+    check_hosts_reach_scheduler(["127.0.0.1", "localhost", "me@127.0.0.2"], "127.0.0.1", "x")
+    check_hosts_reach_scheduler(["node1"], "10.0.0.9", "x")  # a routable scheduler: fine
+    with pytest.raises(ConfigError, match="--hosts h names node1, ::2") as caught:
+        check_hosts_reach_scheduler(["127.0.0.1", "node1", "::2"], "::1", "--hosts h")
+    assert "--scheduler-host" in caught.value.hint
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("# OpenMPI\nnode1 slots=4 max_slots=8\nnode2\n")
+    assert read_mpi_hostfile(hostfile) == ["node1", "node2"]
+
+
+def test_rank_lines_carry_the_mpi_rank_and_mpirun_reports_are_read() -> None:
+    line = rank_line(1, 2, mpi_rank=0)
+    assert parse_rank_line(line) == 1 and parse_mpi_rank_line(line) == (1, 0)
+    assert parse_mpi_rank_line(rank_line(1, 2)) is None
+    assert mpi_rank_from_env({"OMPI_COMM_WORLD_RANK": "3"}) == 3
+    assert mpi_rank_from_env({"PMI_RANK": "2"}) == 2 and mpi_rank_from_env({}) is None
+    killed = [
+        "---",
+        "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).",
+    ]
+    assert describe_mpi_failure(killed, {1: 0}) == (
+        "worker rank 0 (MPI rank 1) on node vm was killed by SIGKILL"
+    )
+    assert describe_mpi_failure(killed, {}).startswith(
+        "the worker of MPI rank 1 (its ps-lite rank was not known yet)"
+    )
+    failed = [
+        "mpirun detected that one or more processes exited with non-zero status, thus causing",
+        "the job to be terminated. The first process to do so was:",
+        "",
+        "  Process name: [[41779,1],0]",
+        "  Exit code:    2",
+    ]
+    assert describe_mpi_failure(failed, {0: 1}) == "worker rank 1 (MPI rank 0) exited with code 2"
+    assert describe_mpi_failure(["just output"], {}) is None
 
 
 def test_hosts_file_and_env_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
