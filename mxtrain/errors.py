@@ -21,6 +21,7 @@ class ExitCode(IntEnum):
     DIVERGED = 4  # loss became NaN or infinite
     RUN_FOLDER = 5  # run folder exists / is unusable; nothing was overwritten
     STUCK = 70  # distributed: no progress for kvstore.watchdog_seconds (a peer died or hung)
+    PEER_LOST = 71  # launch: a process of the job was killed, or a server/scheduler failed
     PREEMPTED = 75  # stopped by SIGTERM/SIGINT after saving a resumable checkpoint
 
 

@@ -66,12 +66,20 @@ LOCALHOST = "127.0.0.1"
 LAUNCHERS = ("local", "ssh", "mpi")
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _TAIL_LINES = 20
+# Seconds between SIGTERM and SIGKILL once a process of the job has failed. A broken job
+# cannot save a checkpoint (dist_sync peers wait for the dead one inside ps-lite, where no
+# signal handler runs), so waiting the whole --grace would only delay the end.
+FAILURE_GRACE = 2.0
+# Seconds a relayed command has, after SIGKILL was written to its relay, before its ssh
+# client is killed (which would leave the relay to stop the command on its own grace).
+_RELAY_KILL_WAIT = 1.0
 
 
 class LaunchError(MxtrainError):
     """A process of the job failed; the whole job was stopped."""
 
-    exit_code: int = ExitCode.INTERNAL
+    # a killed process, or a failed server/scheduler; a worker's own exit code replaces it
+    exit_code: int = ExitCode.PEER_LOST
 
 
 @dataclass
@@ -146,7 +154,15 @@ def parse_mpi_rank_line(line: str) -> tuple[int, int] | None:
     return int(match.group(1)), int(match.group(3))
 
 
-def describe_mpi_failure(lines: Sequence[str], ranks: Mapping[int, int]) -> str | None:
+@dataclass
+class MpiReport:
+    """What mpirun said about the process that failed."""
+
+    text: str  # e.g. "worker rank 0 (MPI rank 1) on node n1 was killed by SIGKILL"
+    signalled: bool  # killed by a signal (not an exit code of its own)
+
+
+def describe_mpi_failure(lines: Sequence[str], ranks: Mapping[int, int]) -> MpiReport | None:
     """Which worker mpirun says failed and how, from its report in ``lines``; ``ranks`` maps
     MPI ranks to ps-lite ranks (from the workers' rank lines). None when there is no report."""
     text = "\n".join(lines)
@@ -164,10 +180,10 @@ def describe_mpi_failure(lines: Sequence[str], ranks: Mapping[int, int]) -> str 
             name = signal.Signals(signum).name
         except ValueError:
             name = f"signal {signum}"
-        return f"{who(mpi_rank)} on node {node} was killed by {name}"
+        return MpiReport(f"{who(mpi_rank)} on node {node} was killed by {name}", True)
     named, code = _MPI_PROCESS_NAME.search(text), _MPI_EXIT_CODE.search(text)
     if named and code:
-        return f"{who(int(named[1]))} exited with code {code[1]}"
+        return MpiReport(f"{who(int(named[1]))} exited with code {code[1]}", False)
     return None
 
 
@@ -526,16 +542,30 @@ class _Running:
             self.process.stdin.write(signal.Signals(signum).name + "\n")
             self.process.stdin.flush()
 
+    def killed_by(self) -> str | None:
+        """The signal that killed the process (on its host, for a relayed command), if any."""
+        code = self.process.returncode
+        if code is None or code == 0:
+            return None
+        if code < 0:
+            signum = -code
+        elif self.spec.relay_signals and 128 < code < 128 + signal.NSIG:
+            signum = code - 128  # the relay exits 128+N when its command died of signal N
+        else:
+            return None
+        try:
+            return signal.Signals(signum).name
+        except ValueError:
+            return f"signal {signum}"
+
     def describe_exit(self) -> str:
         code = self.process.returncode
         if code is None:
             return "still running"
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return f"was killed by {name}"
+        killer = self.killed_by()
+        if killer is not None:
+            where = " on its host" if self.spec.relay_signals else ""
+            return f"was killed by {killer}{where}"
         return f"exited with code {code}"
 
 
@@ -629,7 +659,7 @@ class Cluster:
                 self._stop_on_signal()
             failed = next((r for r in self.running if r.process.poll() not in (None, 0)), None)
             if failed is not None:
-                self.stop()
+                self.stop(grace=min(self.grace, FAILURE_GRACE))
                 raise self._failure(failed)
             if all(r.process.poll() == 0 for r in workers):
                 break
@@ -665,14 +695,24 @@ class Cluster:
         error.exit_code = ExitCode.PREEMPTED if preempted else 130
         raise error
 
-    def stop(self, first_signal: int | None = signal.SIGTERM) -> None:
-        """Stop every process still running: ``first_signal``, then SIGKILL after the grace."""
+    def stop(self, first_signal: int | None = signal.SIGTERM, grace: float | None = None) -> None:
+        """Stop every process still running: ``first_signal``, then SIGKILL after ``grace``
+        seconds (default: the cluster's). Relayed (ssh) commands get both signals through
+        their relay, so that remote processes end on the same schedule as local ones."""
+        grace = self.grace if grace is None else grace
         alive = [r for r in self.running if r.process.poll() is None]
         if first_signal is not None:
             for running in alive:
-                running.signal_group(first_signal)
-        deadline = time.monotonic() + self.grace
+                running.forward_signal(first_signal)
+        deadline = time.monotonic() + grace
         for running in alive:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                running.process.wait(max(0.0, deadline - time.monotonic()))
+        relayed = [r for r in self.running if r.spec.relay_signals and r.process.poll() is None]
+        for running in relayed:
+            running.forward_signal(signal.SIGKILL)  # the remote command, then ssh ends
+        deadline = time.monotonic() + (_RELAY_KILL_WAIT if relayed else 0.0)
+        for running in relayed:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 running.process.wait(max(0.0, deadline - time.monotonic()))
         for running in self.running:
@@ -686,16 +726,16 @@ class Cluster:
 
     def _failure(self, failed: _Running) -> LaunchError:
         tail = "\n".join(f"    {line}" for line in failed.tail) or "    (no output)"
-        code = failed.process.returncode
         what = f"{failed.describe_name()} {failed.describe_exit()}"
+        killed = failed.killed_by() is not None
         hint = f"All logs are in {self.log_dir}."
         if failed.spec.argv[:1] == ["mpirun"]:
             report = describe_mpi_failure(failed.tail, failed.mpi_ranks)
-            what = (
-                f"{report} (mpirun's report); mpirun {failed.describe_exit()}"
-                if report
-                else (f"mpirun ({failed.label}) {failed.describe_exit()}")
-            )
+            if report is None:
+                what = f"mpirun ({failed.label}) {failed.describe_exit()}"
+            else:
+                what = f"{report.text} (mpirun's report); mpirun {failed.describe_exit()}"
+                killed = killed or report.signalled
             if "allow-run-as-root" in "\n".join(failed.tail):
                 hint += (
                     " mpirun refuses to run as root: run as another user, or set "
@@ -705,7 +745,9 @@ class Cluster:
             f"{what}; the other processes were stopped. Last lines of {failed.log_path}:\n{tail}\n",
             hint=hint,
         )
-        if code is not None and code > 0:
+        code = failed.process.returncode
+        is_worker = failed.spec.label.startswith("worker")
+        if is_worker and not killed and code is not None and code > 0:
             error.exit_code = code  # a worker's own mxtrain exit code (config, data, ...)
         return error
 
@@ -906,7 +948,7 @@ def launch(request: LaunchRequest, echo: Callable[[str], None] | None = None) ->
 # the remote end of an ssh launch
 # --------------------------------------------------------------------------------------------
 
-_RELAYED = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
+_RELAYED = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
 
 
 def relay_remote(argv: Sequence[str], *, grace: float = 10.0) -> int:
@@ -915,7 +957,8 @@ def relay_remote(argv: Sequence[str], *, grace: float = 10.0) -> int:
     Killing a local ssh client does not stop its remote command (without a terminal sshd
     sends no signal; with ``ssh -tt`` it sends SIGHUP, which kills a worker before it can
     save a checkpoint). So the launcher keeps ssh's standard input open and this relay
-    reads it: a line ``SIGTERM`` or ``SIGINT`` is passed to the command (a graceful stop);
+    reads it: a line ``SIGTERM`` or ``SIGINT`` is passed to the command (a graceful stop),
+    ``SIGKILL`` ends it at once (the launcher's grace is over);
     end of input means the launcher or the connection is gone, and the command is stopped
     (SIGTERM, then SIGKILL after ``grace``) so that nothing is left running on the host.
     """

@@ -52,7 +52,8 @@ Examples:
     type=float,
     default=10.0,
     show_default=True,
-    help="Seconds between SIGTERM and SIGKILL when stopping processes.",
+    help="Seconds between SIGTERM and SIGKILL when the job is stopped (Ctrl-C, SIGTERM); "
+    "after a process failed, at most 2.",
 )
 @click.option(
     "--log-dir",
@@ -93,7 +94,8 @@ def launch_command(
     Each process's output is shown with its label and kept in its own log file; workers are
     named by ps-lite rank ([worker 1] ..., worker-rank-1.log) once they know it, and by
     launch order before ([worker #0] ...). If any process fails, the others are stopped and
-    the exit code is the failed worker's. Only rank 0 writes the run folder.
+    the exit code is the failed worker's (71 if it was killed, or a server or the scheduler
+    failed). Only rank 0 writes the run folder.
     """
     from mxtrain.launch import LaunchRequest, launch
     from mxtrain.run.folder import check_name_option

@@ -384,12 +384,12 @@ def test_rank_lines_carry_the_mpi_rank_and_mpirun_reports_are_read() -> None:
         "---",
         "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).",
     ]
-    assert describe_mpi_failure(killed, {1: 0}) == (
-        "worker rank 0 (MPI rank 1) on node vm was killed by SIGKILL"
-    )
-    assert describe_mpi_failure(killed, {}).startswith(
-        "the worker of MPI rank 1 (its ps-lite rank was not known yet)"
-    )
+    report = describe_mpi_failure(killed, {1: 0})
+    assert report is not None and report.signalled
+    assert report.text == "worker rank 0 (MPI rank 1) on node vm was killed by SIGKILL"
+    report = describe_mpi_failure(killed, {})
+    assert report is not None
+    assert report.text.startswith("the worker of MPI rank 1 (its ps-lite rank was not known yet)")
     failed = [
         "mpirun detected that one or more processes exited with non-zero status, thus causing",
         "the job to be terminated. The first process to do so was:",
@@ -397,7 +397,9 @@ def test_rank_lines_carry_the_mpi_rank_and_mpirun_reports_are_read() -> None:
         "  Process name: [[41779,1],0]",
         "  Exit code:    2",
     ]
-    assert describe_mpi_failure(failed, {0: 1}) == "worker rank 1 (MPI rank 0) exited with code 2"
+    report = describe_mpi_failure(failed, {0: 1})
+    assert report is not None and not report.signalled
+    assert report.text == "worker rank 1 (MPI rank 0) exited with code 2"
     assert describe_mpi_failure(["just output"], {}) is None
 
 
