@@ -1,0 +1,86 @@
+"""An 8-worker, 4-server `mxtrain launch` soak on 127.0.0.1: three jobs in a row, each equal to
+one process with the combined batch, and nothing (process, listening port, file) left behind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from launch_helpers import (
+    alive,
+    load_params,
+    make_blobs,
+    mxtrain,
+    ndarray_train,
+    write_config,
+)
+
+WORKERS, SERVERS, BATCH = 8, 4, 4
+
+
+def listening_ports() -> set[int]:
+    """TCP ports something on this machine listens on (IPv4 and IPv6)."""
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A":  # LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def ps_lite_processes() -> set[int]:
+    """Live processes with a ps-lite role in their environment (any job's)."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                if b"DMLC_ROLE=" in (proc / "environ").read_bytes() and alive(int(proc.name)):
+                    found.add(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+def shared_files() -> set[str]:
+    """What is in /dev/shm and the temporary folder (ps-lite or MXNet leftovers would be)."""
+    names: set[str] = set()
+    for folder in ("/dev/shm", os.environ.get("TMPDIR", "/tmp")):
+        if Path(folder).is_dir():
+            names |= {f"{folder}/{p.name}" for p in Path(folder).iterdir()}
+    return names
+
+
+@pytest.mark.slow
+def test_eight_workers_four_servers_three_times_in_a_row(tmp_path: Path) -> None:
+    blobs = make_blobs(tmp_path)
+    single = write_config(blobs, "single.yaml", ndarray_train(blobs, WORKERS * BATCH), epochs=2)
+    done = mxtrain("fit", single, "--name", "single", "--set", "kvstore.type=local")
+    assert done.returncode == 0, done.stderr
+    reference = load_params(blobs / "runs" / "single" / "model-0002.params")
+    config = write_config(blobs, "dist.yaml", ndarray_train(blobs, BATCH), epochs=2)
+    before_ports, before_files = listening_ports(), shared_files()
+    before_processes = ps_lite_processes()
+    for attempt in range(3):
+        name = f"soak{attempt}"
+        done = mxtrain("launch", "-n", WORKERS, "-s", SERVERS, config, "--name", name,
+                       "--grace", 3, timeout=240)  # fmt: skip
+        assert done.returncode == 0, f"run {attempt}: {done.stdout[-3000:]}{done.stderr}"
+        got = load_params(blobs / "runs" / name / "model-0002.params")
+        assert got.keys() == reference.keys()
+        for key in reference:
+            np.testing.assert_allclose(got[key], reference[key], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"run {attempt}: {key}")  # fmt: skip
+        logs = blobs / "runs" / f"{name}.launch"
+        assert len(list(logs.glob("worker-rank-*.log"))) == WORKERS
+        assert len(list(logs.glob("server-*.log"))) == SERVERS
+        # nothing of the job is left: processes, listening ports, shared-memory or temp files
+        assert ps_lite_processes() <= before_processes, f"run {attempt} left processes"
+        assert listening_ports() <= before_ports, f"run {attempt} left a listening port"
+        assert shared_files() <= before_files, f"run {attempt} left files"
