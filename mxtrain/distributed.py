@@ -9,10 +9,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import struct
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from mxtrain.config.schema import (
@@ -319,3 +321,79 @@ class Watchdog:
                 print(message, file=sys.stderr, flush=True)
                 self._exit(self.EXIT_CODE)
                 return
+
+
+# --------------------------------------------------------------------------------------------
+# traffic measurement (scripts/sizing.py)
+# --------------------------------------------------------------------------------------------
+
+
+# struct tcp_info (linux/tcp.h): tcpi_bytes_acked and tcpi_bytes_received, two u64 at 120
+_TCP_INFO_BYTES = struct.Struct("=QQ")
+_TCP_INFO_BYTES_OFFSET = 120
+
+
+def _tcp_bytes() -> tuple[int, int]:
+    """(payload bytes sent and acknowledged, payload bytes received) over every TCP socket
+    this process holds, as the kernel counts them (TCP_INFO; ZeroMQ framing included)."""
+    import socket
+
+    sent = received = 0
+    for fd_path in Path("/proc/self/fd").iterdir():
+        try:
+            if not os.readlink(fd_path).startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=os.dup(int(fd_path.name)))
+        except OSError:
+            continue  # closed meanwhile, or not a socket Python can wrap
+        with sock:
+            if sock.type != socket.SOCK_STREAM or sock.family not in (
+                socket.AF_INET,
+                socket.AF_INET6,
+            ):
+                continue
+            info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+        end = _TCP_INFO_BYTES_OFFSET + _TCP_INFO_BYTES.size
+        if len(info) >= end:
+            acked, got = _TCP_INFO_BYTES.unpack_from(info, _TCP_INFO_BYTES_OFFSET)
+            sent, received = sent + acked, received + got
+    return sent, received
+
+
+def measure_push_pull_bytes(
+    shapes: list[tuple[int, ...]], updates: int, compression: Mapping[str, Any] | None = None
+) -> dict[str, float]:
+    """Run as the worker of a ``dist_sync`` job: push a gradient and pull every array of
+    ``shapes`` ``updates`` times and return the bytes this process sent and received per
+    update: TCP payload as the kernel counts it per socket (ZeroMQ framing included, TCP/IP
+    headers not). Linux only.
+
+    One round before the count warms up the connections (and, with 2-bit compression, sends
+    MXNet's uncompressed first push), so the figures are the steady state of training.
+    """
+    import mxnet as mx
+
+    kv = mx.kv.create("dist_sync")
+    if compression:
+        kv.set_gradient_compression(dict(compression))
+    keys = list(range(len(shapes)))
+    kv.init(keys, [mx.nd.zeros(shape) for shape in shapes])
+    mx.random.seed(0)  # the same gradients every run
+    grads = [mx.nd.random.normal(shape=shape) for shape in shapes]
+    outs = [mx.nd.zeros(shape) for shape in shapes]
+
+    def one_update() -> None:
+        kv.push(keys, grads)
+        kv.pull(keys, out=outs)
+        mx.nd.waitall()
+
+    one_update()
+    sent_before, received_before = _tcp_bytes()
+    for _ in range(updates):
+        one_update()
+    sent_after, received_after = _tcp_bytes()
+    return {
+        "sent_per_update": (sent_after - sent_before) / updates,
+        "received_per_update": (received_after - received_before) / updates,
+        "updates": float(updates),
+    }
