@@ -390,7 +390,10 @@ def mpi_processes(
         mpirun += ["-wdir", job.workdir]
         for key, value in env.items():
             mpirun += ["-x", f"{key}={value}"]
-        specs.append(ProcessSpec(f"{role}s", [*mpirun, *argv]))
+        # mpirun's processes are not the launcher's children: each ends with its mpirun (or
+        # orted) instead, so that a launcher killed by SIGKILL leaves none behind
+        guard = [job.python, "-m", "mxtrain.launch", "--die-with-parent", "--"]
+        specs.append(ProcessSpec(f"{role}s", [*mpirun, *guard, *argv]))
     return specs
 
 
@@ -988,7 +991,24 @@ def relay_remote(argv: Sequence[str], *, grace: float = 10.0) -> int:
     return code if code >= 0 else 128 - code
 
 
+def exec_dying_with_parent(argv: Sequence[str]) -> None:
+    """Replace this process by ``argv``, which the kernel kills (SIGKILL) when this process's
+    parent dies: mpirun's processes use it, since the launcher's own guard (process groups,
+    ``PR_SET_PDEATHSIG``) reaches only its direct children."""
+    parent = os.getppid()
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # kept across exec
+    if os.getppid() != parent:
+        sys.exit(1)  # the parent died before the guard was set
+    os.execvp(argv[0], list(argv))
+
+
 if __name__ == "__main__":
+    if len(sys.argv) >= 4 and sys.argv[1] == "--die-with-parent" and sys.argv[2] == "--":
+        exec_dying_with_parent(sys.argv[3:])
     if len(sys.argv) < 5 or sys.argv[1] != "--relay" or sys.argv[3] != "--":
-        sys.exit("usage: python -m mxtrain.launch --relay GRACE_SECONDS -- COMMAND [ARG...]")
+        sys.exit(
+            "usage: python -m mxtrain.launch --relay GRACE_SECONDS -- COMMAND [ARG...]\n"
+            "       python -m mxtrain.launch --die-with-parent -- COMMAND [ARG...]"
+        )
     sys.exit(relay_remote(sys.argv[4:], grace=float(sys.argv[2])))

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
 import textwrap
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from launch_helpers import processes_with_env
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -136,3 +141,15 @@ def onnxruntime_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from onnx_helpers import onnxruntime_environment
 
     return onnxruntime_environment(tmp_path_factory.mktemp("onnxruntime") / "venv")
+
+
+@pytest.fixture
+def reaper(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Marks the environment of everything this test starts and, afterwards, SIGKILLs any
+    marked process still alive: a failed assertion must not leave a job running."""
+    mark = f"MXTRAIN_TEST_JOB={uuid.uuid4().hex}"
+    monkeypatch.setenv(*mark.split("=", 1))
+    yield
+    for pid in processes_with_env(mark):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

@@ -135,9 +135,9 @@ def descendants_of(pid: int) -> list[int]:
     return found
 
 
-def job_processes(port: str) -> list[int]:
-    """Every process on this machine whose environment says it belongs to the ps-lite job of
-    scheduler port ``port``, however it was started (directly, by mpirun or by sshd)."""
+def processes_with_env(entry: str) -> list[int]:
+    """Every live process on this machine whose environment holds ``entry`` (``NAME=VALUE``),
+    however it was started (directly, by mpirun or by sshd)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -146,9 +146,14 @@ def job_processes(port: str) -> list[int]:
             environ = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"DMLC_PS_ROOT_PORT={port}".encode() in environ and alive(int(proc.name)):
+        if entry.encode() in environ and alive(int(proc.name)):
             found.append(int(proc.name))
     return found
+
+
+def job_processes(port: str) -> list[int]:
+    """Every process of the ps-lite job whose scheduler listens on ``port``."""
+    return processes_with_env(f"DMLC_PS_ROOT_PORT={port}")
 
 
 def process_env(pid: int) -> dict[str, str]:

@@ -32,6 +32,9 @@ from launch_helpers import (
 from mxtrain.run.checkpoint import list_checkpoints
 from mxtrain.run.layout import RunFolder
 
+# every process a test starts is killed afterwards, even when an assertion failed
+pytestmark = pytest.mark.usefixtures("reaper")
+
 
 @pytest.fixture
 def blobs(tmp_path: Path) -> Path:

@@ -44,6 +44,9 @@ needs_mpi = pytest.mark.skipif(
     reason="OpenMPI's mpirun is not installed (Debian/Ubuntu: apt-get install openmpi-bin)",
 )
 
+# every process a test starts is killed afterwards, even when an assertion failed
+pytestmark = pytest.mark.usefixtures("reaper")
+
 
 def _sshd_path() -> str | None:
     return shutil.which("sshd") or next(
@@ -169,6 +172,25 @@ def test_mpi_a_killed_worker_stops_the_job_and_is_named(blobs: Path) -> None:
     ), err
     assert "Last lines of" in err and "workers.log" in err
     assert not [p for p in started if alive(p)], "orphans left behind"
+
+
+@needs_mpi
+def test_killing_the_mpi_launcher_leaves_no_process(blobs: Path) -> None:
+    """mpirun's processes are not the launcher's children: each ends with its mpirun, which
+    ends with the launcher, also when the launcher is SIGKILLed."""
+    config = write_config(blobs, "long.yaml", ndarray_train(blobs, 4), epochs=100000)
+    launcher = start_launch("-n", 2, "-s", 1, config, *MPI_ARGS, extra_env=MPI_ENV)
+    started: list[int] = []
+    try:
+        wait_for_log(launcher, blobs / "runs" / "dist.launch" / "workers.log", "epoch 2")
+        started = descendants_of(launcher.pid)
+        assert sum(map(is_worker, started)) == 2
+        launcher.kill()
+        launcher.communicate(timeout=10)
+        wait_until_gone(started, 10)
+    finally:
+        end_all(launcher, started)
+    assert not [p for p in started if alive(p)], "processes outlived the launcher"
 
 
 @needs_mpi

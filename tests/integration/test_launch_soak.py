@@ -17,6 +17,9 @@ from launch_helpers import (
     write_config,
 )
 
+# every process a test starts is killed afterwards, even when an assertion failed
+pytestmark = pytest.mark.usefixtures("reaper")
+
 WORKERS, SERVERS, BATCH = 8, 4, 4
 
 

@@ -342,6 +342,10 @@ def test_mpi_commands_forward_the_environment() -> None:
     assert "DMLC_ROLE=worker" in workers and workers[workers.index("DMLC_ROLE=worker") - 1] == "-x"
     assert "DMLC_PS_ROOT_URI=10.0.0.9" in workers
     assert not any(a.startswith("DMLC_NODE_HOST") for a in workers)
+    # each process mpirun starts dies with it (it is not the launcher's child)
+    guard = workers.index("--die-with-parent")
+    assert workers[guard - 2 : guard + 2] == ["-m", "mxtrain.launch", "--die-with-parent", "--"]
+    assert workers[guard + 2 :][:4] == ["py", "-m", "mxtrain", "fit"]
 
 
 def test_mpi_on_a_loopback_scheduler_keeps_every_node_on_loopback() -> None:
