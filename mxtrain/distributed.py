@@ -72,14 +72,27 @@ def check_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> None:
         )
     if kv_type == "horovod":
         try:
-            import horovod.mxnet  # noqa: F401
+            import horovod.mxnet as hvd
         except ImportError:
             raise ConfigError(
                 "kvstore.type horovod needs Horovod built with MXNet support, which is not "
                 "installed.",
-                hint="Install it with `HOROVOD_WITH_MXNET=1 pip install horovod[mxnet]` and "
-                "start the job with horovodrun, or use a dist_* kvstore with `mxtrain launch`.",
+                hint="Build it with `HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 pip install "
+                "--no-build-isolation horovod` (README: Horovod), or use a dist_* kvstore "
+                "with `mxtrain launch`.",
             ) from None
+        hvd.init()
+        if hvd.size() > 1:
+            # Sharding the data by rank, one writer of the run folder and the workers'
+            # agreement on batches and stops exist only for the ps-lite kvstores so far: under
+            # horovodrun every process would train on all the data as rank 0.
+            raise ConfigError(
+                f"kvstore.type horovod with {hvd.size()} processes: mxtrain runs Horovod in "
+                "one process only (it does not yet shard the data by Horovod rank or let rank "
+                "0 alone write the run folder).",
+                hint="Train several processes with kvstore.type dist_sync and `mxtrain launch` "
+                "(--launcher mpi or ssh for several machines).",
+            )
     if is_distributed(kv_type):
         missing = [k for k in _DMLC_REQUIRED if not os.environ.get(k)]
         if missing:
