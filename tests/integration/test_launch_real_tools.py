@@ -73,7 +73,7 @@ MPI_ENV = {
 }
 if os.geteuid() == 0:
     MPI_ENV.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-MPI_ARGS = ("--launcher", "mpi", "--scheduler-host", "127.0.0.1", "--grace", 2)
+MPI_ARGS = ("--launcher", "mpi", "--scheduler-host", "127.0.0.1")
 
 
 @pytest.fixture
@@ -166,7 +166,7 @@ def test_mpi_a_killed_worker_stops_the_job_and_is_named(blobs: Path) -> None:
         blobs, [*MPI_ARGS], "workers.log", MPI_ENV
     )
     assert code == 71, err
-    assert elapsed < 15, elapsed
+    assert elapsed < 5, elapsed  # a dead peer ends the job in under 5 s by default
     assert re.search(
         r"worker rank \d \(MPI rank \d\) on node \S+ was killed by SIGKILL \(mpirun's report\)", err
     ), err
@@ -289,7 +289,7 @@ def sshd(tmp_path: Path) -> Iterator[list[str]]:
 def ssh_launch_args(blobs: Path, options: list[str]) -> list[object]:
     hosts = blobs / "hosts.txt"
     hosts.write_text("127.0.0.1\n")
-    return ["--launcher", "ssh", "--hosts", hosts, "--scheduler-host", "127.0.0.1", "--grace", 2,
+    return ["--launcher", "ssh", "--hosts", hosts, "--scheduler-host", "127.0.0.1",
             "--env", "OMP_NUM_THREADS=1", *options]  # fmt: skip
 
 
@@ -311,7 +311,7 @@ def test_ssh_a_killed_worker_stops_the_job_and_nothing_stays_on_the_host(
     code, err, elapsed, started = long_job_with_a_killed_worker(
         blobs, ssh_launch_args(blobs, sshd), "worker-rank-1.log"
     )
-    assert elapsed < 15, elapsed
+    assert elapsed < 5, elapsed  # a dead peer ends the job in under 5 s by default
     # the relay turns the remote worker's SIGKILL into exit code 137, which ssh passes on
     assert code == 71, err
     assert re.search(r"worker rank \d \(launch #\d\) was killed by SIGKILL on its host", err), err
