@@ -7,17 +7,24 @@ is downloaded: the test copies the two scripts and ``_venv.sh`` into a temporary
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from mxtrain.cli.main import cli
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Stands for python3.11: the version check passes, `-m venv DIR` makes DIR/bin/{python,
-# mxtrain} (copies of this script), and every call is appended to $CALLS.
+# mxtrain} (copies of this script), and every call is appended to $CALLS (and, shell-quoted
+# so that each argument can be recovered, to $CALLS.argv).
 FAKE_PYTHON = """\
 #!/usr/bin/env bash
 echo "$(basename "$0") $*" >> "$CALLS"
+{ printf '%q ' "$(basename "$0")" "$@"; echo; } >> "$CALLS.argv"
 if [ "${1:-}" = "-m" ] && [ "${2:-}" = "venv" ]; then
   mkdir -p "$3/bin"
   cp "$0" "$3/bin/python"
@@ -62,8 +69,28 @@ def test_quickstart_passes_its_arguments_to_fit_not_to_pip(tmp_path: Path) -> No
     fits = [c for c in calls if c.startswith("mxtrain fit")]
     assert fits == [
         "mxtrain fit configs/ptb_lstm.yaml --name ptb_lstm_quickstart --force "
-        "--set fit.num_epoch=1 --set experiment.seed=2"
+        "--set fit.num_epoch=1 --set model.dropout=0 --set optimizer.lr_scheduler={type: "
+        "multifactor, unit: epochs, steps: [0.75], factor: 0.25} --set experiment.seed=2"
     ]
+
+
+def test_the_quickstart_command_passes_mxtrain_check_on_the_shipped_config(
+    tmp_path: Path,
+) -> None:
+    """The overrides quickstart.sh adds must stay valid as configs/ptb_lstm.yaml changes."""
+    project, env = _project(tmp_path)
+    _run(project, env, "scripts/quickstart.sh")
+    argv = [shlex.split(line) for line in (tmp_path / "calls.txt.argv").read_text().splitlines()]
+    (fit,) = [a for a in argv if a[:2] == ["mxtrain", "fit"]]
+    options = fit[3:]
+    sets = [options[i + 1] for i, option in enumerate(options) if option == "--set"]
+    assert sets, fit
+    args = ["check", str(ROOT / fit[2])]
+    for value in sets:
+        args += ["--set", value]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "num_epoch: 1" in result.output and "steps: [0.75]" in result.output
 
 
 def test_test_sh_installs_the_test_extras_and_passes_pytest_arguments(tmp_path: Path) -> None:
