@@ -136,8 +136,12 @@ def mpi_rank_from_env(env: Mapping[str, str] | None = None) -> int | None:
 
 
 def announce_rank(rank: int, num_workers: int) -> None:
-    """Print ``rank_line`` on stderr (stdout may carry only ``--json`` events)."""
-    print(rank_line(rank, num_workers, mpi_rank_from_env()), file=sys.stderr, flush=True)
+    """Write ``rank_line`` on stderr (stdout may carry only ``--json`` events) in one system
+    call: under mpirun several workers share one stream, and ``print`` writes the line and
+    its newline separately, so two workers' lines could run together."""
+    sys.stderr.flush()
+    line = rank_line(rank, num_workers, mpi_rank_from_env()) + "\n"
+    os.write(sys.stderr.fileno(), line.encode())
 
 
 def parse_rank_line(line: str) -> int | None:
@@ -146,12 +150,14 @@ def parse_rank_line(line: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def parse_mpi_rank_line(line: str) -> tuple[int, int] | None:
-    """(ps-lite rank, MPI rank) announced by ``line`` under mpirun, else None."""
-    match = _RANK_LINE.fullmatch(line.strip())
-    if not match or match.group(3) is None:
-        return None
-    return int(match.group(1)), int(match.group(3))
+def parse_mpi_rank_lines(line: str) -> list[tuple[int, int]]:
+    """Every (ps-lite rank, MPI rank) announced in ``line`` of an mpirun stream, where
+    several workers' output shares one stream and lines may have run together."""
+    return [
+        (int(m.group(1)), int(m.group(3)))
+        for m in _RANK_LINE.finditer(line)
+        if m.group(3) is not None
+    ]
 
 
 @dataclass
@@ -476,9 +482,8 @@ class _Running:
                 if rank is not None:
                     self._switch_to_rank(rank)
             elif self.spec.launch_index is None:
-                ranks = parse_mpi_rank_line(line)
-                if ranks is not None:
-                    self.mpi_ranks[ranks[1]] = ranks[0]
+                for rank, mpi_rank in parse_mpi_rank_lines(line):
+                    self.mpi_ranks[mpi_rank] = rank
             self.tail.append(line)
             with self._log_lock:
                 if not self._log_file.closed:

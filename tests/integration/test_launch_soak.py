@@ -51,13 +51,10 @@ def ps_lite_processes() -> set[int]:
     return found
 
 
-def shared_files() -> set[str]:
-    """What is in /dev/shm and the temporary folder (ps-lite or MXNet leftovers would be)."""
-    names: set[str] = set()
-    for folder in ("/dev/shm", os.environ.get("TMPDIR", "/tmp")):
-        if Path(folder).is_dir():
-            names |= {f"{folder}/{p.name}" for p in Path(folder).iterdir()}
-    return names
+def shared_memory_files() -> set[str]:
+    """What is in /dev/shm (ps-lite or MXNet leftovers would be)."""
+    shm = Path("/dev/shm")
+    return {p.name for p in shm.iterdir()} if shm.is_dir() else set()
 
 
 @pytest.mark.slow
@@ -68,12 +65,15 @@ def test_eight_workers_four_servers_three_times_in_a_row(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     reference = load_params(blobs / "runs" / "single" / "model-0002.params")
     config = write_config(blobs, "dist.yaml", ndarray_train(blobs, BATCH), epochs=2)
-    before_ports, before_files = listening_ports(), shared_files()
+    # the job's temporary files go to a folder of its own, which must be empty after each run
+    job_tmp = tmp_path / "job-tmp"
+    job_tmp.mkdir()
+    before_ports, before_shm = listening_ports(), shared_memory_files()
     before_processes = ps_lite_processes()
     for attempt in range(3):
         name = f"soak{attempt}"
         done = mxtrain("launch", "-n", WORKERS, "-s", SERVERS, config, "--name", name,
-                       "--grace", 3, timeout=240)  # fmt: skip
+                       "--grace", 3, timeout=240, extra_env={"TMPDIR": str(job_tmp)})  # fmt: skip
         assert done.returncode == 0, f"run {attempt}: {done.stdout[-3000:]}{done.stderr}"
         got = load_params(blobs / "runs" / name / "model-0002.params")
         assert got.keys() == reference.keys()
@@ -83,7 +83,8 @@ def test_eight_workers_four_servers_three_times_in_a_row(tmp_path: Path) -> None
         logs = blobs / "runs" / f"{name}.launch"
         assert len(list(logs.glob("worker-rank-*.log"))) == WORKERS
         assert len(list(logs.glob("server-*.log"))) == SERVERS
-        # nothing of the job is left: processes, listening ports, shared-memory or temp files
+        # nothing of the job is left: processes, listening ports, temporary or shared-memory files
         assert ps_lite_processes() <= before_processes, f"run {attempt} left processes"
         assert listening_ports() <= before_ports, f"run {attempt} left a listening port"
-        assert shared_files() <= before_files, f"run {attempt} left files"
+        assert not list(job_tmp.iterdir()), f"run {attempt} left {list(job_tmp.iterdir())}"
+        assert shared_memory_files() <= before_shm, f"run {attempt} left files in /dev/shm"

@@ -31,7 +31,7 @@ from mxtrain.launch import (
     local_processes,
     mpi_processes,
     mpi_rank_from_env,
-    parse_mpi_rank_line,
+    parse_mpi_rank_lines,
     parse_rank_line,
     rank_line,
     read_hosts,
@@ -391,8 +391,11 @@ def test_a_loopback_scheduler_refuses_other_hosts(tmp_path: Path) -> None:
 
 def test_rank_lines_carry_the_mpi_rank_and_mpirun_reports_are_read() -> None:
     line = rank_line(1, 2, mpi_rank=0)
-    assert parse_rank_line(line) == 1 and parse_mpi_rank_line(line) == (1, 0)
-    assert parse_mpi_rank_line(rank_line(1, 2)) is None
+    assert parse_rank_line(line) == 1 and parse_mpi_rank_lines(line) == [(1, 0)]
+    assert parse_mpi_rank_lines(rank_line(1, 2)) == []
+    # two workers' lines run together in mpirun's shared stream (seen on one core)
+    merged = rank_line(0, 2, mpi_rank=0) + rank_line(1, 2, mpi_rank=1)
+    assert parse_mpi_rank_lines(merged) == [(0, 0), (1, 1)]
     assert mpi_rank_from_env({"OMPI_COMM_WORLD_RANK": "3"}) == 3
     assert mpi_rank_from_env({"PMI_RANK": "2"}) == 2 and mpi_rank_from_env({}) is None
     killed = [
