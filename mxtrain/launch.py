@@ -431,11 +431,16 @@ def _load_prctl() -> Any:
 _PRCTL = _load_prctl()
 
 
+def _kill_when_parent_dies() -> None:
+    """Ask the kernel for SIGKILL when the parent process dies (Linux; kept across exec)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
 def _die_with_parent() -> None:
     """In the child, before exec: own process group, and SIGKILL when the launcher dies."""
     os.setpgid(0, 0)
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    _kill_when_parent_dies()
 
 
 class _Running:
@@ -516,6 +521,11 @@ class _Running:
                 self._log_file = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115
             self.rank = rank
             self.label = f"worker {rank}"
+
+    @property
+    def is_worker(self) -> bool:
+        """One worker, or mpirun's stream of all workers (not the scheduler or a server)."""
+        return self.spec.label.startswith("worker")
 
     def describe_name(self) -> str:
         """Who this is in messages: a worker by rank and launch order when its rank is known."""
@@ -653,7 +663,7 @@ class Cluster:
         return [r.process.pid for r in self.running]
 
     def _workers(self) -> list[_Running]:
-        return [r for r in self.running if r.spec.label.startswith("worker")]
+        return [r for r in self.running if r.is_worker]
 
     def wait(self) -> LaunchResult:
         """Block until the workers finish; raise LaunchError (after stopping all) on a failure.
@@ -754,8 +764,7 @@ class Cluster:
             hint=hint,
         )
         code = failed.process.returncode
-        is_worker = failed.spec.label.startswith("worker")
-        if is_worker and not killed and code is not None and code > 0:
+        if failed.is_worker and not killed and code is not None and code > 0:
             error.exit_code = code  # a worker's own mxtrain exit code (config, data, ...)
         return error
 
@@ -1001,8 +1010,7 @@ def exec_dying_with_parent(argv: Sequence[str]) -> None:
     parent dies: mpirun's processes use it, since the launcher's own guard (process groups,
     ``PR_SET_PDEATHSIG``) reaches only its direct children."""
     parent = os.getppid()
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # kept across exec
+    _kill_when_parent_dies()
     if os.getppid() != parent:
         sys.exit(1)  # the parent died before the guard was set
     os.execvp(argv[0], list(argv))

@@ -100,12 +100,16 @@ def summarize(run: Path) -> dict[str, Any]:
 
 
 def saved_config(run: Path) -> dict[str, Any]:
-    """The run's saved config as a plain tree, its name and run folder left out (they differ
-    from run to run without changing what was trained)."""
+    """The run's saved config as a plain tree, its name and run folder left out."""
     sys.path.insert(0, str(ROOT))
     from mxtrain.config import config_to_dict, load_config
 
-    tree: dict[str, Any] = config_to_dict(load_config(run / "config.yaml"))
+    return _without_identity(config_to_dict(load_config(run / "config.yaml")))
+
+
+def _without_identity(tree: dict[str, Any]) -> dict[str, Any]:
+    """``tree`` without the run's name and run folder, which differ between runs of one
+    config without changing what was trained."""
     tree["experiment"].pop("name", None)
     tree["experiment"].pop("runs_dir", None)
     return tree
@@ -118,9 +122,7 @@ def config_changes(saved: dict[str, Any], shipped: Path) -> list[str]:
     from mxtrain.config import config_to_dict, load_config
     from mxtrain.config.resume_policy import diff_configs
 
-    wanted = config_to_dict(load_config(shipped))
-    wanted["experiment"].pop("name", None)
-    wanted["experiment"].pop("runs_dir", None)
+    wanted = _without_identity(config_to_dict(load_config(shipped)))
     return [c.key for c in diff_configs(saved, wanted)]
 
 

@@ -178,15 +178,17 @@ def report(models: list[dict[str, Any]], bandwidth_gbit: float, step_seconds: fl
         sizes = model["sizes"]
         plain, packed = model["plain"], model["compressed"]
         cells = []
+        # measured bytes against the bare float32 (or 2-bit) payload: the framing overhead
+        overheads = {
+            compressed: (
+                measured["sent_per_update"] / sum(push_bytes(s, compressed) for s in sizes),
+                measured["received_per_update"] / sum(s * 4 for s in sizes),
+            )
+            for compressed, measured in ((False, plain), (True, packed))
+        }
         for workers in WORKER_COUNTS:
             found = []
-            for compressed, measured in ((False, plain), (True, packed)):
-                bare_push = sum(push_bytes(s, compressed) for s in sizes)
-                bare_pull = sum(s * 4 for s in sizes)
-                overhead = (
-                    measured["sent_per_update"] / bare_push,
-                    measured["received_per_update"] / bare_pull,
-                )
+            for compressed, overhead in overheads.items():
                 plan = servers_needed(sizes, workers, compressed, rate, step_seconds, overhead)
                 found.append(str(plan.servers) if plan.servers else f"none ({plan.reason})")
             cells.append(f"{found[0]} ({found[1]})")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from launch_helpers import processes_with_env
+from launch_helpers import make_blobs, processes_with_env
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -153,3 +153,9 @@ def reaper(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for pid in processes_with_env(mark):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def blobs(tmp_path: Path) -> Path:
+    """96 rows of 6 features in 3 classes as x.npy / y.npy (the launch tests' data)."""
+    return make_blobs(tmp_path)

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -135,9 +136,9 @@ def descendants_of(pid: int) -> list[int]:
     return found
 
 
-def processes_with_env(entry: str) -> list[int]:
-    """Every live process on this machine whose environment holds ``entry`` (``NAME=VALUE``),
-    however it was started (directly, by mpirun or by sshd)."""
+def processes_whose_env(matches: Callable[[list[bytes]], bool]) -> list[int]:
+    """Every live process on this machine whose environment (its ``NAME=VALUE`` entries)
+    ``matches``, however it was started (directly, by mpirun or by sshd)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -146,9 +147,14 @@ def processes_with_env(entry: str) -> list[int]:
             environ = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if entry.encode() in environ and alive(int(proc.name)):
+        if matches(environ) and alive(int(proc.name)):
             found.append(int(proc.name))
     return found
+
+
+def processes_with_env(entry: str) -> list[int]:
+    """Every live process whose environment holds ``entry`` (``NAME=VALUE``)."""
+    return processes_whose_env(lambda environ: entry.encode() in environ)
 
 
 def job_processes(port: str) -> list[int]:

@@ -19,7 +19,6 @@ from launch_helpers import (
     descendants_of,
     end_all,
     load_params,
-    make_blobs,
     mxtrain,
     ndarray_train,
     process_env,
@@ -34,11 +33,6 @@ from mxtrain.run.layout import RunFolder
 
 # every process a test starts is killed afterwards, even when an assertion failed
 pytestmark = pytest.mark.usefixtures("reaper")
-
-
-@pytest.fixture
-def blobs(tmp_path: Path) -> Path:
-    return make_blobs(tmp_path)
 
 
 def test_dist_sync_equals_one_process_with_the_combined_batch_and_resumes(blobs: Path) -> None:

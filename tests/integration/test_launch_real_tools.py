@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -28,7 +27,6 @@ from launch_helpers import (
     end_all,
     job_processes,
     load_params,
-    make_blobs,
     mxtrain,
     ndarray_train,
     process_env,
@@ -37,6 +35,8 @@ from launch_helpers import (
     wait_until_gone,
     write_config,
 )
+
+from mxtrain.launch import free_port
 
 MPIRUN = shutil.which("mpirun")
 needs_mpi = pytest.mark.skipif(
@@ -74,11 +74,6 @@ MPI_ENV = {
 if os.geteuid() == 0:
     MPI_ENV.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 MPI_ARGS = ("--launcher", "mpi", "--scheduler-host", "127.0.0.1")
-
-
-@pytest.fixture
-def blobs(tmp_path: Path) -> Path:
-    return make_blobs(tmp_path)
 
 
 def assert_same_params(got_path: Path, want_path: Path) -> None:
@@ -207,12 +202,6 @@ def test_mpi_refuses_a_hostfile_of_other_hosts_with_a_loopback_scheduler(blobs: 
 # --- ssh against a real sshd -----------------------------------------------------------------
 
 
-def _free_loopback_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 SSHD_CONFIG = """\
 Port {port}
 ListenAddress 127.0.0.1
@@ -246,7 +235,7 @@ def sshd(tmp_path: Path) -> Iterator[list[str]]:
     (folder / "authorized_keys").chmod(0o600)
     if os.geteuid() == 0 and not Path("/run/sshd").is_dir():
         Path("/run/sshd").mkdir(mode=0o755, parents=True)  # sshd's privilege separation folder
-    port = _free_loopback_port()
+    port = free_port()  # on 127.0.0.1
     (folder / "sshd_config").write_text(SSHD_CONFIG.format(port=port, dir=folder))
     server = subprocess.Popen(
         [str(SSH_TOOLS["sshd"]), "-D", "-e", "-f", str(folder / "sshd_config")],

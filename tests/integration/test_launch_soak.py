@@ -3,17 +3,16 @@ one process with the combined batch, and nothing (process, listening port, file)
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from launch_helpers import (
-    alive,
     load_params,
     make_blobs,
     mxtrain,
     ndarray_train,
+    processes_whose_env,
     write_config,
 )
 
@@ -40,15 +39,7 @@ def listening_ports() -> set[int]:
 
 def ps_lite_processes() -> set[int]:
     """Live processes with a ps-lite role in their environment (any job's)."""
-    found = set()
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit() and int(proc.name) != os.getpid():
-            try:
-                if b"DMLC_ROLE=" in (proc / "environ").read_bytes() and alive(int(proc.name)):
-                    found.add(int(proc.name))
-            except OSError:
-                continue
-    return found
+    return set(processes_whose_env(lambda env: any(e.startswith(b"DMLC_ROLE=") for e in env)))
 
 
 def shared_memory_files() -> set[str]:
