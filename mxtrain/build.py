@@ -167,15 +167,23 @@ def build_module(
     *,
     for_training: bool,
     logger: logging.Logger,
+    for_metrics: bool | None = None,
 ) -> Any:
     """The model of ``config.model`` as a BucketingModule on ``contexts``, bound to
     ``data_iter``'s largest bucket (so a model that does not fit in memory fails here, and a
     model that does not fit the data is explained). Training binds with ``fit.fixed_params``
-    and, with gradient accumulation, gradients that add up."""
+    and, with gradient accumulation, gradients that add up. ``for_metrics`` (default: when
+    training): the outputs only feed the config's metrics, so a model whose metrics all read
+    its loss leaves the probabilities out."""
     from mxtrain.engine.bucketing import BucketingModule, ParamPatternError
 
     fit_cfg = config.fit
     sym_gen = build_sym_gen(config.model, data_iter.data_info, config.base_dir)
+    if for_metrics is None:
+        for_metrics = for_training
+    if for_metrics and metrics_read_loss(config, data_iter.data_info):
+        # training and its evaluations then never compute the probabilities they don't read
+        sym_gen = getattr(sym_gen, "without_probabilities", lambda: sym_gen)()
     work_load = config.context.work_load
     with explained_model_errors(config, data_iter, data_where):
         try:
@@ -200,6 +208,14 @@ def build_module(
         except ParamPatternError as exc:  # a config key, not the model
             raise param_pattern_error(config, exc) from exc
     return module
+
+
+def metrics_read_loss(config: Any, data_info: DataInfo) -> bool:
+    """Whether every metric training and its evaluations compute can read the model's loss
+    output instead of the probabilities (perplexity, cross_entropy)."""
+    names = set(config.fit.metrics) | set(config.fit.evaluation_metrics)
+    metrics = [build_metric(name, data_info, config.base_dir) for name in names]
+    return bool(metrics) and all(getattr(m, "reads_loss", False) for m in metrics)
 
 
 #: the config key behind each glob argument of the module

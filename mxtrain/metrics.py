@@ -143,20 +143,34 @@ def _predictions(name: str, labels: Sequence[Any], preds: Sequence[Any]) -> Sequ
     return preds[: len(labels)]
 
 
+#: what -log(max(p, 1e-10)) is at most: the perplexity metrics' cap on one position's loss
+_NLL_CAP = -math.log(1e-10)
+
+
 class DevicePerplexity(_DeviceMetric):
     """exp(mean negative log-likelihood) over labels that are not ``pad_id``.
 
     Equals ``mx.metric.Perplexity(ignore_label=pad_id)``: nll = -log(max(p, 1e-10)).
+    Predictions are probabilities (..., C), or each position's -log p(label) shaped like the
+    labels (a model's loss output: training then need not compute the probabilities).
     """
 
     name = "perplexity"
     lower_is_better = True
+    #: fed the loss output instead of probabilities when every metric of a run reads it
+    reads_loss = True
 
     def _batch(self, label: Any, pred: Any) -> tuple[Any, Any]:
+        mask = self._mask(label)
+        if pred.ndim == 1 and pred.size == label.size:  # -log p(label) per position
+            nll = pred.reshape((-1,))
+            if nll.dtype != np.float32:
+                nll = nll.astype(np.float32)
+            nll = mx.nd.minimum(nll, _NLL_CAP) * mask
+            return mx.nd.sum(nll), mx.nd.sum(mask)
         prob = mx.nd.pick(pred.reshape((-1, pred.shape[-1])), label, axis=-1)
         if prob.dtype != np.float32:
             prob = prob.astype(np.float32)
-        mask = self._mask(label)
         nll = -mx.nd.log(mx.nd.maximum(prob, 1e-10)) * mask
         return mx.nd.sum(nll), mx.nd.sum(mask)
 

@@ -92,6 +92,7 @@ def fit_experiment(
         except BaseException:
             reporter.close()
             raise
+        config = setup.config  # auto kernel settings resolved: what the run folder records
         if setup.rank != 0:  # distributed: only rank 0 writes the run folder
             return _supervise_worker(config, setup, reporter, None, runs_dir / run_name, stops)
         staged = stage_run_folder(runs_dir, run_name, force=force)
@@ -144,9 +145,19 @@ def _write_first_files(
     # Other files an iterator needs again later (a tagger's label vocabulary, ...).
     for filename, save in getattr(setup.train_iter, "artifacts", dict)().items():
         save(run.path / filename)
+    from mxtrain.build import build_sym_gen
     from mxtrain.run import checkpoint
 
-    checkpoint.save_symbol(setup.module, run, config.checkpoint.prefix)
+    # the model's whole graph (probabilities included), which training may have trimmed
+    data_iter = setup.train_iter
+    symbol = build_sym_gen(config.model, data_iter.data_info, config.base_dir)(
+        data_iter.default_bucket_key
+    )[0]
+    checkpoint.save_symbol(symbol, run, config.checkpoint.prefix)
+    if setup.kernel_choices:
+        from mxtrain.kernel_choices import write_run_file
+
+        write_run_file(run.path, setup.kernel_choices, str(setup.contexts[0]))
     return facts
 
 
@@ -243,6 +254,7 @@ def _resume(
     try:
         # absolute: iterators resolve relative paths against the config's folder
         setup = _prepare(config, threads, vocab_file=run.vocab_file.resolve(), restore=loaded)
+        config = setup.config
         if loaded is not None:
             checkpoint.restore_module(setup.module, loaded, parameters=False)
     except BaseException:
@@ -544,6 +556,8 @@ class _Setup:
     coordinator: Any = None  # distributed.Coordinator for dist_sync kvstores
     warm_start: Any = None  # warm_start.WarmStartReport: where the starting weights came from
     callbacks: Any = None  # callbacks.CallbackRunner of fit.callbacks (None: none)
+    config: Any = None  # the config with its auto kernel settings resolved (kernel_choices)
+    kernel_choices: list[Any] = field(default_factory=list)
 
 
 def _update_on_kvstore(config: Config) -> bool | None:
@@ -643,6 +657,23 @@ def _prepare(
         )
         _describe("eval", eval_iter)
 
+    from mxtrain import kernel_choices
+    from mxtrain.build import metrics_read_loss
+
+    not_measured = ""
+    if dist_kv is not None:
+        not_measured = "distributed run: every worker must build the same graph"
+    elif restore is not None or vocab_file is not None:
+        not_measured = "resumed run: it keeps the graph it was trained with"
+    config, choices = kernel_choices.resolve(
+        config,
+        train_iter,
+        contexts,
+        probabilities=not metrics_read_loss(config, train_iter.data_info),
+        not_measured=not_measured,
+    )
+    kernel_choices.apply_process_settings(config)
+    kernel_choices.log_choices(choices)
     fit_cfg = config.fit
     module = build_module(config, train_iter, "data.train", contexts, for_training=True, logger=log)
     module.init_params(build_initializer(config.initializer))
@@ -714,6 +745,8 @@ def _prepare(
         coordinator,
         started_from,
         callbacks,
+        config,
+        choices,
     )
 
 

@@ -16,6 +16,11 @@ import pytest
 from launch_helpers import make_blobs, processes_with_env
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Kernel measurements (mxtrain.engine.kernels) go to a cache of this test session, not the
+# user's: every session measures afresh, and a test that needs an empty cache makes its own.
+import tempfile
+
+os.environ["MXTRAIN_CACHE_DIR"] = tempfile.mkdtemp(prefix="mxtrain-test-cache-")
 
 WORDS = [
     "the",

@@ -50,6 +50,7 @@ MAY_CHANGE: tuple[str, ...] = (
     "initializer.*",  # parameters come from the checkpoint, not the initializer
     "context.omp_threads",
     "context.engine_threads",
+    "context.large_buffers",  # where freed memory goes: no effect on the numbers
     "context.work_load",
     "checkpoint.period",
     "checkpoint.keep_last",
@@ -88,6 +89,10 @@ def _flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix, value
 
 
+#: keys whose ``auto`` a run resolves by measuring its machine (mxtrain.kernel_choices)
+MEASURED_KEYS = frozenset({"model.loss", "model.cell", "context.large_buffers"})
+
+
 def diff_configs(saved: Mapping[str, Any], requested: Mapping[str, Any]) -> list[ConfigChange]:
     """Keys whose values differ, in the order of the requested config.
 
@@ -100,6 +105,8 @@ def diff_configs(saved: Mapping[str, Any], requested: Mapping[str, Any]) -> list
     for key in list(new) + [k for k in old if k not in new]:
         if key in old and key in new and old[key] == new[key]:
             continue
+        if key in MEASURED_KEYS and "auto" in (old.get(key), new.get(key)):
+            continue  # a run records what auto chose on its machine: not a change
         key = _covering(key, old, new)
         if not any(c.key == key for c in changes):
             changes.append(ConfigChange(key, _pick(saved, key), _pick(requested, key)))

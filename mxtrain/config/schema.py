@@ -237,6 +237,15 @@ class ContextSection:
             "MXNET_GPU_WORKER_NTHREADS); auto: MXNet's default"
         },
     )
+    large_buffers: Literal["auto", "reuse", "release"] = field(
+        default="auto",
+        metadata={
+            "doc": "reuse: freed memory stays in the process (glibc: no mmap, no trimming), so "
+            "the tens of MB some operators allocate every batch are not page-faulted in again; "
+            "release: glibc's default; auto: the faster on this machine, measured once and "
+            "cached (GPU runs: release)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.ids is not None:
@@ -271,6 +280,7 @@ class ContextSection:
             check_at_least("omp_threads", self.omp_threads, 1)
         if self.engine_threads != "auto":
             check_at_least("engine_threads", self.engine_threads, 1)
+        check_choice("large_buffers", self.large_buffers, ("auto", "reuse", "release"))
 
     @property
     def num_devices(self) -> int:

@@ -531,7 +531,15 @@ def open_run(
         log.info("%s data: %s", role, describe())
 
     logger = _module_log if role == "predict" else log
-    module = build_module(config, data_iter, where, contexts, for_training=False, logger=logger)
+    module = build_module(
+        config,
+        data_iter,
+        where,
+        contexts,
+        for_training=False,
+        logger=logger,
+        for_metrics=role == "eval",  # score: the same outputs as the evaluations in fit
+    )
     opened = OpenedRun(
         run, chosen.epoch, chosen.params_file, config, data_iter, module, str(source), chosen
     )

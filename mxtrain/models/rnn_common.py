@@ -30,12 +30,21 @@ from mxtrain.errors import InvalidValue
 from mxtrain.option_checks import CheckedOptions, check_choice, check_positive_int
 
 MODES = ("lstm", "gru")
-LOSSES = ("nll", "softmax_output")
+#: the loss formulations a language model can train on; ``auto`` is measured per machine
+#: (mxtrain.engine.kernels) among LOSS_FORMULATIONS; ``nll`` is the old name of log_softmax
+LOSSES = ("auto", "softmax", "log_softmax", "softmax_output", "nll")
+LOSS_FORMULATIONS = ("softmax", "log_softmax", "softmax_output")
+#: what an unresolved ``auto`` builds (a library call that skipped the measurement)
+UNMEASURED_LOSS = "softmax"
 LOSS_DOC = (
-    "nll: outputs the softmax probabilities and trains on a separate -log p(label) computed "
-    "with log_softmax (the same gradients as SoftmaxOutput, about half its cost on CPU); "
-    "softmax_output: MXNet's classic SoftmaxOutput layer"
+    "how the softmax loss is computed (all give the same gradients, softmax - onehot, to float "
+    "rounding): softmax: -log(pick(softmax)); log_softmax (old name nll): -pick(log_softmax); "
+    "softmax_output: MXNet's classic SoftmaxOutput layer; auto: the fastest on this machine, "
+    "measured once per CPU and cached (the run folder's kernels.json says which and why)"
 )
+#: Smallest probability ``softmax`` takes the log of: a label probability that underflows to 0
+#: (a logit gap over ~87) gives -log(1e-37) = 85.2 and no gradient instead of inf and NaN.
+PROBABILITY_FLOOR = 1e-37
 SymGen = Callable[[Any], tuple[Any, tuple[str, ...], tuple[str, ...]]]
 
 
@@ -293,15 +302,18 @@ class LmOptions(RecurrentOptions):
     cell: Literal["auto", "fused", "unfused"] = field(
         default="auto",
         metadata={
-            "doc": "fused: one RNN operator (fast, CPU and GPU); unfused: one cell per layer "
-            "and step; auto: fused"
+            "doc": "fused: one RNN operator (CPU and GPU); unfused: one cell per layer and "
+            "step; auto: the faster on this machine, measured once per CPU and cached (a run "
+            "that skipped the measurement: fused)"
         },
     )
     ignore_padding: bool = field(
         default=True,
         metadata={"doc": "padding positions get no gradient (SoftmaxOutput ignore_label = pad id)"},
     )
-    loss: Literal["nll", "softmax_output"] = field(default="nll", metadata={"doc": LOSS_DOC})
+    loss: Literal["auto", "softmax", "log_softmax", "softmax_output", "nll"] = field(
+        default="auto", metadata={"doc": LOSS_DOC}
+    )
     tie_weights: bool = field(
         default=False,
         metadata={
@@ -328,19 +340,38 @@ class LmOptions(RecurrentOptions):
 
     @property
     def fused(self) -> bool:
-        """Whether the fused RNN operator is used (auto picks it: it runs on CPU and GPU)."""
+        """Whether the fused RNN operator is used (an unresolved auto: fused, as before
+        measuring existed, so old run folders keep their parameter names)."""
         return self.cell in ("auto", "fused")
 
+    @property
+    def loss_formulation(self) -> str:
+        """The formulation the graph uses: ``loss`` with ``nll`` read as ``log_softmax`` and an
+        unresolved ``auto`` as UNMEASURED_LOSS."""
+        if self.loss == "nll":
+            return "log_softmax"
+        return UNMEASURED_LOSS if self.loss == "auto" else self.loss
 
-def build_rnn_lm(options: LmOptions, data_info: DataInfo, *, model: str, mode: str) -> SymGen:
+
+def build_rnn_lm(
+    options: LmOptions,
+    data_info: DataInfo,
+    *,
+    model: str,
+    mode: str,
+    probabilities: bool = True,
+) -> SymGen:
     """``sym_gen`` of a language model: embedding -> N-layer RNN (``mode``) -> FC -> softmax.
 
     Inputs are (batch, time) token ids; the first output is (batch * time, num_classes)
-    probabilities in batch-major order, named ``softmax_output``. With ``loss: nll`` a second
-    output, ``nll_output``, holds each position's -log p(label) (0 at ignored padding) and is
-    what is trained; metrics read only the first. Parameters: ``embed_weight``, the RNN's
-    (module docstring; prefix ``{mode}_``), ``pred_weight`` (not with ``tie_weights``: the
-    output layer reads ``embed_weight``), ``pred_bias``.
+    probabilities in batch-major order, named ``softmax_output``. Except with ``loss:
+    softmax_output`` a second output, ``nll_output``, holds each position's -log p(label) (0 at
+    ignored padding) and is what is trained; metrics read only the first. With
+    ``probabilities=False`` (training whose metrics all read the loss) the probabilities are
+    not computed where the loss does not need them and ``nll_output`` is the first output;
+    ``sym_gen.without_probabilities()`` builds that variant. Parameters: ``embed_weight``, the
+    RNN's (module docstring; prefix ``{mode}_``), ``pred_weight`` (not with ``tie_weights``:
+    the output layer reads ``embed_weight``), ``pred_bias``.
 
     When the data is a stream (``data_info.stream``: each batch continues the rows of the one
     before), the recurrent layers' begin states are inputs and their final states extra
@@ -388,13 +419,13 @@ def build_rnn_lm(options: LmOptions, data_info: DataInfo, *, model: str, mode: s
         tied = {"weight": embed_weight} if options.tie_weights else {}
         x = mx.sym.FullyConnected(x, num_hidden=num_classes, name="pred", **tied)
         label = mx.sym.reshape(label, shape=(-1,))
-        if options.loss == "softmax_output":
-            ignore: dict[str, Any] = {}
-            if options.ignore_padding:
-                ignore = {"use_ignore": True, "ignore_label": pad_id}
-            heads = [mx.sym.SoftmaxOutput(x, label, name="softmax", **ignore)]
-        else:
-            heads = list(nll_outputs(x, label, pad_id if options.ignore_padding else None))
+        heads = loss_heads(
+            x,
+            label,
+            options.loss_formulation,
+            pad_id if options.ignore_padding else None,
+            probabilities=probabilities,
+        )
         if not finals:
             out = heads[0] if len(heads) == 1 else mx.sym.Group(heads)
             return out, ("data",), ("softmax_label",)
@@ -411,23 +442,57 @@ def build_rnn_lm(options: LmOptions, data_info: DataInfo, *, model: str, mode: s
     if stateful:
         names = state_input_names(mode, options.num_layers, options.fused, f"{mode}_")
         sym_gen.states = {n: f"{n}_last_output" for n in names}  # type: ignore[attr-defined]
+    if probabilities:
+
+        def without_probabilities() -> SymGen:
+            return build_rnn_lm(options, data_info, model=model, mode=mode, probabilities=False)
+
+        sym_gen.without_probabilities = without_probabilities  # type: ignore[attr-defined]
     return sym_gen
 
 
-def nll_outputs(logits: Any, label: Any, ignore_label: int | None) -> Any:
-    """``[probabilities, -log p(label)]`` for (N, C) logits and (N,) labels.
+def loss_heads(
+    logits: Any,
+    label: Any,
+    formulation: str,
+    ignore_label: int | None,
+    *,
+    probabilities: bool = True,
+) -> list[Any]:
+    """The outputs of a softmax loss on (N, C) ``logits`` and (N,) labels.
 
-    The gradient reaching ``logits`` is ``softmax - onehot(label)`` per row (zero where
-    ``label == ignore_label``), exactly what ``SoftmaxOutput`` (normalization ``null``,
-    grad_scale 1) produces, up to float rounding. MXNet 1.9.1's CPU SoftmaxOutput runs a
-    scalar softmax in forward and a separate pass in backward; ``log_softmax`` + ``pick``
-    plus a forward-only ``softmax`` for the metrics measured about half its time on a
-    (1920, 10000) batch.
+    Every formulation sends ``softmax - onehot(label)`` per row back to ``logits`` (zero where
+    ``label == ignore_label``), what ``SoftmaxOutput`` (normalization ``null``, grad_scale 1)
+    sends, to float rounding; they differ in speed, and which is fastest depends on the CPU
+    (oneDNN has no AVX2 kernel for log_softmax's backward in MXNet 1.9.1, for one):
+
+    * ``softmax``: ``[probabilities, -log(max(pick(softmax), PROBABILITY_FLOOR))]``; the
+      probabilities are the softmax the loss needs anyway.
+    * ``log_softmax``: ``[probabilities, -pick(log_softmax)]``; the probabilities are a
+      separate forward-only softmax, left out with ``probabilities=False``.
+    * ``softmax_output``: ``[SoftmaxOutput]`` (its output is the probabilities).
+
+    With ``probabilities=False`` the first output is the per-position loss (``nll_output``)
+    wherever the formulation can give it without the probabilities.
     """
     import mxnet as mx
 
-    probs = mx.sym.BlockGrad(mx.sym.softmax(logits, axis=-1), name="softmax")
-    nll = -mx.sym.pick(mx.sym.log_softmax(logits, axis=-1), label, axis=-1)
+    check_choice("loss", formulation, LOSS_FORMULATIONS)
+    if formulation == "softmax_output":
+        ignore: dict[str, Any] = {}
+        if ignore_label is not None:
+            ignore = {"use_ignore": True, "ignore_label": ignore_label}
+        return [mx.sym.SoftmaxOutput(logits, label, name="softmax", **ignore)]
+    if formulation == "softmax":
+        probs = mx.sym.softmax(logits, axis=-1)
+        picked = mx.sym.maximum(mx.sym.pick(probs, label, axis=-1), PROBABILITY_FLOOR)
+        nll = -mx.sym.log(picked)
+    else:
+        probs = mx.sym.softmax(logits, axis=-1) if probabilities else None
+        nll = -mx.sym.pick(mx.sym.log_softmax(logits, axis=-1), label, axis=-1)
     if ignore_label is not None:
         nll = nll * (label != ignore_label)
-    return mx.sym.Group([probs, mx.sym.MakeLoss(nll, name="nll")])
+    loss = mx.sym.MakeLoss(nll, name="nll")
+    if not probabilities:
+        return [loss]
+    return [mx.sym.BlockGrad(probs, name="softmax"), loss]

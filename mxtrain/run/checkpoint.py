@@ -814,10 +814,10 @@ def prune_checkpoints(
 # ----------------------------------------------------------------------------- MXNet files
 
 
-def save_symbol(module: Any, run: RunFolder, prefix: str) -> Path:
-    """Save the default bucket's symbol as ``<prefix>-symbol.json``."""
+def save_symbol(symbol: Any, run: RunFolder, prefix: str) -> Path:
+    """Save ``symbol`` (the default bucket's, with every output) as ``<prefix>-symbol.json``."""
     path = run.symbol_file(prefix)
-    save_atomically(path, lambda tmp: module.symbol.save(str(tmp)))
+    save_atomically(path, lambda tmp: symbol.save(str(tmp)))
     return path
 
 

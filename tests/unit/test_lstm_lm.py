@@ -128,7 +128,7 @@ def test_binds_and_trains_two_buckets(cell, dropout) -> None:
     assert not np.allclose(module.get_params()[0]["pred_weight"].asnumpy(), before)
 
 
-@pytest.mark.parametrize("loss", ["nll", "softmax_output"])
+@pytest.mark.parametrize("loss", ["softmax", "log_softmax", "nll", "softmax_output"])
 @pytest.mark.parametrize("ignore_padding", [True, False])
 def test_padding_labels_get_no_gradient(ignore_padding, loss) -> None:
     symbol, _, _ = build_lstm_lm(
@@ -178,37 +178,90 @@ def test_fused_and_unfused_compute_the_same_function() -> None:
     )
 
 
-@pytest.mark.parametrize("ignore_padding", [True, False])
-def test_nll_loss_gives_softmax_output_gradients_and_outputs(ignore_padding) -> None:
-    """The default loss trains exactly like SoftmaxOutput, up to float rounding."""
-    grads, outputs = {}, {}
-    rng = np.random.default_rng(5)
-    params = None
-    labels = mx.nd.array(rng.integers(0, 11, (3, 5)))  # pad id 0 appears
-    for loss in ("nll", "softmax_output"):
-        symbol, _, _ = build_lstm_lm(
-            LstmLmOptions(cell="fused", ignore_padding=ignore_padding, loss=loss, **SMALL), INFO
-        )(5)
-        req = {name: "write" for name in symbol.list_arguments()}
-        req.update(data="null", softmax_label="null")
-        ex = symbol.simple_bind(mx.cpu(), grad_req=req, data=(3, 5), softmax_label=(3, 5))
-        if params is None:
-            params = {
+def _loss_run(loss, ignore_padding, params, rng, labels, probabilities=True):
+    sym_gen = build_lstm_lm(
+        LstmLmOptions(cell="fused", ignore_padding=ignore_padding, loss=loss, **SMALL), INFO
+    )
+    if not probabilities:
+        sym_gen = sym_gen.without_probabilities()
+    symbol, _, _ = sym_gen(5)
+    req = {name: "write" for name in symbol.list_arguments()}
+    req.update(data="null", softmax_label="null")
+    ex = symbol.simple_bind(mx.cpu(), grad_req=req, data=(3, 5), softmax_label=(3, 5))
+    if not params:
+        params.update(
+            {
                 n: mx.nd.array(rng.uniform(-0.5, 0.5, a.shape))
                 for n, a in ex.arg_dict.items()
                 if n not in ("data", "softmax_label")
             }
-        for name, value in params.items():
-            ex.arg_dict[name][:] = value
-        ex.arg_dict["data"][:] = mx.nd.array(rng.integers(1, 11, (3, 5))) * 0 + labels + 1
-        ex.arg_dict["softmax_label"][:] = labels
-        ex.forward(is_train=True)
-        ex.backward()
-        outputs[loss] = ex.outputs[0].asnumpy()
-        grads[loss] = {n: ex.grad_dict[n].asnumpy() for n in params}
-    np.testing.assert_allclose(outputs["nll"], outputs["softmax_output"], rtol=1e-5, atol=1e-7)
-    for name in params:
-        np.testing.assert_allclose(
-            grads["nll"][name], grads["softmax_output"][name], rtol=1e-4, atol=1e-6, err_msg=name
         )
-    assert any(np.abs(g).sum() > 0 for g in grads["nll"].values())
+    for name, value in params.items():
+        ex.arg_dict[name][:] = value
+    ex.arg_dict["data"][:] = labels + 1
+    ex.arg_dict["softmax_label"][:] = labels
+    ex.forward(is_train=True)
+    ex.backward()
+    outputs = {n: o.asnumpy() for n, o in zip(symbol.list_outputs(), ex.outputs, strict=True)}
+    return outputs, {n: ex.grad_dict[n].asnumpy() for n in params}
+
+
+@pytest.mark.parametrize("ignore_padding", [True, False])
+@pytest.mark.parametrize("loss", ["softmax", "log_softmax", "nll"])
+@pytest.mark.parametrize("probabilities", [True, False])
+def test_every_loss_gives_softmax_output_gradients_and_outputs(
+    ignore_padding, loss, probabilities
+) -> None:
+    """Every formulation trains exactly like SoftmaxOutput (and like log_softmax, the default
+    before measuring chose), up to float rounding; without probabilities the loss comes
+    first and is -log p(label)."""
+    rng = np.random.default_rng(5)
+    params: dict = {}
+    labels = mx.nd.array(rng.integers(0, 11, (3, 5)))  # pad id 0 appears
+    classic, classic_grads = _loss_run("softmax_output", ignore_padding, params, rng, labels)
+    _old, old_grads = _loss_run("log_softmax", ignore_padding, params, rng, labels)
+    outputs, grads = _loss_run(loss, ignore_padding, params, rng, labels, probabilities)
+    probs = classic["softmax_output"]
+    if probabilities:
+        assert list(outputs) == ["softmax_output", "nll_output"]
+        np.testing.assert_allclose(outputs["softmax_output"], probs, rtol=1e-5, atol=1e-7)
+    else:
+        assert list(outputs) == ["nll_output"]
+    flat = labels.asnumpy().reshape(-1).astype(int)
+    nll = -np.log(probs[np.arange(flat.size), flat])
+    if ignore_padding:
+        nll[flat == 0] = 0
+    np.testing.assert_allclose(outputs["nll_output"], nll, rtol=1e-5, atol=1e-6)
+    for name in params:
+        for reference in (classic_grads, old_grads):
+            np.testing.assert_allclose(
+                grads[name], reference[name], rtol=1e-4, atol=1e-6, err_msg=name
+            )
+    assert any(np.abs(g).sum() > 0 for g in grads.values())
+
+
+def test_softmax_loss_survives_an_underflowing_label_probability() -> None:
+    """A label probability that underflows to 0 gives a finite loss and finite gradients."""
+    from mxtrain.models.rnn_common import PROBABILITY_FLOOR, loss_heads
+
+    logits, label = mx.sym.Variable("logits"), mx.sym.Variable("label")
+    group = mx.sym.Group(loss_heads(logits, label, "softmax", None))
+    ex = group.simple_bind(
+        mx.cpu(), logits=(2, 3), label=(2,), grad_req={"logits": "write", "label": "null"}
+    )
+    ex.arg_dict["logits"][:] = mx.nd.array([[200.0, 0.0, 0.0], [1.0, 2.0, 3.0]])
+    ex.arg_dict["label"][:] = mx.nd.array([1, 2])
+    ex.forward(is_train=True)
+    ex.backward()
+    nll = ex.outputs[1].asnumpy()
+    assert nll[0] == pytest.approx(-np.log(np.float32(PROBABILITY_FLOOR)), rel=1e-5)
+    assert np.isfinite(ex.grad_dict["logits"].asnumpy()).all()
+
+
+def test_unmeasured_choices_build_what_they_always_built() -> None:
+    """An unresolved auto (a library call, an old run folder): fused cell; nll is log_softmax."""
+    assert LstmLmOptions().fused
+    assert LstmLmOptions(loss="nll").loss_formulation == "log_softmax"
+    assert LstmLmOptions(loss="auto").loss_formulation == "softmax"
+    with pytest.raises(ValueError, match="loss"):
+        LstmLmOptions(loss="sigmoid")

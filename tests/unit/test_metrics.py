@@ -39,6 +39,25 @@ def test_perplexity_equals_stock(pad_id) -> None:
     assert ours.get()["perplexity"] == pytest.approx(stock.get()[1], rel=1e-6)
 
 
+@pytest.mark.parametrize("pad_id", [0, None])
+def test_perplexity_from_the_loss_output_equals_from_probabilities(pad_id) -> None:
+    """A model's per-position -log p(label) gives the perplexity the probabilities give
+    (the 1e-10 floor becomes a cap of -log(1e-10); padding positions are skipped)."""
+    from mxtrain.metrics import DeviceCrossEntropy
+
+    for cls in (DevicePerplexity, DeviceCrossEntropy):
+        from_probs, from_loss = cls(pad_id=pad_id), cls(pad_id=pad_id)
+        for labels, probs in _random_batches(4):
+            flat = labels.asnumpy().reshape(-1).astype(int)
+            picked = probs.asnumpy()[np.arange(flat.size), flat]
+            with np.errstate(divide="ignore"):
+                nll = -np.log(picked)  # inf where the probability is 0
+            from_probs.update([labels], [probs])
+            from_loss.update([labels], [mx.nd.array(nll)])
+        assert from_loss.get()[cls.name] == pytest.approx(from_probs.get()[cls.name], rel=1e-6)
+        assert cls.reads_loss
+
+
 def test_accuracy_by_hand() -> None:
     labels = mx.nd.array([[1, 2, 0], [2, 2, 1]])
     probs = mx.nd.array(

@@ -1,0 +1,351 @@
+"""Kernel choices measured on the machine, not assumed.
+
+Which of several equivalent computations is fastest depends on the CPU: oneDNN in MXNet
+1.9.1 has an AVX-512 kernel for log_softmax's backward but only a reference loop on AVX2, so
+the loss formulation that wins on one EPYC loses on the next. Each ``auto`` below becomes the
+fastest candidate of a short measurement on the run's own shapes and first device:
+
+* ``model.loss`` (language models): ``softmax``, ``log_softmax`` or ``softmax_output``, timed
+  as output layer + loss, forward and backward (mxtrain.models.rnn_common.loss_heads);
+* ``model.cell`` (language models): the fused RNN operator or one cell per layer and step;
+* ``context.large_buffers`` (CPU): ``reuse`` keeps freed memory in the process (glibc's mallopt:
+  no mmap, no trimming) so that a buffer of tens of MB allocated every batch is not page-faulted
+  in again each time; ``release`` is glibc's default.
+
+Each measurement runs in a process of its own (measure_in_child), once per machine (CPU
+model, instruction set, MXNet version, OpenMP threads, device) and problem shape, and is
+cached outside the run folder, in
+``$MXTRAIN_CACHE_DIR/kernels.json`` (default ``$XDG_CACHE_HOME/mxtrain``, else
+``~/.cache/mxtrain``). The run folder's config.yaml records the resolved values (so resume,
+score and predict rebuild the same graph) and ``kernels.json`` the figures behind them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import dataclasses
+import json
+import logging
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CACHE_VERSION = 1
+CACHE_FILE = "kernels.json"
+#: the instruction sets named in a machine key, best first (Linux /proc/cpuinfo flags)
+ISA_FLAGS = ("avx512f", "avx2", "avx", "sse4_2")
+#: timed repetitions of each candidate after WARMUP untimed ones; the median counts
+REPEATS = 5
+WARMUP = 2
+#: the longest sequence the recurrent-layer measurement unrolls (the unfused graph binds one
+#: cell per step: longer only costs binding time)
+CELL_STEPS = 35
+BUFFER_POLICIES = ("reuse", "release")
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+#: glibc's defaults, restored by ``release``
+_GLIBC_MMAP_MAX, _GLIBC_TRIM_THRESHOLD = 65536, 128 * 1024
+
+log = logging.getLogger("mxtrain")
+
+
+@dataclasses.dataclass
+class Choice:
+    """One resolved setting: ``key`` (config key), ``value``, where it came from (``config``:
+    set explicitly; ``measured``; ``cache``: measured earlier on this machine; ``fallback``:
+    not measured, with ``why``) and the figures behind a measurement (ms per candidate)."""
+
+    key: str
+    value: str
+    source: str
+    problem: str = ""
+    figures_ms: dict[str, float] = dataclasses.field(default_factory=dict)
+    why: str = ""
+
+    def describe(self) -> str:
+        """One log line."""
+        text = f"{self.key}={self.value} ({self.source}"
+        if self.figures_ms:
+            ms = ", ".join(f"{k} {v:.1f} ms" for k, v in self.figures_ms.items())
+            text += f": {ms} per {self.problem}"
+        if self.why:
+            text += f"; {self.why}"
+        return text + ")"
+
+
+def cache_dir() -> Path:
+    """Where measurements are cached (see the module docstring)."""
+    explicit = os.environ.get("MXTRAIN_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mxtrain"
+
+
+def _cpuinfo() -> dict[str, str]:
+    facts: dict[str, str] = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return facts
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the first processor is enough
+        key, _, value = line.partition(":")
+        facts.setdefault(key.strip(), value.strip())
+    return facts
+
+
+def machine_facts(device: str) -> dict[str, str]:
+    """What a cached measurement is valid for: CPU model, instruction set, MXNet version,
+    OpenMP threads, device (and oneDNN's ISA cap when DNNL_MAX_CPU_ISA sets one)."""
+    import mxnet as mx
+
+    info = _cpuinfo()
+    flags = set(info.get("flags", "").split())
+    isa = next((f for f in ISA_FLAGS if f in flags), platform.machine() or "unknown")
+    cap = os.environ.get("DNNL_MAX_CPU_ISA") or os.environ.get("MKLDNN_MAX_CPU_ISA")
+    cpu = info.get("model name") or platform.processor() or "unknown CPU"
+    family = "/".join(info.get(k, "?") for k in ("cpu family", "model", "stepping"))
+    return {
+        "cpu": f"{cpu} (family/model/stepping {family})",
+        "isa": isa + (f", oneDNN capped at {cap}" if cap else ""),
+        "mxnet": mx.__version__,
+        "omp_threads": os.environ.get("OMP_NUM_THREADS", "default"),
+        "device": device,
+    }
+
+
+def machine_key(facts: dict[str, str]) -> str:
+    """The cache key of ``machine_facts``."""
+    return " | ".join(f"{k}={facts[k]}" for k in sorted(facts))
+
+
+class KernelCache:
+    """The JSON file of measurements: ``{machine key: {problem: {value, figures_ms}}}``.
+
+    A missing, unreadable or foreign file is an empty cache and an unwritable folder only
+    costs a measurement next time: neither stops a run (both are logged).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.entries: dict[str, dict[str, Any]] = {}
+        try:
+            data = json.loads(path.read_text())
+            if isinstance(data, dict) and data.get("version") == CACHE_VERSION:
+                self.entries = {
+                    k: v for k, v in data.get("machines", {}).items() if isinstance(v, dict)
+                }
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as exc:
+            log.warning("kernel cache %s is not readable (%s): measuring again", path, exc)
+
+    def get(self, machine: str, problem: str) -> dict[str, Any] | None:
+        """The cached entry, or None."""
+        entry = self.entries.get(machine, {}).get(problem)
+        if isinstance(entry, dict) and isinstance(entry.get("value"), str):
+            return entry
+        return None
+
+    def put(self, machine: str, problem: str, value: str, figures: dict[str, float]) -> None:
+        """Record a measurement and write the file (atomically; a cache, not a run's record:
+        no fsync, and two runs measuring at once may keep either's entry)."""
+        self.entries.setdefault(machine, {})[problem] = {
+            "value": value,
+            "figures_ms": figures,
+            "measured": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            text = json.dumps({"version": CACHE_VERSION, "machines": self.entries}, indent=1)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text + "\n")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.warning(
+                "could not write the kernel cache %s (%s): the next run measures again; set "
+                "MXTRAIN_CACHE_DIR to a writable folder to keep measurements",
+                self.path,
+                exc,
+            )
+
+
+def median_ms(step: Callable[[], None], repeats: int = REPEATS, warmup: int = WARMUP) -> float:
+    """Median wall time of ``step()`` (which must wait for its results) in milliseconds."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def _train_step(
+    symbol: Any, ctx: Any, shapes: dict[str, tuple[int, ...]], classes: int = 2
+) -> Callable[[], None]:
+    """The forward+backward step of ``symbol`` bound on ``ctx`` with random inputs (labels
+    in 1..classes-1: 0 is the padding id the loss ignores)."""
+    import mxnet as mx
+    import numpy as np
+
+    req = {n: "null" if n == "softmax_label" else "write" for n in symbol.list_arguments()}
+    executor = symbol.simple_bind(ctx, grad_req=req, **shapes)
+    rng = np.random.default_rng(0)
+    for name, array in executor.arg_dict.items():
+        if name == "softmax_label":
+            array[:] = mx.nd.array(rng.integers(1, max(2, classes), array.shape))
+        else:
+            array[:] = mx.nd.array(rng.uniform(-0.1, 0.1, array.shape))
+
+    def step() -> None:
+        executor.forward(is_train=True)
+        executor.backward()
+        mx.nd.waitall()
+
+    return step
+
+
+def measure_loss(
+    ctx: Any, rows: int, hidden: int, classes: int, *, probabilities: bool
+) -> dict[str, float]:
+    """ms per forward+backward of output layer + loss for each formulation."""
+    import mxnet as mx
+
+    from mxtrain.models.rnn_common import LOSS_FORMULATIONS, loss_heads
+
+    figures = {}
+    for formulation in LOSS_FORMULATIONS:
+        x, label = mx.sym.Variable("x"), mx.sym.Variable("softmax_label")
+        logits = mx.sym.FullyConnected(x, num_hidden=classes, name="pred")
+        heads = loss_heads(logits, label, formulation, 0, probabilities=probabilities)
+        symbol = heads[0] if len(heads) == 1 else mx.sym.Group(heads)
+        shapes = {"x": (rows, hidden), "softmax_label": (rows,)}
+        step = _train_step(symbol, ctx, shapes, classes)
+        figures[formulation] = round(median_ms(step), 2)
+    return figures
+
+
+def measure_cell(
+    ctx: Any, mode: str, batch: int, steps: int, embed: int, hidden: int, layers: int
+) -> dict[str, float]:
+    """ms per forward+backward of the recurrent layers, fused and unfused."""
+    import mxnet as mx
+
+    from mxtrain.models.rnn_common import left_to_right_layers
+
+    figures = {}
+    for cell in ("fused", "unfused"):
+        x = mx.sym.Variable("x")
+        out, _ = left_to_right_layers(
+            x,
+            steps,
+            mode=mode,
+            num_hidden=hidden,
+            num_layers=layers,
+            dropout=0.0,
+            fused=cell == "fused",
+            prefix=f"{mode}_",
+        )
+        symbol = mx.sym.MakeLoss(mx.sym.mean(out))
+        step = _train_step(symbol, ctx, {"x": (batch, steps, embed)})
+        figures[cell] = round(median_ms(step), 2)
+    return figures
+
+
+def set_large_buffers(policy: str) -> bool:
+    """Apply a ``context.large_buffers`` policy to this process's allocator (glibc only);
+    returns whether it could."""
+    if policy not in BUFFER_POLICIES:
+        raise ValueError(f"large_buffers must be one of {BUFFER_POLICIES}, not {policy!r}")
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    if policy == "reuse":
+        ok = mallopt(_M_MMAP_MAX, 0) and mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+    else:
+        ok = mallopt(_M_MMAP_MAX, _GLIBC_MMAP_MAX) and mallopt(
+            _M_TRIM_THRESHOLD, _GLIBC_TRIM_THRESHOLD
+        )
+    return bool(ok)
+
+
+def measure_buffer_policy(ctx: Any, rows: int, hidden: int, classes: int) -> float:
+    """ms per forward+backward of output layer + loss under the allocator policy in force."""
+    import mxnet as mx
+
+    from mxtrain.models.rnn_common import UNMEASURED_LOSS, loss_heads
+
+    x, label = mx.sym.Variable("x"), mx.sym.Variable("softmax_label")
+    logits = mx.sym.FullyConnected(x, num_hidden=classes, name="pred")
+    (symbol,) = loss_heads(logits, label, UNMEASURED_LOSS, 0, probabilities=False)
+    step = _train_step(symbol, ctx, {"x": (rows, hidden), "softmax_label": (rows,)}, classes)
+    return round(median_ms(step), 2)
+
+
+#: how long one measuring process may take before it counts as failed
+CHILD_TIMEOUT_S = 600
+
+
+def measure_in_child(request: dict[str, Any]) -> dict[str, float]:
+    """Run one measurement (``request["kind"]``: loss, cell or buffers) in a fresh Python
+    process and return its figures. A process of its own because measuring in the training
+    process slowed the training after it by 13-18% (an epoch of the default word LM on a Zen 5
+    EPYC), and because the allocator policy must be in force before the first large buffer.
+    Raises RuntimeError with the child's last words when it fails."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "mxtrain.engine.kernels", json.dumps(request)]
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"no result within {CHILD_TIMEOUT_S} s") from exc
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"exit code {done.returncode}: {last}")
+    figures = json.loads(lines[-1])
+    return {str(k): float(v) for k, v in figures.items()}
+
+
+def _measure(request: dict[str, Any]) -> dict[str, float]:
+    """What the measuring process does with ``request`` (see measure_in_child)."""
+    import mxnet as mx
+
+    ctx = mx.gpu(request["device_id"]) if request["device"] == "gpu" else mx.cpu()
+    policy = str(request.get("large_buffers"))
+    if policy in BUFFER_POLICIES:
+        set_large_buffers(policy)
+    kind = request["kind"]
+    if kind == "buffers":
+        return {policy: measure_buffer_policy(ctx, *request["shape"])}
+    if kind == "loss":
+        rows, hidden, classes = request["shape"]
+        return measure_loss(ctx, rows, hidden, classes, probabilities=request["probabilities"])
+    if kind == "cell":
+        return measure_cell(ctx, request["mode"], *request["shape"])
+    raise ValueError(f"unknown measurement {kind!r}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(json.dumps(_measure(json.loads(sys.argv[1]))))

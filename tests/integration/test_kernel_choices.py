@@ -1,0 +1,161 @@
+"""auto kernel settings: measured once per machine, cached outside the run folder, recorded in
+it (config.yaml and kernels.json), overridable, and kept by resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from mxtrain.cli.main import cli
+from mxtrain.engine import kernels
+
+MEASURED = ("context.large_buffers", "model.loss", "model.cell")
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def fit(config: Path, name: str, *sets: str) -> Path:
+    argv = ["fit", str(config), "--name", name, "--progress", "plain"]
+    for item in sets:
+        argv += ["--set", item]
+    code, out = invoke(*argv)
+    assert code == 0, out
+    return config.parent / "runs" / name
+
+
+def recorded(run: Path) -> dict[str, dict]:
+    return {c["key"]: c for c in json.loads((run / "kernels.json").read_text())["choices"]}
+
+
+def test_auto_is_measured_once_cached_and_recorded(
+    tiny_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("MXTRAIN_CACHE_DIR", str(cache))
+    first = fit(tiny_config, "first", "model.cell=auto")
+    choices = recorded(first)
+    assert sorted(choices) == sorted(MEASURED)
+    for key in MEASURED:
+        assert choices[key]["source"] == "measured", choices[key]
+        figures = choices[key]["figures_ms"]
+        assert choices[key]["value"] == min(figures, key=figures.get)
+        assert all(ms > 0 for ms in figures.values())
+    assert set(choices["model.loss"]["figures_ms"]) == {"softmax", "log_softmax", "softmax_output"}
+    assert set(choices["model.cell"]["figures_ms"]) == {"fused", "unfused"}
+    assert set(choices["context.large_buffers"]["figures_ms"]) == {"reuse", "release"}
+    machine = json.loads((first / "kernels.json").read_text())["machine"]
+    assert {"cpu", "isa", "mxnet", "omp_threads", "device"} <= set(machine)
+    # config.yaml records the values themselves: resume, score and predict rebuild this graph
+    saved = yaml.safe_load((first / "config.yaml").read_text())
+    assert saved["model"]["loss"] == choices["model.loss"]["value"]
+    assert saved["model"]["cell"] == choices["model.cell"]["value"]
+    assert saved["context"]["large_buffers"] == choices["context.large_buffers"]["value"]
+    log = (first / "train.log").read_text()
+    for key in MEASURED:
+        assert f"kernel choice {key}={choices[key]['value']} (measured: " in log
+    # the cache lives outside the run folder and answers the next run on this machine
+    cached = json.loads((cache / "kernels.json").read_text())
+    assert len(cached["machines"]) == 1
+    second = fit(tiny_config, "second", "model.cell=auto")
+    again = recorded(second)
+    for key in MEASURED:
+        assert again[key]["source"] == "cache"
+        assert again[key]["value"] == choices[key]["value"]
+        assert again[key]["figures_ms"] == choices[key]["figures_ms"]
+
+
+def test_explicit_values_are_not_measured(
+    tiny_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MXTRAIN_CACHE_DIR", str(tmp_path / "cache"))
+
+    def refuse(request):  # pragma: no cover - failing is the point
+        raise AssertionError(f"measured {request}")
+
+    monkeypatch.setattr(kernels, "measure_in_child", refuse)
+    run = fit(
+        tiny_config,
+        "explicit",
+        "model.loss=log_softmax",
+        "model.cell=fused",
+        "context.large_buffers=release",
+    )
+    choices = recorded(run)
+    assert {k: (c["value"], c["source"]) for k, c in choices.items()} == {
+        "model.loss": ("log_softmax", "config"),
+        "model.cell": ("fused", "config"),
+        "context.large_buffers": ("release", "config"),
+    }
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_failed_measurement_falls_back_and_says_why(
+    tiny_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MXTRAIN_CACHE_DIR", str(tmp_path / "cache"))
+
+    def broken(request):
+        raise RuntimeError("exit code 1: out of memory")
+
+    monkeypatch.setattr(kernels, "measure_in_child", broken)
+    run = fit(tiny_config, "fallback", "model.cell=auto")
+    choices = recorded(run)
+    assert choices["model.loss"]["value"] == "softmax"
+    assert choices["model.cell"]["value"] == "fused"
+    assert choices["context.large_buffers"]["value"] == "release"
+    for key in MEASURED:
+        assert choices[key]["source"] == "fallback"
+        assert "out of memory" in choices[key]["why"]
+    log = (run / "train.log").read_text()
+    assert "the measurement failed (exit code 1: out of memory); using softmax" in log
+
+
+def test_an_unusable_cache_costs_a_measurement_not_the_run(
+    tiny_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "kernels.json").write_text("{not json")
+    monkeypatch.setenv("MXTRAIN_CACHE_DIR", str(cache))
+    run = fit(tiny_config, "corrupt")
+    assert recorded(run)["model.loss"]["source"] == "measured"
+    assert json.loads((cache / "kernels.json").read_text())["version"] == kernels.CACHE_VERSION
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("MXTRAIN_CACHE_DIR", str(blocked / "sub"))  # cannot be created
+    run = fit(tiny_config, "unwritable")
+    assert "could not write the kernel cache" in (run / "train.log").read_text()
+
+
+def test_resume_keeps_the_recorded_choices_and_never_measures(
+    tiny_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resumed run continues with its recorded graph: bit-identical to training through."""
+    monkeypatch.setenv("MXTRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    straight = fit(tiny_config, "straight", "model.cell=auto", "fit.num_epoch=2")
+    stopped = fit(tiny_config, "stopped", "model.cell=auto", "fit.num_epoch=1")
+
+    def refuse(request):  # pragma: no cover - failing is the point
+        raise AssertionError(f"measured {request}")
+
+    monkeypatch.setattr(kernels, "measure_in_child", refuse)
+    before = (stopped / "kernels.json").read_text()
+    code, out = invoke("resume", str(stopped), "--set", "fit.num_epoch=2", "--progress", "plain")
+    assert code == 0, out
+    assert (stopped / "kernels.json").read_text() == before  # the fresh run's record is kept
+    values = {k: c["value"] for k, c in recorded(stopped).items()}
+    assert values == {k: c["value"] for k, c in recorded(straight).items()}
+    import mxnet as mx
+
+    a = mx.nd.load(str(straight / "model-0002.params"))
+    b = mx.nd.load(str(stopped / "model-0002.params"))
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert (a[name].asnumpy() == b[name].asnumpy()).all(), name
