@@ -685,6 +685,106 @@ def gemm_gflops(omp_threads: int) -> dict[str, float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+#: operators of the loss head (softmax / log_softmax / SoftmaxOutput and what picks the
+#: label's term out of them), of the output layer and of the recurrent layers
+LOSS_HEAD_OPS = frozenset(
+    {
+        "softmax",
+        "_backward_softmax",
+        "log_softmax",
+        "_backward_log_softmax",
+        "SoftmaxOutput",
+        "_backward_SoftmaxOutput",
+        "pick",
+        "_backward_pick",
+        "log",
+        "_backward_log",
+        "_maximum_scalar",
+        "_backward_maximum_scalar",
+        "_not_equal_scalar",
+        "elemwise_mul",
+        "_backward_mul",
+        "_mul_scalar",
+        "_backward_mul_scalar",
+        "negative",
+        "_backward_negative",
+        "MakeLoss",
+        "_backward_MakeLoss",
+        "BlockGrad",
+    }
+)
+#: profiler rows that are not operators' work
+NOT_OPERATORS = frozenset(
+    {"WaitForVar", "DeleteVariable", "DeleteOperator", "ResourceNativeRandomSetSeed"}
+)
+
+
+def operator_shares(summary: str) -> dict[str, Any]:
+    """Operator time of MXNet's aggregate profile (RUN/profile/summary.txt) split into the
+    loss head, the output layer (FullyConnected), the recurrent layers and the rest."""
+    groups = {"loss head": 0.0, "output layer": 0.0, "recurrent layers": 0.0, "other": 0.0}
+    top: dict[str, float] = {}
+    in_operators = False
+    for line in summary.splitlines():
+        if line.strip() == "operator":
+            in_operators = True
+            continue
+        fields = line.split()
+        if not in_operators or len(fields) < 6 or line.startswith(("[", "-", "Name")):
+            continue
+        name, total_ms = fields[0], fields[2]
+        try:
+            ms = float(total_ms)
+        except ValueError:
+            continue
+        if name in NOT_OPERATORS or name.startswith("Copy"):
+            continue
+        top[name] = ms
+        if name in LOSS_HEAD_OPS:
+            groups["loss head"] += ms
+        elif name.lstrip("_").removeprefix("backward_") == "FullyConnected":
+            groups["output layer"] += ms
+        elif name.lstrip("_").removeprefix("backward_") == "RNN":
+            groups["recurrent layers"] += ms
+        else:
+            groups["other"] += ms
+    total = sum(groups.values())
+    return {
+        "total_ms": total,
+        "ms": groups,
+        "share": {k: v / total for k, v in groups.items()} if total else {},
+        "top": dict(sorted(top.items(), key=lambda kv: -kv[1])[:8]),
+    }
+
+
+def profile_mxtrain(args: argparse.Namespace, workdir: str, batches: int = 40) -> dict[str, Any]:
+    """``mxtrain fit`` on the benchmark data with ``fit.profile`` (bulk execution off so that
+    every operator is timed on its own): where the operator time goes."""
+    train_src, eval_src = write_corpus(args, Path(workdir))
+    runs = Path(workdir) / "profile-runs"
+    sets = [
+        f"data.train.source={train_src}",
+        f"data.eval.source={eval_src}",
+        f"data.train.max_vocab={args.vocab}",
+        f"data.train.batch_size={args.batch_size}",
+        f"experiment.runs_dir={runs}",
+        "fit.num_epoch=1",
+        f"fit.max_batches_per_epoch={batches + 10}",
+        "fit.eval_max_batches=1",
+        f"fit.profile={batches}",
+    ]
+    command = [sys.executable, "-m", "mxtrain", "fit", str(DEFAULT_CONFIG), "--name", "profile"]
+    for item in sets:
+        command += ["--set", item]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.omp_threads), MXNET_EXEC_BULK_EXEC_TRAIN="0")
+    subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    shares = operator_shares((runs / "profile" / "profile" / "summary.txt").read_text())
+    choices = json.loads((runs / "profile" / "kernels.json").read_text())["choices"]
+    shares["kernel_choices"] = {c["key"]: c["value"] for c in choices}
+    shares["batches"] = batches
+    return shares
+
+
 def memory_tables(args: argparse.Namespace) -> list[dict[str, Any]]:
     """scripts/bench_memory.py's report for the char and the word LM."""
     import bench_memory  # scripts/bench_memory.py
@@ -857,6 +957,14 @@ def main() -> None:
             report["comparisons"][name] = {"rounds": rounds, "tables": tables}
             for theirs, table in tables.items():
                 print_table(name, table, ours, theirs)
+        if "epoch" in comparisons:
+            shares = report["operator_shares"] = profile_mxtrain(args, workdir)
+            print(
+                f"\nmxtrain fit, {shares['batches']} profiled batches "
+                f"({', '.join(f'{k}={v}' for k, v in shares['kernel_choices'].items())}): "
+                + ", ".join(f"{k} {v:.1%}" for k, v in shares["share"].items())
+                + " of operator time"
+            )
     report["cli_seconds"] = {
         "mxtrain --help": time_cli(["--help"], 5),
         "mxtrain check configs/ptb_lstm_sentences.yaml": time_cli(
@@ -865,6 +973,15 @@ def main() -> None:
     }
     report["gemm_gflops"] = gemm_gflops(args.omp_threads)
     print("float32 GEMM, 2,048 square, GFLOP/s:", report["gemm_gflops"])
+    epoch = report["comparisons"].get("epoch", {}).get("tables", {}).get("epoch-stock-omp", {})
+    if "train_tokens_per_s" in epoch:
+        rate = epoch["train_tokens_per_s"]["ours_median"]
+        peak = max(report["gemm_gflops"].values())
+        print(
+            f"mxtrain's full epoch: {rate:,.0f} tokens/s x 15.8 MFLOP = "
+            f"{rate * 15.8e6 / 1e9:,.0f} GFLOP/s, {rate * 15.8e6 / (peak * 1e9):.0%} of the "
+            f"{peak:,.0f} GFLOP/s GEMM peak measured now"
+        )
     print("\nCLI start-up (median of 5 processes):")
     for command, seconds in report["cli_seconds"].items():
         print(f"  {command:<40}{seconds:.2f} s")

@@ -213,6 +213,23 @@ def render(report: dict[str, Any]) -> str:
             "binding and the iterator included; median of the paired rounds). The figures "
             f"below it are measured over {window}."
         )
+        rate = _median_figure(report, "epoch", "epoch-mxtrain", "train_tokens_per_s")
+        gemm = report.get("gemm_gflops") or {}
+        if rate and gemm:
+            peak = max(gemm.values())
+            headline.append(
+                f"- That epoch runs at {rate:,.0f} tokens/s x 15.8 MFLOP = "
+                f"{rate * 15.8e6 / 1e9:,.0f} GFLOP/s, **{rate * 15.8e6 / (peak * 1e9):.0%} of "
+                f"the {peak:,.0f} GFLOP/s float32 GEMM peak** measured in the same run."
+            )
+        shares = report.get("operator_shares")
+        if shares:
+            headline.append(
+                f"- The loss head takes **{shares['share']['loss head']:.1%} of operator time** "
+                f"(`fit.profile`, {shares['batches']} batches; the output layer "
+                f"{shares['share']['output layer']:.1%}, the recurrent layers "
+                f"{shares['share']['recurrent layers']:.1%})."
+            )
     tool = _ratio(report, "tool", "stock", "train_tokens_per_s")
     omp = _ratio(report, "tool", "stock-omp", "train_tokens_per_s")
     engine = _ratio(report, "engine", "engine-stock", "train_tokens_per_s")
@@ -370,4 +387,23 @@ def render(report: dict[str, Any]) -> str:
             "(the padding positions the model also computes are work this figure leaves out).",
             "",
         ]
+    shares = report.get("operator_shares")
+    if shares:
+        chosen = ", ".join(f"`{k}: {v}`" for k, v in shares["kernel_choices"].items())
+        out += [
+            "## Where the operator time goes",
+            "",
+            f"`mxtrain fit` on the same data with `fit.profile: {shares['batches']}` (bulk "
+            f"execution off, so each operator is timed on its own), with the kernel settings "
+            f"`auto` chose on this machine ({chosen}):",
+            "",
+            "| part | ms | share |",
+            "|---|---:|---:|",
+        ]
+        out += [
+            f"| {part} | {ms:,.0f} | {shares['share'][part]:.1%} |"
+            for part, ms in shares["ms"].items()
+        ]
+        top = ", ".join(f"`{name}` {ms:,.0f} ms" for name, ms in shares["top"].items())
+        out += ["", f"Largest operators: {top}.", ""]
     return "\n".join(out)
