@@ -214,7 +214,7 @@ def render(report: dict[str, Any]) -> str:
             f"below it are measured over {window}."
         )
         rate = _median_figure(report, "epoch", "epoch-mxtrain", "train_tokens_per_s")
-        gemm = report.get("gemm_gflops") or {}
+        gemm = report.get("epoch_gemm_gflops") or report.get("gemm_gflops") or {}
         if rate and gemm:
             peak = max(gemm.values())
             headline.append(
@@ -364,7 +364,7 @@ def render(report: dict[str, Any]) -> str:
         out += [f"| `{command}` | {seconds:.2f} |" for command, seconds in cli.items()]
         out.append("")
     flop_per_token = 15.8e6
-    gemm = report.get("gemm_gflops") or {}
+    gemm = report.get("epoch_gemm_gflops") or report.get("gemm_gflops") or {}
     peak = max(gemm.values()) * 1e9 if gemm else None
     best = _median_figure(report, "epoch", "epoch-mxtrain", "train_tokens_per_s")
     what = "A full epoch of `mxtrain fit`"
@@ -385,6 +385,44 @@ def render(report: dict[str, Any]) -> str:
             f"tokens/s. {what} here, {best:,.0f} tokens/s (median), is "
             f"{best * flop_per_token / peak:.0%} of it, counting non-padding tokens only "
             "(the padding positions the model also computes are work this figure leaves out).",
+            "",
+        ]
+    tables = report.get("output_layer") or []
+    if tables:
+        isa = report["machine"]["isa"]
+        out += [
+            "## The output layer against the GEMM peak",
+            "",
+            "The output layer is 4.0 of the 5.28 MFLOP a token of the word LM costs forward. "
+            "Each formulation MXNet offers on the default shape, forward and forward + "
+            "backward, beside the float32 GEMM peak (FullyConnected, 2,048 square) measured "
+            "in the same process (`scripts/bench_output_layer.py`). The AVX2 rows run this "
+            "CPU with oneDNN capped at AVX2 (`DNNL_MAX_CPU_ISA=AVX2`): the AVX2 kernels, not "
+            "an AVX2 CPU's memory system.",
+            "",
+            "| instruction set | formulation | forward GFLOP/s | share of peak | forward + "
+            "backward GFLOP/s | share of peak |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for table in tables:
+            cap = table["isa_cap"]
+            label = f"{isa} (this CPU)" if cap == "none" else f"{cap} (oneDNN capped)"
+            peak = table["gemm_peak_gflops"]
+            label += f", peak {peak:,.0f}"
+            for name, row in table["formulations"].items():
+                out.append(
+                    f"| {label} | `{name}` | {row['forward_gflops']:,.0f} | "
+                    f"{row['forward_gflops'] / peak:.0%} | {row['train_gflops']:,.0f} | "
+                    f"{row['train_gflops'] / peak:.0%} |"
+                )
+        rows, hidden, classes = tables[0]["shape"]
+        out += [
+            "",
+            f"Shape: {rows:,} rows x {hidden} -> {classes:,}. `fc`: FullyConnected on the "
+            "(batch x time) rows, what `lstm_lm` builds; `fc_3d`: `flatten=False` on (batch, "
+            "time, hidden); `dot_t`: `dot(x, weight, transpose_b=True)` plus the bias "
+            "(OpenBLAS, not oneDNN); `fc_time_major`: rows in time-major order. `lstm_lm` "
+            "keeps `fc`: `fc_3d` measures the same within noise, `dot_t` is far slower.",
             "",
         ]
     shares = report.get("operator_shares")
