@@ -17,7 +17,83 @@ from mxtrain.errors import ConfigError
 _LOG = logging.getLogger(__name__)
 
 
-def configure_threads(context_cfg: Any) -> dict[str, str]:
+_THREAD_CHOICES: list[Any] = []
+
+
+def thread_choices() -> list[Any]:
+    """The OpenMP choices (mxtrain.engine.kernels.Choice) the last configure_threads measured
+    or read from the cache, for the run folder's kernels.json; empty when none was needed."""
+    return list(_THREAD_CHOICES)
+
+
+def _measured_threads(context_cfg: Any) -> tuple[int, str, list[Any]] | None:
+    """(threads, wait policy, choices) measured on this machine (cached), or None when nothing
+    is left to measure: both set in the config or exported, a distributed process (its peers
+    on the same machine would measure at once), one usable core, or CPU-less settings."""
+    from mxtrain.engine import kernels
+
+    omp, policy = context_cfg.omp_threads, getattr(context_cfg, "omp_wait_policy", "auto")
+    want_threads = omp == "auto" and "OMP_NUM_THREADS" not in os.environ
+    want_policy = policy == "auto" and "OMP_WAIT_POLICY" not in os.environ
+    cores = usable_cores()
+    if not (want_threads or want_policy) or "DMLC_ROLE" in os.environ:
+        return None
+    counts = kernels.thread_candidates(cores) if want_threads else [_fixed_threads(omp)]
+    if max(counts) < 2 and not want_threads:
+        return None  # one thread: no team, no waiting
+    waits: tuple[str, ...] = kernels.WAIT_POLICIES
+    if not want_policy:
+        fixed = policy if policy != "auto" else os.environ["OMP_WAIT_POLICY"].lower()
+        waits = (fixed,) if fixed in kernels.WAIT_POLICIES else ("active",)
+    facts = kernels.machine_facts("cpu")
+    facts.pop("omp_threads")
+    facts["usable_cores"] = str(cores)
+    machine = kernels.machine_key(facts)
+    cache = kernels.KernelCache(kernels.cache_dir() / kernels.CACHE_FILE)
+    p = kernels.THREAD_PROBE
+    problem = (
+        f"{p['rows']} x {p['hidden']} -> {p['classes']} output layer + loss and a 2 x "
+        f"{p['hidden']} lstm, one batch"
+    )
+    key = f"openmp: threads {counts}, wait {list(waits)}, {problem}"
+    entry = cache.get(machine, key)
+    if entry is not None:
+        figures, source = dict(entry.get("figures_ms") or {}), "cache"
+    else:
+        _LOG.info("measuring OpenMP threads %s, wait %s (cached afterwards)", counts, waits)
+        figures, source = {}, "measured"
+        try:
+            for n in counts:
+                for wait in waits:
+                    figures[f"{n} {wait}"] = kernels.measure_threads(n, wait)
+        except (RuntimeError, ValueError, OSError) as exc:
+            _LOG.warning("OpenMP settings: the measurement failed (%s); using the rule", exc)
+            return None
+        cache.put(machine, key, min(figures, key=figures.__getitem__), figures)
+    best = min(figures, key=figures.__getitem__)
+    threads, wait = best.split()
+    given = "config" if omp != "auto" else "environment"
+    choices = [
+        kernels.Choice("context.omp_threads", threads, source, problem, figures)
+        if want_threads
+        else kernels.Choice("context.omp_threads", threads, given),
+        kernels.Choice("context.omp_wait_policy", wait, source, problem, figures)
+        if want_policy
+        else kernels.Choice("context.omp_wait_policy", wait, "config"),
+    ]
+    return int(threads), wait, choices
+
+
+def _fixed_threads(omp: Any) -> int:
+    if omp != "auto":
+        return int(omp)
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
+def configure_threads(context_cfg: Any, *, measure: bool = False) -> dict[str, str]:
     """Set OMP/engine threads (and MXNet's verbosity) in the environment before MXNet loads.
 
     ``auto`` keeps a value the user exported; otherwise it takes the cores this process may
@@ -25,17 +101,31 @@ def configure_threads(context_cfg: Any) -> dict[str, str]:
     explicit number in the config always wins. Returns the values now in force, for the log
     (with how ``auto`` chose, under ``omp_threads_auto``). OpenMP reads the variable once,
     when MXNet loads: a change made after that (a library user who imported mxnet first)
-    is logged as a warning, since it would otherwise pass unseen.
+    is logged as a warning, since it would otherwise pass unseen. ``measure`` (fit): an
+    ``auto`` count or wait policy is measured on this machine in child processes (cached;
+    :func:`thread_choices` says what), the count then capped by the free cores.
     """
+    global _THREAD_CHOICES
     before = os.environ.get("OMP_NUM_THREADS")
     omp = context_cfg.omp_threads
+    policy = getattr(context_cfg, "omp_wait_policy", "auto")
     chosen = ""
+    measured = _measured_threads(context_cfg) if measure else None
+    _THREAD_CHOICES = measured[2] if measured else []
+    if policy != "auto":
+        os.environ["OMP_WAIT_POLICY"] = policy.upper()
+    elif measured and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["OMP_WAIT_POLICY"] = measured[1].upper()
     if omp != "auto":
         os.environ["OMP_NUM_THREADS"] = str(omp)
     elif "OMP_NUM_THREADS" not in os.environ:
         cores, busy = usable_cores(), busy_cpus()
-        os.environ["OMP_NUM_THREADS"] = str(auto_omp_threads(cores, busy))
+        free = auto_omp_threads(cores, busy)
+        best = measured[0] if measured else cores
+        os.environ["OMP_NUM_THREADS"] = str(min(best, free))
         chosen = f"{cores} usable cores, {busy:.1f} busy with other processes"
+        if measured:
+            chosen += f", {best} measured fastest"
     # MXNet prints "Subgraph backend MKLDNN is activated" from C++ for every bucket it
     # binds, straight to stderr, which tears progress bars; it carries no information.
     os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
@@ -44,7 +134,7 @@ def configure_threads(context_cfg: Any) -> dict[str, str]:
         os.environ["MXNET_CPU_WORKER_NTHREADS"] = str(engine)
     threads = {
         key: os.environ[key]
-        for key in ("OMP_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS")
+        for key in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MXNET_CPU_WORKER_NTHREADS")
         if key in os.environ
     }
     if chosen:

@@ -82,7 +82,8 @@ def fit_experiment(
     command with nothing written, one later stops at the first batch boundary.
     """
     reporter = reporter or Reporter("plain")
-    threads = configure_threads(config.context)  # before MXNet is imported
+    threads = configure_threads(config.context, measure=True)  # before MXNet is imported
+    config = _with_thread_settings(config)
     runs_dir, run_name = run_folder_for(config, name)
     with StopRequests() as stops:
         if (runs_dir / run_name).exists() and not force:
@@ -113,6 +114,23 @@ def fit_experiment(
         log.info("run folder %s", run.path)
         reporter.begin_run("fit", run.path, **_report_options(config, setup), environment=facts)
         return _supervise(config, setup, run, reporter, None, stops)
+
+
+def _with_thread_settings(config: Config) -> Config:
+    """``config`` with the OpenMP settings now in force instead of ``auto``: config.yaml
+    records them, so a resume runs the same thread count (and float rounding)."""
+    import dataclasses
+
+    context = config.context
+    changes: dict[str, Any] = {}
+    if context.omp_threads == "auto" and os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        changes["omp_threads"] = int(os.environ["OMP_NUM_THREADS"])
+    wait = os.environ.get("OMP_WAIT_POLICY", "").lower()
+    if context.omp_wait_policy == "auto" and wait in ("active", "passive"):
+        changes["omp_wait_policy"] = wait
+    if not changes:
+        return config
+    return dataclasses.replace(config, context=dataclasses.replace(context, **changes))
 
 
 def _write_first_files(
@@ -665,6 +683,8 @@ def _prepare(
         not_measured = "distributed run: every worker must build the same graph"
     elif restore is not None or vocab_file is not None:
         not_measured = "resumed run: it keeps the graph it was trained with"
+    from mxtrain.devices import thread_choices
+
     config, choices = kernel_choices.resolve(
         config,
         train_iter,
@@ -672,6 +692,8 @@ def _prepare(
         probabilities=not metrics_read_loss(config, train_iter.data_info),
         not_measured=not_measured,
     )
+    if restore is None and vocab_file is None:
+        choices = thread_choices() + choices
     kernel_choices.apply_process_settings(config)
     kernel_choices.log_choices(choices)
     fit_cfg = config.fit

@@ -51,6 +51,7 @@ MAY_CHANGE: tuple[str, ...] = (
     "context.omp_threads",
     "context.engine_threads",
     "context.large_buffers",  # where freed memory goes: no effect on the numbers
+    "context.omp_wait_policy",
     "context.work_load",
     "checkpoint.period",
     "checkpoint.keep_last",
@@ -90,7 +91,15 @@ def _flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 
 
 #: keys whose ``auto`` a run resolves by measuring its machine (mxtrain.kernel_choices)
-MEASURED_KEYS = frozenset({"model.loss", "model.cell", "context.large_buffers"})
+MEASURED_KEYS = frozenset(
+    {
+        "model.loss",
+        "model.cell",
+        "context.large_buffers",
+        "context.omp_threads",
+        "context.omp_wait_policy",
+    }
+)
 
 
 def diff_configs(saved: Mapping[str, Any], requested: Mapping[str, Any]) -> list[ConfigChange]:

@@ -226,8 +226,17 @@ class ContextSection:
         default="auto",
         metadata={
             "doc": "OpenMP threads per operator; auto: an exported OMP_NUM_THREADS, else the "
-            "usable cores less those other processes keep busy at start (logged; MXNet itself "
-            "would use half the cores)"
+            "fastest count measured once per machine (cached, like the other kernel choices), "
+            "at most the usable cores less those other processes keep busy at start (logged; "
+            "MXNet itself would use half the cores)"
+        },
+    )
+    omp_wait_policy: Literal["auto", "active", "passive"] = field(
+        default="auto",
+        metadata={
+            "doc": "OMP_WAIT_POLICY: whether idle OpenMP threads spin (active) or sleep "
+            "(passive); auto: an exported OMP_WAIT_POLICY, else measured with the thread count "
+            "once per machine and cached (see omp_threads)"
         },
     )
     engine_threads: int | Literal["auto"] = field(
@@ -281,6 +290,7 @@ class ContextSection:
         if self.engine_threads != "auto":
             check_at_least("engine_threads", self.engine_threads, 1)
         check_choice("large_buffers", self.large_buffers, ("auto", "reuse", "release"))
+        check_choice("omp_wait_policy", self.omp_wait_policy, ("auto", "active", "passive"))
 
     @property
     def num_devices(self) -> int:

@@ -103,8 +103,6 @@ def _cpuinfo() -> dict[str, str]:
 def machine_facts(device: str) -> dict[str, str]:
     """What a cached measurement is valid for: CPU model, instruction set, MXNet version,
     OpenMP threads, device (and oneDNN's ISA cap when DNNL_MAX_CPU_ISA sets one)."""
-    import mxnet as mx
-
     info = _cpuinfo()
     flags = set(info.get("flags", "").split())
     isa = next((f for f in ISA_FLAGS if f in flags), platform.machine() or "unknown")
@@ -114,10 +112,22 @@ def machine_facts(device: str) -> dict[str, str]:
     return {
         "cpu": f"{cpu} (family/model/stepping {family})",
         "isa": isa + (f", oneDNN capped at {cap}" if cap else ""),
-        "mxnet": mx.__version__,
+        "mxnet": _mxnet_version(),
         "omp_threads": os.environ.get("OMP_NUM_THREADS", "default"),
         "device": device,
     }
+
+
+def _mxnet_version() -> str:
+    """The installed MXNet's version, without importing it (threads are set before that)."""
+    from importlib import metadata
+
+    for name in ("mxnet", "mxnet-mkl", "mxnet-cu112", "mxnet-cu117", "mxnet-cu110"):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
 
 
 def machine_key(facts: dict[str, str]) -> str:
@@ -297,7 +307,9 @@ def measure_buffer_policy(ctx: Any, rows: int, hidden: int, classes: int) -> flo
 CHILD_TIMEOUT_S = 600
 
 
-def measure_in_child(request: dict[str, Any]) -> dict[str, float]:
+def measure_in_child(
+    request: dict[str, Any], env: dict[str, str] | None = None
+) -> dict[str, float]:
     """Run one measurement (``request["kind"]``: loss, cell or buffers) in a fresh Python
     process and return its figures. A process of its own because measuring in the training
     process slowed the training after it by 13-18% (an epoch of the default word LM on a Zen 5
@@ -310,6 +322,7 @@ def measure_in_child(request: dict[str, Any]) -> dict[str, float]:
     try:
         done = subprocess.run(
             command,
+            env={**os.environ, **(env or {})},
             capture_output=True,
             text=True,
             timeout=CHILD_TIMEOUT_S,
@@ -324,6 +337,56 @@ def measure_in_child(request: dict[str, Any]) -> dict[str, float]:
         raise RuntimeError(f"exit code {done.returncode}: {last}")
     figures = json.loads(lines[-1])
     return {str(k): float(v) for k, v in figures.items()}
+
+
+#: the fixed workload the OpenMP settings are measured on (chosen before the data is read):
+#: the default word LM's output layer + loss and its recurrent layers, one batch
+THREAD_PROBE = {"rows": 1120, "hidden": 200, "classes": 10000, "batch": 32, "steps": 35}
+WAIT_POLICIES = ("active", "passive")
+
+
+def thread_candidates(cores: int) -> list[int]:
+    """OpenMP thread counts worth measuring on ``cores`` usable cores: powers of two and
+    the core count itself."""
+    counts = {cores}
+    n = 1
+    while n < cores:
+        counts.add(n)
+        n *= 2
+    return sorted(counts)
+
+
+def measure_threads(threads: int, policy: str) -> float:
+    """ms of the thread probe in a child process with ``threads`` OpenMP threads and wait
+    ``policy`` (environment variables OpenMP reads once, at start)."""
+    env = {"OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": policy.upper()}
+    request = {"kind": "threads", "device": "cpu", "device_id": 0}
+    return measure_in_child(request, env)["probe"]
+
+
+def _thread_probe(ctx: Any) -> float:
+    import mxnet as mx
+
+    from mxtrain.models.rnn_common import UNMEASURED_LOSS, left_to_right_layers, loss_heads
+
+    p = THREAD_PROBE
+    x = mx.sym.Variable("x")
+    seq, _ = left_to_right_layers(
+        x,
+        p["steps"],
+        mode="lstm",
+        num_hidden=p["hidden"],
+        num_layers=2,
+        dropout=0.0,
+        fused=True,
+        prefix="lstm_",
+    )
+    rows = mx.sym.reshape(seq, shape=(-1, p["hidden"]))
+    logits = mx.sym.FullyConnected(rows, num_hidden=p["classes"], name="pred")
+    label = mx.sym.Variable("softmax_label")
+    (symbol,) = loss_heads(logits, label, UNMEASURED_LOSS, 0, probabilities=False)
+    shapes = {"x": (p["batch"], p["steps"], p["hidden"]), "softmax_label": (p["rows"],)}
+    return round(median_ms(_train_step(symbol, ctx, shapes, p["classes"])), 2)
 
 
 def _measure(request: dict[str, Any]) -> dict[str, float]:
@@ -342,6 +405,8 @@ def _measure(request: dict[str, Any]) -> dict[str, float]:
         return measure_loss(ctx, rows, hidden, classes, probabilities=request["probabilities"])
     if kind == "cell":
         return measure_cell(ctx, request["mode"], *request["shape"])
+    if kind == "threads":
+        return {"probe": _thread_probe(ctx)}
     raise ValueError(f"unknown measurement {kind!r}")
 
 

@@ -159,3 +159,84 @@ def test_resume_keeps_the_recorded_choices_and_never_measures(
     assert sorted(a) == sorted(b)
     for name in a:
         assert (a[name].asnumpy() == b[name].asnumpy()).all(), name
+
+
+def test_thread_candidates() -> None:
+    assert kernels.thread_candidates(1) == [1]
+    assert kernels.thread_candidates(2) == [1, 2]
+    assert kernels.thread_candidates(6) == [1, 2, 4, 6]
+    assert kernels.thread_candidates(16) == [1, 2, 4, 8, 16]
+
+
+def _clear_openmp_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset both variables for this test; monkeypatch puts the originals back after it."""
+    for name in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY"):
+        monkeypatch.setenv(name, "1")
+        monkeypatch.delenv(name)
+
+
+def test_openmp_settings_are_measured_capped_and_recorded(
+    tiny_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mxtrain import devices
+
+    monkeypatch.setenv("MXTRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    _clear_openmp_environment(monkeypatch)
+    monkeypatch.setattr(devices, "usable_cores", lambda: 4)
+    monkeypatch.setattr(devices, "busy_cpus", lambda: 1.0)  # 3 free cores
+    asked = []
+
+    def fake(threads: int, policy: str) -> float:  # 4 threads, passive is fastest
+        asked.append((threads, policy))
+        return 100.0 / threads + (0 if policy == "passive" else 5)
+
+    monkeypatch.setattr(kernels, "measure_threads", fake)
+    run = fit(tiny_config, "threads")
+    assert sorted(asked) == [(n, p) for n in (1, 2, 4) for p in ("active", "passive")]
+    choices = recorded(run)
+    assert choices["context.omp_threads"]["value"] == "4"
+    assert choices["context.omp_threads"]["figures_ms"]["4 passive"] == 25.0
+    assert choices["context.omp_wait_policy"]["value"] == "passive"
+    # the count is capped by the cores other processes leave free; config.yaml records what
+    # ran, so a resume runs the same threads
+    saved = yaml.safe_load((run / "config.yaml").read_text())["context"]
+    assert (saved["omp_threads"], saved["omp_wait_policy"]) == (3, "passive")
+    status = json.loads((run / "run.json").read_text())
+    assert "4 measured fastest" in status["threads"]["omp_threads_auto"]
+    # the next run reads the cache
+    _clear_openmp_environment(monkeypatch)
+    asked.clear()
+    again = recorded(fit(tiny_config, "threads-again"))
+    assert asked == []
+    assert again["context.omp_threads"]["source"] == "cache"
+
+
+def test_exported_or_configured_openmp_settings_are_kept(
+    tiny_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mxtrain import devices
+
+    monkeypatch.setenv("MXTRAIN_CACHE_DIR", str(tmp_path / "cache"))
+
+    def refuse(threads: int, policy: str) -> float:  # pragma: no cover - failing is the point
+        raise AssertionError("measured")
+
+    monkeypatch.setattr(kernels, "measure_threads", refuse)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as conftest exports it
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    run = fit(tiny_config, "exported")  # one thread: no team whose waiting could matter
+    assert "context.omp_threads" not in recorded(run)
+    assert yaml.safe_load((run / "config.yaml").read_text())["context"]["omp_threads"] == 1
+    _clear_openmp_environment(monkeypatch)
+    monkeypatch.setattr(devices, "usable_cores", lambda: 2)
+    run = fit(tiny_config, "configured", "context.omp_threads=1", "context.omp_wait_policy=active")
+    assert "context.omp_threads" not in recorded(run)
+    _clear_openmp_environment(monkeypatch)
+    monkeypatch.setenv("DMLC_ROLE", "worker")  # a distributed process never measures
+    assert devices._measured_threads(devices_config(tiny_config)) is None
+
+
+def devices_config(config: Path):
+    from mxtrain.config import load_config
+
+    return load_config(config).context
