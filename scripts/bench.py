@@ -64,6 +64,9 @@ MEMORY = "memory"
 #: not paired rounds: the output layer's formulations against the GEMM peak, per instruction
 #: set (scripts/bench_output_layer.py)
 OUTPUT_LAYER = "output"
+#: not paired rounds: where mxtrain fit's operator time goes (fit.profile), with this CPU's
+#: kernels and, on AVX-512, with oneDNN capped at AVX2; also part of ``epoch``
+PROFILE = "profile"
 FIGURES = (
     "train_tokens_per_s",
     "score_tokens_per_s",
@@ -760,11 +763,15 @@ def operator_shares(summary: str) -> dict[str, Any]:
     }
 
 
-def profile_mxtrain(args: argparse.Namespace, workdir: str, batches: int = 40) -> dict[str, Any]:
+def profile_mxtrain(
+    args: argparse.Namespace, workdir: str, batches: int = 40, isa_cap: str | None = None
+) -> dict[str, Any]:
     """``mxtrain fit`` on the benchmark data with ``fit.profile`` (bulk execution off so that
-    every operator is timed on its own): where the operator time goes."""
+    every operator is timed on its own): where the operator time goes. ``isa_cap``: run with
+    oneDNN capped at that instruction set (DNNL_MAX_CPU_ISA; auto then measures its kernel
+    choices for it, a machine key of its own)."""
     train_src, eval_src = write_corpus(args, Path(workdir))
-    runs = Path(workdir) / "profile-runs"
+    runs = Path(workdir) / f"profile-runs-{isa_cap or 'native'}"
     sets = [
         f"data.train.source={train_src}",
         f"data.eval.source={eval_src}",
@@ -780,11 +787,15 @@ def profile_mxtrain(args: argparse.Namespace, workdir: str, batches: int = 40) -
     for item in sets:
         command += ["--set", item]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.omp_threads), MXNET_EXEC_BULK_EXEC_TRAIN="0")
+    env.pop("DNNL_MAX_CPU_ISA", None)
+    if isa_cap:
+        env["DNNL_MAX_CPU_ISA"] = isa_cap
     subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     shares = operator_shares((runs / "profile" / "profile" / "summary.txt").read_text())
     choices = json.loads((runs / "profile" / "kernels.json").read_text())["choices"]
     shares["kernel_choices"] = {c["key"]: c["value"] for c in choices}
     shares["batches"] = batches
+    shares["isa_cap"] = isa_cap or "none"
     return shares
 
 
@@ -929,9 +940,9 @@ def main() -> None:
         return
 
     comparisons = [c.strip() for c in args.compare.split(",") if c.strip()]
-    unknown = sorted(set(comparisons) - set(COMPARISONS) - {MEMORY, OUTPUT_LAYER})
+    unknown = sorted(set(comparisons) - set(COMPARISONS) - {MEMORY, OUTPUT_LAYER, PROFILE})
     if unknown:
-        known = [*COMPARISONS, MEMORY, OUTPUT_LAYER]
+        known = [*COMPARISONS, MEMORY, OUTPUT_LAYER, PROFILE]
         parser.error(f"--compare: unknown {unknown}; choose from {known}")
     command = "python scripts/bench.py " + " ".join(sys.argv[1:])
     date = dt.datetime.now().isoformat(timespec="seconds")
@@ -965,6 +976,8 @@ def main() -> None:
             if name == MEMORY:
                 report["memory"] = memory_tables(args)
                 continue
+            if name == PROFILE:
+                continue  # after the comparisons
             if name == OUTPUT_LAYER:
                 report["output_layer"] = output_layer_tables(args)
                 continue
@@ -989,13 +1002,20 @@ def main() -> None:
         if "epoch" in comparisons:
             # the full epoch's share of the peak is taken against this run's own peak
             report["epoch_gemm_gflops"] = gemm_gflops(args.omp_threads)
-            shares = report["operator_shares"] = profile_mxtrain(args, workdir)
-            print(
-                f"\nmxtrain fit, {shares['batches']} profiled batches "
-                f"({', '.join(f'{k}={v}' for k, v in shares['kernel_choices'].items())}): "
-                + ", ".join(f"{k} {v:.1%}" for k, v in shares["share"].items())
-                + " of operator time"
-            )
+        if "epoch" in comparisons or PROFILE in comparisons:
+            report["operator_shares"] = profile_mxtrain(args, workdir)
+            if machine()["isa"] == "AVX-512":
+                report["operator_shares_avx2"] = profile_mxtrain(args, workdir, isa_cap="AVX2")
+        for key in ("operator_shares", "operator_shares_avx2"):
+            if key in report and ("epoch" in comparisons or PROFILE in comparisons):
+                shares = report[key]
+                print(
+                    f"\nmxtrain fit, oneDNN ISA cap {shares['isa_cap']}, {shares['batches']} "
+                    f"profiled batches "
+                    f"({', '.join(f'{k}={v}' for k, v in shares['kernel_choices'].items())}): "
+                    + ", ".join(f"{k} {v:.1%}" for k, v in shares["share"].items())
+                    + " of operator time"
+                )
     report["cli_seconds"] = {
         "mxtrain --help": time_cli(["--help"], 5),
         "mxtrain check configs/ptb_lstm_sentences.yaml": time_cli(

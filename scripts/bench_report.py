@@ -224,11 +224,18 @@ def render(report: dict[str, Any]) -> str:
             )
         shares = report.get("operator_shares")
         if shares:
+            avx2 = report.get("operator_shares_avx2")
+            also = ""
+            if avx2:
+                also = (
+                    f"; with oneDNN capped at AVX2 on the same CPU, "
+                    f"{avx2['share']['loss head']:.1%}"
+                )
             headline.append(
                 f"- The loss head takes **{shares['share']['loss head']:.1%} of operator time** "
                 f"(`fit.profile`, {shares['batches']} batches; the output layer "
                 f"{shares['share']['output layer']:.1%}, the recurrent layers "
-                f"{shares['share']['recurrent layers']:.1%})."
+                f"{shares['share']['recurrent layers']:.1%}{also})."
             )
     tool = _ratio(report, "tool", "stock", "train_tokens_per_s")
     omp = _ratio(report, "tool", "stock-omp", "train_tokens_per_s")
@@ -425,15 +432,23 @@ def render(report: dict[str, Any]) -> str:
             "keeps `fc`: `fc_3d` measures the same within noise, `dot_t` is far slower.",
             "",
         ]
-    shares = report.get("operator_shares")
-    if shares:
+    for key in ("operator_shares", "operator_shares_avx2"):
+        shares = report.get(key)
+        if not shares:
+            continue
         chosen = ", ".join(f"`{k}: {v}`" for k, v in shares["kernel_choices"].items())
+        cap = shares.get("isa_cap", "none")
+        where = (
+            f"this CPU ({report['machine']['isa']})"
+            if cap == "none"
+            else f"this CPU with oneDNN capped at {cap} (`DNNL_MAX_CPU_ISA={cap}`)"
+        )
         out += [
-            "## Where the operator time goes",
+            f"## Where the operator time goes: {where}",
             "",
             f"`mxtrain fit` on the same data with `fit.profile: {shares['batches']}` (bulk "
             f"execution off, so each operator is timed on its own), with the kernel settings "
-            f"`auto` chose on this machine ({chosen}):",
+            f"`auto` chose there ({chosen}):",
             "",
             "| part | ms | share |",
             "|---|---:|---:|",
