@@ -56,22 +56,16 @@ def _measured_threads(context_cfg: Any) -> tuple[int, str, list[Any]] | None:
         f"{p['hidden']} lstm, one batch"
     )
     key = f"openmp: threads {counts}, wait {list(waits)}, {problem}"
-    entry = cache.get(machine, key)
-    if entry is not None:
-        figures, source = dict(entry.get("figures_ms") or {}), "cache"
-    else:
-        _LOG.info("measuring OpenMP threads %s, wait %s (cached afterwards)", counts, waits)
-        figures, source = {}, "measured"
-        try:
-            for n in counts:
-                for wait in waits:
-                    figures[f"{n} {wait}"] = kernels.measure_threads(n, wait)
-        except (RuntimeError, ValueError, OSError) as exc:
-            _LOG.warning("OpenMP settings: the measurement failed (%s); using the rule", exc)
-            return None
-        cache.put(machine, key, min(figures, key=figures.__getitem__), figures)
-    best = min(figures, key=figures.__getitem__)
-    threads, wait = best.split()
+
+    def measure() -> dict[str, float]:
+        return {f"{n} {w}": kernels.measure_threads(n, w) for n in counts for w in waits}
+
+    try:
+        figures, source = kernels.cached_figures(cache, machine, key, measure)
+    except (RuntimeError, ValueError, OSError) as exc:
+        _LOG.warning("OpenMP settings: the measurement failed (%s); using the rule", exc)
+        return None
+    threads, wait = kernels.fastest(figures).split()
     given = "config" if omp != "auto" else "environment"
     choices = [
         kernels.Choice("context.omp_threads", threads, source, problem, figures)

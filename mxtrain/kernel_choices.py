@@ -44,6 +44,11 @@ def resolve(
     request: dict[str, Any] = {"device": ctx.device_type, "device_id": ctx.device_id}
     batch = int(data_iter.provide_data[0].shape[0])
     steps = _steps(data_iter)
+    head: list[int] = []  # output layer + loss: rows, hidden, classes (language models)
+    head_problem = ""
+    if is_lm:
+        head = [batch * steps, options.num_hidden, int(info.num_classes)]
+        head_problem = f"{head[0]} x {head[1]} -> {head[2]} output layer + loss"
     measurer = _Measurer(str(ctx))
     choices: list[Choice] = []
 
@@ -61,13 +66,11 @@ def resolve(
             buffers = "release"
             choices.append(Choice("context.large_buffers", buffers, "fallback", why=why))
         else:
-            shape = [batch * steps, options.num_hidden, int(info.num_classes)]
-            problem = f"{shape[0]} x {shape[1]} -> {shape[2]} output layer + loss"
             requests = [
-                {**request, "kind": "buffers", "large_buffers": p, "shape": shape}
+                {**request, "kind": "buffers", "large_buffers": p, "shape": head}
                 for p in kernels.BUFFER_POLICIES
             ]
-            choice = measurer.choose("context.large_buffers", problem, requests, "release")
+            choice = measurer.choose("context.large_buffers", head_problem, requests, "release")
             buffers = choice.value
             choices.append(choice)
         config = dataclasses.replace(
@@ -83,11 +86,8 @@ def resolve(
             why = not_measured or "the data reports no classes"
             choices.append(Choice("model.loss", UNMEASURED_LOSS, "fallback", why=why))
         else:
-            shape = [batch * steps, options.num_hidden, int(info.num_classes)]
-            problem = f"{shape[0]} x {shape[1]} -> {shape[2]} output layer + loss" + (
-                " (probabilities kept)" if probabilities else ""
-            )
-            loss_request = {**request, "kind": "loss", "shape": shape}
+            problem = head_problem + (" (probabilities kept)" if probabilities else "")
+            loss_request = {**request, "kind": "loss", "shape": head}
             loss_request["probabilities"] = probabilities
             choices.append(measurer.choose("model.loss", problem, [loss_request], UNMEASURED_LOSS))
         if options.loss == "auto":
@@ -132,23 +132,22 @@ class _Measurer:
         if self.cache is None:
             self.cache = kernels.KernelCache(kernels.cache_dir() / kernels.CACHE_FILE)
             self.machine = kernels.machine_key(kernels.machine_facts(self.device))
-        cache_key = f"{key}: {problem}"
-        entry = self.cache.get(self.machine, cache_key)
-        if entry is not None:
-            figures = dict(entry.get("figures_ms") or {})
-            return Choice(key, entry["value"], "cache", problem, figures)
-        log.info("measuring %s for %s on this machine (cached afterwards)", key, problem)
-        figures = {}
-        try:
+
+        def measure() -> dict[str, float]:
+            figures: dict[str, float] = {}
             for request in requests:
                 figures.update(kernels.measure_in_child(request))
+            return figures
+
+        try:
+            figures, source = kernels.cached_figures(
+                self.cache, self.machine, f"{key}: {problem}", measure
+            )
         except (RuntimeError, ValueError, OSError) as exc:
             why = f"the measurement failed ({exc})"
             log.warning("%s: %s; using %s", key, why, fallback)
             return Choice(key, fallback, "fallback", problem, why=why)
-        value = min(figures, key=figures.__getitem__)
-        self.cache.put(self.machine, cache_key, value, figures)
-        return Choice(key, value, "measured", problem, figures)
+        return Choice(key, kernels.fastest(figures), source, problem, figures)
 
 
 def apply_process_settings(config: Any) -> None:

@@ -28,7 +28,6 @@ import dataclasses
 import json
 import logging
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -37,8 +36,6 @@ from typing import Any
 
 CACHE_VERSION = 1
 CACHE_FILE = "kernels.json"
-#: the instruction sets named in a machine key, best first (Linux /proc/cpuinfo flags)
-ISA_FLAGS = ("avx512f", "avx2", "avx", "sse4_2")
 #: timed repetitions of each candidate after WARMUP untimed ones; the median counts
 REPEATS = 5
 WARMUP = 2
@@ -86,32 +83,16 @@ def cache_dir() -> Path:
     return Path(base) / "mxtrain"
 
 
-def _cpuinfo() -> dict[str, str]:
-    facts: dict[str, str] = {}
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return facts
-    for line in text.splitlines():
-        if not line.strip():
-            break  # the first processor is enough
-        key, _, value = line.partition(":")
-        facts.setdefault(key.strip(), value.strip())
-    return facts
-
-
 def machine_facts(device: str) -> dict[str, str]:
     """What a cached measurement is valid for: CPU model, instruction set, MXNet version,
     OpenMP threads, device (and oneDNN's ISA cap when DNNL_MAX_CPU_ISA sets one)."""
-    info = _cpuinfo()
-    flags = set(info.get("flags", "").split())
-    isa = next((f for f in ISA_FLAGS if f in flags), platform.machine() or "unknown")
+    from mxtrain.run.environment import cpu_facts
+
+    facts = cpu_facts()
     cap = os.environ.get("DNNL_MAX_CPU_ISA") or os.environ.get("MKLDNN_MAX_CPU_ISA")
-    cpu = info.get("model name") or platform.processor() or "unknown CPU"
-    family = "/".join(info.get(k, "?") for k in ("cpu family", "model", "stepping"))
     return {
-        "cpu": f"{cpu} (family/model/stepping {family})",
-        "isa": isa + (f", oneDNN capped at {cap}" if cap else ""),
+        "cpu": facts["cpu"],
+        "isa": facts["isa"] + (f", oneDNN capped at {cap}" if cap else ""),
         "mxnet": _mxnet_version(),
         "omp_threads": os.environ.get("OMP_NUM_THREADS", "default"),
         "device": device,
@@ -186,6 +167,29 @@ class KernelCache:
             )
 
 
+def fastest(figures: dict[str, float]) -> str:
+    """The candidate with the smallest time."""
+    return min(figures, key=figures.__getitem__)
+
+
+def cached_figures(
+    cache: KernelCache,
+    machine: str,
+    key: str,
+    measure: Callable[[], dict[str, float]],
+) -> tuple[dict[str, float], str]:
+    """(figures, ``cache`` or ``measured``) for ``key``: the cached ones, else ``measure()``'s,
+    which are cached with their fastest candidate. What ``measure`` raises passes through and
+    leaves the cache as it was."""
+    entry = cache.get(machine, key)
+    if entry is not None:
+        return dict(entry.get("figures_ms") or {}), "cache"
+    log.info("measuring %s on this machine (cached afterwards)", key)
+    figures = measure()
+    cache.put(machine, key, fastest(figures), figures)
+    return figures, "measured"
+
+
 def median_ms(step: Callable[[], None], repeats: int = REPEATS, warmup: int = WARMUP) -> float:
     """Median wall time of ``step()`` (which must wait for its results) in milliseconds."""
     for _ in range(warmup):
@@ -223,20 +227,36 @@ def _train_step(
     return step
 
 
+def _output_layer_and_loss(
+    x: Any, classes: int, formulation: str | None = None, *, probabilities: bool = False
+) -> Any:
+    """Output layer (``pred``) on the rows ``x`` and the loss (``formulation``, default the
+    unmeasured one) against ``softmax_label``, padding id 0: lstm_lm's head."""
+    import mxnet as mx
+
+    from mxtrain.models.rnn_common import UNMEASURED_LOSS, loss_heads
+
+    logits = mx.sym.FullyConnected(x, num_hidden=classes, name="pred")
+    label = mx.sym.Variable("softmax_label")
+    heads = loss_heads(
+        logits, label, formulation or UNMEASURED_LOSS, 0, probabilities=probabilities
+    )
+    return heads[0] if len(heads) == 1 else mx.sym.Group(heads)
+
+
 def measure_loss(
     ctx: Any, rows: int, hidden: int, classes: int, *, probabilities: bool
 ) -> dict[str, float]:
     """ms per forward+backward of output layer + loss for each formulation."""
     import mxnet as mx
 
-    from mxtrain.models.rnn_common import LOSS_FORMULATIONS, loss_heads
+    from mxtrain.models.rnn_common import LOSS_FORMULATIONS
 
     figures = {}
     for formulation in LOSS_FORMULATIONS:
-        x, label = mx.sym.Variable("x"), mx.sym.Variable("softmax_label")
-        logits = mx.sym.FullyConnected(x, num_hidden=classes, name="pred")
-        heads = loss_heads(logits, label, formulation, 0, probabilities=probabilities)
-        symbol = heads[0] if len(heads) == 1 else mx.sym.Group(heads)
+        symbol = _output_layer_and_loss(
+            mx.sym.Variable("x"), classes, formulation, probabilities=probabilities
+        )
         shapes = {"x": (rows, hidden), "softmax_label": (rows,)}
         step = _train_step(symbol, ctx, shapes, classes)
         figures[formulation] = round(median_ms(step), 2)
@@ -294,11 +314,7 @@ def measure_buffer_policy(ctx: Any, rows: int, hidden: int, classes: int) -> flo
     """ms per forward+backward of output layer + loss under the allocator policy in force."""
     import mxnet as mx
 
-    from mxtrain.models.rnn_common import UNMEASURED_LOSS, loss_heads
-
-    x, label = mx.sym.Variable("x"), mx.sym.Variable("softmax_label")
-    logits = mx.sym.FullyConnected(x, num_hidden=classes, name="pred")
-    (symbol,) = loss_heads(logits, label, UNMEASURED_LOSS, 0, probabilities=False)
+    symbol = _output_layer_and_loss(mx.sym.Variable("x"), classes)
     step = _train_step(symbol, ctx, {"x": (rows, hidden), "softmax_label": (rows,)}, classes)
     return round(median_ms(step), 2)
 
@@ -367,7 +383,7 @@ def measure_threads(threads: int, policy: str) -> float:
 def _thread_probe(ctx: Any) -> float:
     import mxnet as mx
 
-    from mxtrain.models.rnn_common import UNMEASURED_LOSS, left_to_right_layers, loss_heads
+    from mxtrain.models.rnn_common import left_to_right_layers
 
     p = THREAD_PROBE
     x = mx.sym.Variable("x")
@@ -382,9 +398,7 @@ def _thread_probe(ctx: Any) -> float:
         prefix="lstm_",
     )
     rows = mx.sym.reshape(seq, shape=(-1, p["hidden"]))
-    logits = mx.sym.FullyConnected(rows, num_hidden=p["classes"], name="pred")
-    label = mx.sym.Variable("softmax_label")
-    (symbol,) = loss_heads(logits, label, UNMEASURED_LOSS, 0, probabilities=False)
+    symbol = _output_layer_and_loss(rows, p["classes"])
     shapes = {"x": (p["batch"], p["steps"], p["hidden"]), "softmax_label": (p["rows"],)}
     return round(median_ms(_train_step(symbol, ctx, shapes, p["classes"])), 2)
 
