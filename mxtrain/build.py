@@ -14,15 +14,23 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain.data.base import DataContext, DataInfo
-from mxtrain.errors import ConfigError, DataError, MxtrainError
+from mxtrain.errors import ConfigError, DataError, InvalidValue, MxtrainError
 from mxtrain.registry import ITERATORS, METRICS, MODELS, Entry, is_plugin_reference
 
 
-def _call_factory(entry: Entry, options: Any, first: Any, where: str) -> Any:
+def _call_factory(
+    entry: Entry,
+    options: Any,
+    first: Any,
+    where: str,
+    locate: Callable[[str], str] | None = None,
+) -> Any:
     """Call a component factory the way its kind of options requires.
 
     Built-ins and plugins with an options dataclass are called as ``factory(options, first)``;
-    plugins whose options are plain keywords as ``factory(first, **options)``.
+    plugins whose options are plain keywords as ``factory(first, **options)``. ``locate``
+    gives the ``file:line`` of a key of the section, for an ``InvalidValue`` the factory raises
+    once it sees the data (a size that the vocabulary rules out).
     """
     factory = entry.load()
     try:
@@ -31,6 +39,10 @@ def _call_factory(entry: Entry, options: Any, first: Any, where: str) -> Any:
         return factory(first, **dict(options or {}))
     except (ConfigError, DataError):
         raise
+    except InvalidValue as exc:
+        if locate is None:
+            raise ConfigError(f"{where}: {exc}") from exc
+        raise ConfigError(f"{locate(exc.key)}: {where}.{exc.key} {exc.problem}.") from exc
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
 
@@ -47,10 +59,16 @@ def build_data_iter(section: Any, context: DataContext, base_dir: Path, where: s
     return data_iter
 
 
-def build_sym_gen(section: Any, data_info: DataInfo, base_dir: Path) -> Callable[..., Any]:
-    """The model's ``sym_gen(bucket_key) -> (symbol, data_names, label_names)``."""
+def build_sym_gen(
+    section: Any,
+    data_info: DataInfo,
+    base_dir: Path,
+    locate: Callable[[str], str] | None = None,
+) -> Callable[..., Any]:
+    """The model's ``sym_gen(bucket_key) -> (symbol, data_names, label_names)``; ``locate``:
+    ``file:line`` of a ``model`` key (``Config.where``), for errors that name one."""
     entry = MODELS.get(section.name, base_dir=base_dir, where="model.name")
-    sym_gen = _call_factory(entry, section.options, data_info, "model")
+    sym_gen = _call_factory(entry, section.options, data_info, "model", locate)
     if not callable(sym_gen):
         raise ConfigError(
             f"model {section.name!r} returned {type(sym_gen).__name__}, not a sym_gen.",
@@ -168,22 +186,31 @@ def build_module(
     for_training: bool,
     logger: logging.Logger,
     for_metrics: bool | None = None,
+    shared_params: Any = None,
 ) -> Any:
     """The model of ``config.model`` as a BucketingModule on ``contexts``, bound to
     ``data_iter``'s largest bucket (so a model that does not fit in memory fails here, and a
     model that does not fit the data is explained). Training binds with ``fit.fixed_params``
     and, with gradient accumulation, gradients that add up. ``for_metrics`` (default: when
     training): the outputs only feed the config's metrics, so a model whose metrics all read
-    its loss leaves the probabilities out."""
+    its loss leaves the probabilities out. ``shared_params``: a module whose parameter arrays
+    this one binds (BucketingModule.bind)."""
     from mxtrain.engine.bucketing import BucketingModule, ParamPatternError
 
     fit_cfg = config.fit
-    sym_gen = build_sym_gen(config.model, data_iter.data_info, config.base_dir)
+    sym_gen = build_sym_gen(
+        config.model,
+        data_iter.data_info,
+        config.base_dir,
+        lambda key: config.where("model", *key.split(".")),
+    )
     if for_metrics is None:
         for_metrics = for_training
     if for_metrics and metrics_read_loss(config, data_iter.data_info):
         # training and its evaluations then never compute the probabilities they don't read
         sym_gen = getattr(sym_gen, "without_probabilities", lambda: sym_gen)()
+    if for_training and hasattr(sym_gen, "training_variant"):
+        sym_gen = _training_variant(config, data_iter.data_info, sym_gen)
     work_load = config.context.work_load
     with explained_model_errors(config, data_iter, data_where):
         try:
@@ -204,10 +231,32 @@ def build_module(
                 data_iter.provide_label,
                 for_training=for_training,
                 grad_req="add" if for_training and fit_cfg.grad_accumulation > 1 else "write",
+                shared_params=shared_params,
             )
         except ParamPatternError as exc:  # a config key, not the model
             raise param_pattern_error(config, exc) from exc
     return module
+
+
+def _training_variant(config: Any, data_info: DataInfo, sym_gen: Any) -> Any:
+    """The graph a model trains on when it differs from the one it is evaluated with
+    (``model.sampled_softmax``); its only output is the loss, so every metric must read it."""
+    if not metrics_read_loss(config, data_info):
+        raise ConfigError(
+            f"{config.where('model', 'sampled_softmax')}: model.sampled_softmax trains without "
+            f"the full softmax's probabilities, and fit.metrics / fit.evaluation_metrics "
+            f"({', '.join(dict.fromkeys((*config.fit.metrics, *config.fit.evaluation_metrics)))})"
+            f" need them.",
+            hint="Use metrics that read the loss (perplexity, cross_entropy), or set "
+            "model.sampled_softmax: 0 for the full softmax.",
+        )
+    return sym_gen.training_variant()
+
+
+def wants_evaluation_graph(config: Any, data_info: DataInfo) -> bool:
+    """Whether evaluations during training need a module of their own: the model trains on
+    another graph than it is evaluated with (``model.sampled_softmax``)."""
+    return hasattr(build_sym_gen(config.model, data_info, config.base_dir), "training_variant")
 
 
 def metrics_read_loss(config: Any, data_info: DataInfo) -> bool:

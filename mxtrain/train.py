@@ -576,6 +576,7 @@ class _Setup:
     callbacks: Any = None  # callbacks.CallbackRunner of fit.callbacks (None: none)
     config: Any = None  # the config with its auto kernel settings resolved (kernel_choices)
     kernel_choices: list[Any] = field(default_factory=list)
+    eval_module: Any = None  # evaluates with the full graph when training uses another one
 
 
 def _update_on_kvstore(config: Config) -> bool | None:
@@ -711,6 +712,7 @@ def _prepare(
         # weights they are initialised with, so setting them afterwards would be undone by
         # the first pull and a resume would restart from the random initialisation.
         checkpoint.restore_module(module, restore)
+    eval_module = _evaluation_module(config, module, train_iter, eval_iter, contexts)
     optimizer_name, optimizer_params = optimizer_arguments(config.optimizer)
     if fit_cfg.grad_accumulation > 1 and config.optimizer.rescale_grad == "auto":
         # gradients are summed over K batches: average over all their samples
@@ -769,6 +771,40 @@ def _prepare(
         callbacks,
         config,
         choices,
+        eval_module,
+    )
+
+
+def _evaluation_module(
+    config: Config, module: Any, train_iter: Any, eval_iter: Any, contexts: list[Any]
+) -> Any:
+    """A second module for the evaluations when the model trains on another graph than it is
+    evaluated with (``model.sampled_softmax``: the full softmax), else None."""
+    from mxtrain.build import build_module, wants_evaluation_graph
+
+    if not wants_evaluation_graph(config, train_iter.data_info):
+        return None
+    num_sampled = getattr(config.model.options, "sampled_softmax", 0)
+    classes = train_iter.data_info.num_classes
+    log.info(
+        "sampled softmax: training reads a softmax over each position's label and %s words "
+        "drawn per batch out of %s (the training perplexity is that softmax's, not the full "
+        "one's); evaluations use the full softmax",
+        f"{num_sampled:,}",
+        f"{classes:,}",
+    )
+    if eval_iter is None:
+        return None
+    # bound on the training module's parameter arrays: every update is what it evaluates
+    return build_module(
+        config,
+        eval_iter,
+        "data.eval",
+        contexts,
+        for_training=False,
+        for_metrics=True,
+        logger=log,
+        shared_params=module,
     )
 
 
@@ -855,6 +891,7 @@ def _train(
         profiler=_profiler(fit_cfg, run),
         monitor=_monitor(fit_cfg, run),
         coordinator=coordinator,
+        eval_module=setup.eval_module,
     )
     summary = FitSummary(run=run)
     ckpt_cfg = config.checkpoint

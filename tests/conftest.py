@@ -140,6 +140,28 @@ def newest_checkpoint(run: Path) -> Path:
     return sorted(p for p in (run / "checkpoints").iterdir() if p.name.startswith("e"))[-1]
 
 
+def assert_same_ending(straight: Path, resumed: Path) -> dict[str, Any]:
+    """Two runs ended at the same checkpoint with bit-identical parameters and the same last
+    evaluation (a straight run and a stopped-and-resumed one); returns the parameters."""
+    import mxnet as mx
+    import numpy as np
+
+    from mxtrain.run.folder import read_metrics
+
+    a, b = newest_checkpoint(straight), newest_checkpoint(resumed)
+    assert a.name == b.name
+    pa, pb = ({k: v.asnumpy() for k, v in mx.nd.load(str(c / "params.nd")).items()} for c in (a, b))
+    assert sorted(pa) == sorted(pb)
+    for key in pa:
+        np.testing.assert_array_equal(pa[key], pb[key], err_msg=key)
+    evals = [
+        [r["eval"] for r in read_metrics(run / "metrics.jsonl") if r["event"] == "eval"][-1]
+        for run in (straight, resumed)
+    ]
+    assert evals[0] == evals[1]
+    return pa
+
+
 @pytest.fixture(scope="session")
 def onnxruntime_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A python with onnxruntime, in an environment of its own (tests/onnx_helpers.py)."""

@@ -261,6 +261,51 @@ class _Bucket:
         return not (self.label_descs and label_descs and _signature(label_descs) != self.label_sig)
 
 
+#: context groups whose operators run on the CPU whatever the module's devices (operators that
+#: MXNet 1.9.1 has on CPU only, such as the sampled softmax's candidate sampler)
+HOST_GROUPS = ("mxtrain_host",)
+
+
+def _host_groups(symbol: Any) -> dict[str, Any] | None:
+    """``group2ctx`` for a symbol that has operators in HOST_GROUPS, else None."""
+    groups = {attrs.get("ctx_group") for attrs in symbol.attr_dict().values()}
+    used = [g for g in HOST_GROUPS if g in groups]
+    return {g: mx.cpu() for g in used} or None
+
+
+@contextmanager
+def _without_inference_fusion(off: bool) -> Iterator[None]:
+    """Bind with MXNet's oneDNN graph fusion off when ``off``: its fused inference
+    FullyConnected copies the weights on first use and never reads them again (MXNet 1.9.1),
+    so a module whose parameters another module trains would evaluate stale weights.
+    MXNet reads the variable at every bind (and says so on stderr)."""
+    if not off:
+        yield
+        return
+    name = "MXNET_SUBGRAPH_BACKEND"
+    saved = os.environ.get(name)
+    os.environ[name] = "NONE"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+
+def _same_memory(a: Any, b: Any) -> bool:
+    """Whether two NDArray handles hold the same memory (MXNDArrayGetData's pointer)."""
+    import ctypes
+
+    pointers = []
+    for array in (a, b):
+        pointer = ctypes.c_void_p()
+        mx.base.check_call(mx.base._LIB.MXNDArrayGetData(array.handle, ctypes.byref(pointer)))
+        pointers.append(pointer.value)
+    return pointers[0] == pointers[1] and pointers[0] is not None
+
+
 def _copy_in(sources: Sequence[Any], targets: list[list[tuple[int, slice | None, Any]]]) -> None:
     """Copy batch arrays into executor inputs without waiting on the engine."""
     if len(sources) != len(targets):
@@ -575,6 +620,7 @@ class BucketingModule:
         self.rebinds = 0  # buckets bound again after bucket_memory unbound them
         self._default: _Bucket | None = None
         self._shared_buffers: list[dict[str, Any]] = []
+        self._borrows_params = False  # bind(shared_params=...): the parameters are another's
         self._params: dict[str, list[Any]] = {}
         self._grads: dict[str, list[Any] | None] = {}
         self._auxs: dict[str, list[Any]] = {}
@@ -712,12 +758,19 @@ class BucketingModule:
         grad_req: str | Mapping[str, str] = "write",
         *,
         force_rebind: bool = False,
+        shared_params: BucketingModule | None = None,
     ) -> None:
         """Allocate the default bucket's executors; other buckets bind on first use.
 
         ``data_shapes``/``label_shapes`` describe the default bucket, which should be the
         largest (see :func:`largest_key`). With ``force_rebind`` the executors are rebuilt and
         the current parameter values kept (e.g. to switch between training and inference).
+
+        ``shared_params``: a bound, initialized module on the same devices whose parameter
+        arrays this one uses as its own (an inference module for a model that trains on
+        another graph: it sees every update, nothing is copied). Copying values in instead
+        does not work: oneDNN's inference FullyConnected keeps its weights in its own layout
+        and, in MXNet 1.9.1, ignores a later copy into the array.
         """
         if self.binded and not force_rebind:
             self.logger.warning("already bound, ignoring bind()")
@@ -733,6 +786,9 @@ class BucketingModule:
         self._grad_req = grad_req
         self._with_labels = label_shapes is not None
         self._shared_buffers = [{} for _ in self._contexts]
+        self._borrows_params = shared_params is not None
+        if shared_params is not None:
+            self._take_parameter_arrays(shared_params)
 
         bucket = self._bind_bucket(
             self._default_key, self._default_symbol, data_shapes, label_shapes, default=True
@@ -766,6 +822,42 @@ class BucketingModule:
         if saved is not None:
             self.params_initialized = False
             self.set_params(*saved)
+        if shared_params is not None:
+            self._check_shared(shared_params)
+            self.params_initialized = True
+
+    def _take_parameter_arrays(self, other: BucketingModule) -> None:
+        """Seed the executors' shared buffers with ``other``'s parameter arrays: simple_bind
+        then binds them (same name, shape and type) instead of allocating its own."""
+        if other._aux_names:
+            raise ValueError("shared_params: a module with auxiliary states cannot be shared")
+        if not (other.binded and other.params_initialized):
+            raise RuntimeError("shared_params: the other module must be bound and initialized")
+        if [str(c) for c in other._contexts] != [str(c) for c in self._contexts]:
+            raise ValueError(
+                f"shared_params: the other module runs on {other._contexts}, this one on "
+                f"{self._contexts}"
+            )
+        for i, buffer in enumerate(self._shared_buffers):
+            for name, arrays in other._params.items():
+                buffer[name] = arrays[i]
+
+    def _check_shared(self, other: BucketingModule) -> None:
+        unshared = [
+            name
+            for name in self._param_names
+            if name not in other._params
+            or any(
+                not _same_memory(mine, theirs)
+                for mine, theirs in zip(self._params[name], other._params[name], strict=True)
+            )
+        ]
+        if unshared or self._aux_names:
+            raise ValueError(
+                "shared_params: the modules' parameters differ "
+                f"({', '.join(unshared + list(self._aux_names))}): they must have the same "
+                "parameters, of the same shapes, and no auxiliary states"
+            )
 
     def _grad_reqs(self, symbol: Any, data_names: Sequence[str]) -> dict[str, str]:
         req = self._grad_req
@@ -853,32 +945,10 @@ class BucketingModule:
             )
             self._warned_large = True
 
-        execs = []
-        for i, ctx in enumerate(self._contexts):
-            shapes = self._sliced(inputs, slices[i])
-            if default:
-                ex = symbol.simple_bind(
-                    ctx=ctx,
-                    grad_req=reqs,
-                    type_dict=types,
-                    shared_arg_names=params,
-                    shared_buffer=self._shared_buffers[i],
-                    **shapes,
-                )
-            elif shares:
-                assert self._default is not None
-                ex = symbol.simple_bind(
-                    ctx=ctx,
-                    grad_req=reqs,
-                    type_dict=types,
-                    shared_arg_names=params,
-                    shared_exec=self._default.base_execs[i],
-                    shared_buffer=self._shared_buffers[i],
-                    **shapes,
-                )
-            else:
-                ex = self._bind_own_memory(symbol, i, shapes, types, reqs)
-            execs.append(ex)
+        with _without_inference_fusion(self._borrows_params):
+            execs = self._bind_executors(
+                symbol, inputs, slices, types, reqs, params, default, shares
+            )
 
         if default:
             self._collect_store(symbol, execs)
@@ -889,6 +959,51 @@ class BucketingModule:
             if n in present and self.for_training and self._grads.get(n) is not None
         ]
         return _Bucket(key, symbol, data, labels, execs, slices, batch_size, shares, update_indices)
+
+    def _bind_executors(
+        self,
+        symbol: Any,
+        inputs: list[Any],
+        slices: list[Any],
+        types: dict[str, Any],
+        reqs: dict[str, str],
+        params: list[str],
+        default: bool,
+        shares: bool,
+    ) -> list[Any]:
+        """One executor per device for a bucket (see _bind_bucket)."""
+        host_groups = _host_groups(symbol)
+        execs = []
+        for i, ctx in enumerate(self._contexts):
+            shapes = self._sliced(inputs, slices[i])
+            if default:
+                ex = symbol.simple_bind(
+                    ctx=ctx,
+                    group2ctx=host_groups,
+                    grad_req=reqs,
+                    type_dict=types,
+                    # without a shared_exec, simple_bind takes arrays from shared_buffer only
+                    # for the arguments *not* named here (it allocates zeros for those named)
+                    shared_arg_names=[] if self._borrows_params else params,
+                    shared_buffer=self._shared_buffers[i],
+                    **shapes,
+                )
+            elif shares:
+                assert self._default is not None
+                ex = symbol.simple_bind(
+                    ctx=ctx,
+                    group2ctx=host_groups,
+                    grad_req=reqs,
+                    type_dict=types,
+                    shared_arg_names=params,
+                    shared_exec=self._default.base_execs[i],
+                    shared_buffer=self._shared_buffers[i],
+                    **shapes,
+                )
+            else:
+                ex = self._bind_own_memory(symbol, i, shapes, types, reqs)
+            execs.append(ex)
+        return execs
 
     def _collect_store(self, symbol: Any, execs: list[Any]) -> None:
         missing = [p for p in self._param_names if p not in execs[0].arg_dict]
@@ -976,7 +1091,14 @@ class BucketingModule:
                     grads[name] = mx.nd.zeros(shape, ctx=ctx, dtype=dtype)
         reqs = {n: (r if n in grads else "null") for n, r in reqs.items()}
         aux = {n: self._auxs[n][i] for n in symbol.list_auxiliary_states()}
-        return symbol.bind(ctx, args=args, args_grad=grads, grad_req=reqs, aux_states=aux)
+        return symbol.bind(
+            ctx,
+            args=args,
+            args_grad=grads,
+            grad_req=reqs,
+            aux_states=aux,
+            group2ctx=_host_groups(symbol),
+        )
 
     def _reshape_bucket(
         self, bucket: _Bucket, data_shapes: ShapeList, label_shapes: ShapeList | None

@@ -294,6 +294,10 @@ class FitOptions:
     # and agreed stops, consulted at epoch starts/ends and log intervals only. None (one
     # process) costs nothing; with one, should_stop/max_time must be left to it.
     coordinator: WorkerAgreement | None = None
+    # A module that evaluates with another graph than training's (the full softmax of a model
+    # trained with a sampled one), bound on the training module's parameter arrays. None: the
+    # training module evaluates.
+    eval_module: BucketingModule | None = None
 
 
 def _batches(data_iter: Any, prefetch: int) -> tuple[Iterator[Any], Callable[[], None]]:
@@ -486,6 +490,8 @@ def _evaluate(
     module: BucketingModule, eval_iter: Any, options: FitOptions
 ) -> tuple[dict[str, float], float]:
     started = time.perf_counter()
+    if options.eval_module is not None:
+        module = options.eval_module
     values = score(
         module,
         eval_iter,

@@ -42,6 +42,16 @@ LOSS_DOC = (
     "softmax_output: MXNet's classic SoftmaxOutput layer; auto: the fastest on this machine, "
     "measured once per CPU and cached (the run folder's kernels.json says which and why)"
 )
+SAMPLED_SOFTMAX_DOC = (
+    "0: train with the full softmax; N: train with a sampled softmax over each position's label "
+    "and N words drawn per batch (log-uniform: word ids are in frequency order), the opt-in "
+    "speed-up for large vocabularies (50k and more); evaluation, score and predict always use "
+    "the full softmax, and the training perplexity is the sampled softmax's (not comparable "
+    "with the full one's)"
+)
+#: what masks a sampled word that is also the position's label (an "accidental hit") out of
+#: the sampled softmax: far below any logit, far above float32's range limits
+ACCIDENTAL_HIT_PENALTY = 1e9
 #: Smallest probability ``softmax`` takes the log of: a label probability that underflows to 0
 #: (a logit gap over ~87) gives -log(1e-37) = 85.2 and no gradient instead of inf and NaN.
 PROBABILITY_FLOOR = 1e-37
@@ -314,6 +324,7 @@ class LmOptions(RecurrentOptions):
     loss: Literal["auto", "softmax", "log_softmax", "softmax_output", "nll"] = field(
         default="auto", metadata={"doc": LOSS_DOC}
     )
+    sampled_softmax: int = field(default=0, metadata={"doc": SAMPLED_SOFTMAX_DOC})
     tie_weights: bool = field(
         default=False,
         metadata={
@@ -328,6 +339,12 @@ class LmOptions(RecurrentOptions):
         check_dropout(self.dropout)
         check_choice("cell", self.cell, CELLS)
         check_choice("loss", self.loss, LOSSES)
+        value = self.sampled_softmax
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidValue(
+                "sampled_softmax",
+                f"must be 0 (the full softmax) or a number of sampled words, not {value!r}",
+            )
         if not isinstance(self.tie_weights, bool):
             raise InvalidValue("tie_weights", f"must be true or false, not {self.tie_weights!r}")
         if self.tie_weights and self.num_embed != self.num_hidden:
@@ -360,6 +377,7 @@ def build_rnn_lm(
     model: str,
     mode: str,
     probabilities: bool = True,
+    sampled: bool = False,
 ) -> SymGen:
     """``sym_gen`` of a language model: embedding -> N-layer RNN (``mode``) -> FC -> softmax.
 
@@ -372,6 +390,11 @@ def build_rnn_lm(
     ``sym_gen.without_probabilities()`` builds that variant. Parameters: ``embed_weight``, the
     RNN's (module docstring; prefix ``{mode}_``), ``pred_weight`` (not with ``tie_weights``:
     the output layer reads ``embed_weight``), ``pred_bias``.
+
+    With ``sampled_softmax: N`` the full graph above is still what evaluation, score, predict
+    and export use; ``sym_gen.training_variant()`` builds the training graph, whose only output
+    (``nll_output``) is the sampled softmax's loss (:func:`sampled_softmax_nll`) over the same
+    parameters.
 
     When the data is a stream (``data_info.stream``: each batch continues the rows of the one
     before), the recurrent layers' begin states are inputs and their final states extra
@@ -416,23 +439,50 @@ def build_rnn_lm(
         x = mx.sym.reshape(x, shape=(-1, options.num_hidden))
         if options.dropout > 0:
             x = mx.sym.Dropout(x, p=options.dropout, name="pred_dropout")
-        tied = {"weight": embed_weight} if options.tie_weights else {}
-        x = mx.sym.FullyConnected(x, num_hidden=num_classes, name="pred", **tied)
         label = mx.sym.reshape(label, shape=(-1,))
-        heads = loss_heads(
-            x,
-            label,
-            options.loss_formulation,
-            pad_id if options.ignore_padding else None,
-            probabilities=probabilities,
-        )
+        ignore_label = pad_id if options.ignore_padding else None
+        if sampled:
+            heads = [_sampled_training_loss(x, label, embed_weight, ignore_label)]
+        else:
+            tied = {"weight": embed_weight} if options.tie_weights else {}
+            x = mx.sym.FullyConnected(x, num_hidden=num_classes, name="pred", **tied)
+            heads = loss_heads(
+                x, label, options.loss_formulation, ignore_label, probabilities=probabilities
+            )
         if not finals:
             out = heads[0] if len(heads) == 1 else mx.sym.Group(heads)
             return out, ("data",), ("softmax_label",)
         ends = [mx.sym.BlockGrad(final, name=f"{name}_last") for name, final in finals.items()]
         return mx.sym.Group(heads + ends), ("data",), ("softmax_label",)
 
+    def _sampled_training_loss(
+        hidden: Any, label: Any, embed_weight: Any, ignore_label: int | None
+    ) -> Any:
+        import mxnet as mx
+
+        if options.tie_weights:
+            weight = embed_weight
+        else:  # the shapes FullyConnected("pred") would infer: the full graph's parameters
+            weight = mx.sym.Variable("pred_weight", shape=(num_classes, options.num_hidden))
+        bias = mx.sym.Variable("pred_bias", shape=(num_classes,))
+        candidates, tries = log_uniform_candidates(options.sampled_softmax, num_classes)
+        nll = sampled_softmax_nll(
+            hidden,
+            weight,
+            bias,
+            label,
+            candidates,
+            tries,
+            num_sampled=options.sampled_softmax,
+            num_classes=num_classes,
+        )
+        if ignore_label is not None:
+            nll = nll * (label != ignore_label)
+        return mx.sym.MakeLoss(nll, name="nll")
+
     stateful = bool(getattr(data_info, "stream", False))
+    if sampled or options.sampled_softmax:
+        check_sampled_count(options.sampled_softmax, num_classes)
     if options.tie_weights and num_classes != vocab_size:
         raise InvalidValue(
             model,
@@ -448,7 +498,137 @@ def build_rnn_lm(
             return build_rnn_lm(options, data_info, model=model, mode=mode, probabilities=False)
 
         sym_gen.without_probabilities = without_probabilities  # type: ignore[attr-defined]
+    if options.sampled_softmax and not sampled:
+
+        def training_variant() -> SymGen:
+            return build_rnn_lm(
+                options, data_info, model=model, mode=mode, probabilities=False, sampled=True
+            )
+
+        sym_gen.training_variant = training_variant  # type: ignore[attr-defined]
     return sym_gen
+
+
+def check_sampled_count(num_sampled: int, num_classes: int) -> None:
+    """Raise ``InvalidValue`` unless ``num_sampled`` words can be drawn from ``num_classes``
+    with a saving: fewer than the vocabulary."""
+    if num_sampled >= num_classes:
+        raise InvalidValue(
+            "sampled_softmax",
+            f"must be smaller than the vocabulary it samples from ({num_classes:,} words), not "
+            f"{num_sampled:,}: set it to a fraction of the vocabulary (a few thousand words "
+            f"for 50k and more), or 0 for the full softmax",
+        )
+
+
+#: the context group of the candidate sampler: MXNet 1.9.1 has it on CPU only, so the module
+#: binds this group to the CPU whatever the devices (mxtrain.engine.bucketing.HOST_GROUPS)
+SAMPLER_GROUP = "mxtrain_host"
+
+
+def log_uniform_candidates(num_sampled: int, num_classes: int) -> tuple[Any, Any]:
+    """Symbols ``(candidates, tries)``: ``num_sampled`` distinct word ids (float, shape
+    (num_sampled,)) drawn from a log-uniform (Zipfian) distribution over ``0..num_classes-1``
+    (:func:`draw_probability`), and how many draws it took to find them ((1,), float).
+
+    Log-uniform is the shape of word frequencies when ids are in frequency order, as
+    mxtrain's vocabularies are. Distinct draws (MXNet's ``_sample_unique_zipfian``, what its
+    large-vocabulary LM example used) make every candidate count: 2,048 draws with
+    replacement from 10k words hold only ~950 different words. The draws come from MXNet's
+    random generator, which training reseeds before every batch, so a resumed run repeats
+    them.
+    """
+    import mxnet as mx
+
+    with mx.AttrScope(ctx_group=SAMPLER_GROUP):
+        ids, tries = mx.sym._internal._sample_unique_zipfian(
+            range_max=num_classes, shape=(1, num_sampled), name="candidate_sampler"
+        )
+        ids = mx.sym.cast(mx.sym.reshape(ids, (-1,)), dtype="float32")
+        tries = mx.sym.cast(tries, dtype="float32")
+    return (
+        mx.sym.BlockGrad(ids, name="sampled_ids"),
+        mx.sym.BlockGrad(tries, name="sampled_tries"),
+    )
+
+
+def draw_probability(ids: Any, num_classes: int) -> Any:
+    """The chance one draw of :func:`log_uniform_candidates` gives each id in ``ids``.
+
+    MXNet 1.9.1's sampler draws round(exp(u log V)) - 1 for u uniform in [0, 1), so id c comes
+    from exp(...) in [c + 0.5, c + 1.5) clipped to [1, V): P(c) = log(min(c + 1.5, V) /
+    max(c + 0.5, 1)) / log V. (Its documentation states floor and log(V + 1); a test measures
+    the draws against this formula.) Written with log1p: the ratio is within 1e-5 of 1 for
+    ids near 100k, where float32 log loses the difference.
+    """
+    import math
+
+    import mxnet as mx
+
+    upper = mx.sym.minimum(ids + 1.5, float(num_classes))
+    lower = mx.sym.maximum(ids + 0.5, 1.0)
+    return mx.sym.log1p((upper - lower) / lower) / math.log(num_classes)
+
+
+def log_expected_count(ids: Any, tries: Any, num_classes: int) -> Any:
+    """log of the chance that ``tries`` draws include each id in ``ids``: log(1 - (1 -
+    P(id))^tries), the correction sampled softmax subtracts from each logit."""
+    import mxnet as mx
+
+    never = mx.sym.broadcast_mul(mx.sym.log1p(-draw_probability(ids, num_classes)), tries)
+    return mx.sym.log(-mx.sym.expm1(never))
+
+
+def sampled_softmax_nll(
+    hidden: Any,
+    weight: Any,
+    bias: Any,
+    label: Any,
+    candidates: Any,
+    tries: Any,
+    *,
+    num_sampled: int,
+    num_classes: int,
+) -> Any:
+    """Each row's sampled-softmax loss (N,): -log of the label's share of a softmax over the
+    label and the candidate words (Jean et al. 2015; the technique of MXNet's large-vocabulary
+    LM example and TensorFlow's ``sampled_softmax_loss``).
+
+    ``hidden`` (N, H) is the output layer's input, ``weight`` (V, H) and ``bias`` (V,) its
+    parameters, ``label`` (N,) and ``candidates`` (K = ``num_sampled``,) distinct word ids
+    (floats) shared by all rows, ``tries`` (1,) the draws it took to find them
+    (:func:`log_uniform_candidates`). Every logit has the log of its word's chance of being
+    drawn subtracted (so the estimate is not biased towards frequent words), and a candidate
+    equal to the row's label is masked out. The output layer
+    is computed only for the K candidates and the N labels: (K + N) x H instead of V x H.
+    """
+    import mxnet as mx
+
+    label_logit = mx.sym.sum(hidden * mx.sym.take(weight, label), axis=1) + mx.sym.take(bias, label)
+    label_logit = label_logit - log_expected_count(label, tries, num_classes)
+    # the correction goes into the candidates' bias: (K,) values, not a pass over (N, K)
+    sampled_bias = mx.sym.take(bias, candidates) - log_expected_count(
+        candidates, tries, num_classes
+    )
+    sampled_logits = mx.sym.FullyConnected(
+        hidden,
+        weight=mx.sym.take(weight, candidates),
+        bias=sampled_bias,
+        num_hidden=num_sampled,
+        name="pred_sampled",
+    )
+    hits = mx.sym.broadcast_equal(
+        mx.sym.reshape(label, (-1, 1)), mx.sym.reshape(candidates, (1, -1))
+    )
+    sampled_logits = sampled_logits + mx.sym.BlockGrad(hits * -ACCIDENTAL_HIT_PENALTY)
+    logits = mx.sym.concat(mx.sym.reshape(label_logit, (-1, 1)), sampled_logits, dim=1)
+    # oneDNN's concat may leave its own memory layout, on which softmax runs oneDNN's reference
+    # loop (30 ms instead of 0.5 for 700 x 2049): the reshape gives it the plain layout
+    logits = mx.sym.reshape(logits, (-1, num_sampled + 1))
+    # the label is column 0; softmax (not log_softmax): oneDNN has a JIT backward for it on
+    # every instruction set
+    label_share = mx.sym.slice_axis(mx.sym.softmax(logits, axis=-1), axis=1, begin=0, end=1)
+    return -mx.sym.log(mx.sym.maximum(mx.sym.reshape(label_share, (-1,)), PROBABILITY_FLOOR))
 
 
 def loss_heads(
