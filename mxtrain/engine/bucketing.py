@@ -273,6 +273,29 @@ def _host_groups(symbol: Any) -> dict[str, Any] | None:
     return {g: mx.cpu() for g in used} or None
 
 
+#: values per chunk of :func:`_sum_of_squares`: float32 sums of 65,536 squares stay exact to
+#: ~1e-7 relative, and few chunks keep the batched product's overhead low
+SQUARES_CHUNK = 65536
+
+
+def _sum_of_squares(array: Any) -> Any:
+    """sum(array ** 2) as a (1,) array, queued: chunk-wise dot products (batch_dot, BLAS) added
+    up. ``sum(square(x))`` costs 28 ms for a 10,001 x 400 gradient and 247 ms at 100k x 400 on
+    a 2-core Zen 5 EPYC; this takes 6 and 58 ms, and agrees with a float64 sum to ~5e-8 (one
+    dot over the whole array: 1e-3 at 40M values)."""
+    flat = array.reshape(-1)
+    size = flat.shape[0]
+    rows = size // SQUARES_CHUNK
+    parts = []
+    if rows:
+        chunks = flat[: rows * SQUARES_CHUNK].reshape(rows, 1, SQUARES_CHUNK)
+        parts.append(mx.nd.sum(mx.nd.batch_dot(chunks, chunks, transpose_b=True)).reshape(1))
+    if size > rows * SQUARES_CHUNK:
+        tail = flat[rows * SQUARES_CHUNK :]
+        parts.append(mx.nd.dot(tail, tail).reshape(1))
+    return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+
+
 @contextmanager
 def _without_inference_fusion(off: bool) -> Iterator[None]:
     """Bind with MXNet's oneDNN graph fusion off when ``off``: its fused inference
@@ -1993,7 +2016,7 @@ class BucketingModule:
         grads = [self._grads[names[i]] for i in bucket.update_indices]
         if not grads:
             return
-        squares = [mx.nd.sum(mx.nd.square(g[0])) for g in grads]  # type: ignore[index]
+        squares = [_sum_of_squares(g[0]) for g in grads]  # type: ignore[index]
         total = squares[0] if len(squares) == 1 else mx.nd.add_n(*squares)
         norm = mx.nd.sqrt(total) * float(self._optimizer.rescale_grad)
         scale = mx.nd.minimum(self._clip_global_norm / (norm + 1e-6), 1.0)

@@ -110,3 +110,13 @@ def test_epoch_steps_may_be_fractions(epoch: int, batch: int, lr: float) -> None
     schedule, opt = _schedule((0.75, 2))
     schedule.set_training_position(epoch, batch, 10)
     assert opt.learning_rate == lr
+
+
+@pytest.mark.parametrize("size", [1, 1000, 65536, 65536 * 3, 65536 * 2 + 17])
+def test_sum_of_squares_matches_a_float64_sum(size: int) -> None:
+    """The chunked sum the clipping norm uses: every chunk and the tail counted once."""
+    from mxtrain.engine.bucketing import _sum_of_squares
+
+    values = np.random.default_rng(size).normal(size=(size,)).astype("float32")
+    got = float(_sum_of_squares(mx.nd.array(values).reshape((size, 1))).asscalar())
+    assert got == pytest.approx(float((values.astype("float64") ** 2).sum()), rel=1e-6)
