@@ -67,6 +67,9 @@ OUTPUT_LAYER = "output"
 #: not paired rounds: where mxtrain fit's operator time goes (fit.profile), with this CPU's
 #: kernels and, on AVX-512, with oneDNN capped at AVX2; also part of ``epoch``
 PROFILE = "profile"
+#: not paired with stock: the sampled softmax against the full one at large vocabularies
+#: (scripts/bench_sampled_softmax.py)
+SAMPLED = "sampled"
 FIGURES = (
     "train_tokens_per_s",
     "score_tokens_per_s",
@@ -821,6 +824,18 @@ def output_layer_tables(args: argparse.Namespace) -> list[dict[str, Any]]:
     return tables
 
 
+def sampled_softmax_table(args: argparse.Namespace) -> dict[str, Any]:
+    """scripts/bench_sampled_softmax.py at 50k and 100k words, in a child process."""
+    script = str(ROOT / "scripts" / "bench_sampled_softmax.py")
+    argv = [sys.executable, script, "--omp-threads", str(args.omp_threads)]
+    argv += ["--seed", str(args.seed)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.omp_threads))
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
+    print(done.stdout.replace(line, "").strip())
+    return json.loads(line[7:])
+
+
 def memory_tables(args: argparse.Namespace) -> list[dict[str, Any]]:
     """scripts/bench_memory.py's report for the char and the word LM."""
     import bench_memory  # scripts/bench_memory.py
@@ -910,7 +925,9 @@ def main() -> None:
         "--compare",
         default="epoch,tool,engine,char,memory",
         help="comma-separated: epoch (full epoch), tool, engine (100-odd batch windows), char "
-        "(heavy-tailed char LM), memory (peak RSS against the bucket count)",
+        "(heavy-tailed char LM), memory (peak RSS against the bucket count), output (the output "
+        "layer against the GEMM peak), profile (operator shares), sampled (sampled softmax "
+        "against the full one at 50k and 100k words)",
     )
     parser.add_argument("--log-interval", type=int, default=50, help="stock Speedometer period")
     parser.add_argument("--json", help="also write the results here")
@@ -940,9 +957,10 @@ def main() -> None:
         return
 
     comparisons = [c.strip() for c in args.compare.split(",") if c.strip()]
-    unknown = sorted(set(comparisons) - set(COMPARISONS) - {MEMORY, OUTPUT_LAYER, PROFILE})
+    extra = {MEMORY, OUTPUT_LAYER, PROFILE, SAMPLED}
+    unknown = sorted(set(comparisons) - set(COMPARISONS) - extra)
     if unknown:
-        known = [*COMPARISONS, MEMORY, OUTPUT_LAYER, PROFILE]
+        known = [*COMPARISONS, *sorted(extra)]
         parser.error(f"--compare: unknown {unknown}; choose from {known}")
     command = "python scripts/bench.py " + " ".join(sys.argv[1:])
     date = dt.datetime.now().isoformat(timespec="seconds")
@@ -980,6 +998,9 @@ def main() -> None:
                 continue  # after the comparisons
             if name == OUTPUT_LAYER:
                 report["output_layer"] = output_layer_tables(args)
+                continue
+            if name == SAMPLED:
+                report["sampled_softmax"] = sampled_softmax_table(args)
                 continue
             sides = COMPARISONS[name]
             rounds = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import bench_memory  # scripts/bench_memory.py: the memory tables' Markdown
@@ -432,6 +433,7 @@ def render(report: dict[str, Any]) -> str:
             "keeps `fc`: `fc_3d` measures the same within noise, `dot_t` is far slower.",
             "",
         ]
+    out += _sampled_section(report)
     for key in ("operator_shares", "operator_shares_avx2"):
         shares = report.get(key)
         if not shares:
@@ -460,3 +462,45 @@ def render(report: dict[str, Any]) -> str:
         top = ", ".join(f"`{name}` {ms:,.0f} ms" for name, ms in shares["top"].items())
         out += ["", f"Largest operators: {top}.", ""]
     return "\n".join(out)
+
+
+def _sampled_section(report: dict[str, Any]) -> list[str]:
+    """The sampled softmax's training speed against the full softmax's (bench.py --compare
+    sampled, scripts/bench_sampled_softmax.py)."""
+    sampled = report.get("sampled_softmax")
+    if not sampled:
+        return []
+    out = [
+        "## Large vocabularies: sampled softmax",
+        "",
+        f"`mxtrain fit` of {sampled['model']} on synthetic text with Zipfian word "
+        f"frequencies, {sampled['batches']} training batches per run, "
+        f"{sampled['omp_threads']} OpenMP threads on the {report['machine']['cpu']} "
+        f"({report['machine']['isa']}), the full softmax (the loss formulation "
+        "`auto` chose) against `model.sampled_softmax`, sides alternating in fresh processes "
+        "(`scripts/bench_sampled_softmax.py`; tokens/s of the whole run, binding included):",
+        "",
+        "| vocabulary | sampled words | full softmax tok/s | sampled tok/s | speed-up |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for row in sampled["rows"]:
+        full = statistics.median(row["full_tokens_per_s"])
+        fast = statistics.median(row["sampled_tokens_per_s"])
+        out.append(
+            f"| {row['vocab']:,} | {row['samples']:,} | {full:,.0f} | {fast:,.0f} | "
+            f"{row['speedup']:.2f}x |"
+        )
+    out += [
+        "",
+        "Rounds: "
+        + "; ".join(
+            f"{row['vocab']:,}: full "
+            + ", ".join(f"{x:,.0f}" for x in row["full_tokens_per_s"])
+            + ", sampled "
+            + ", ".join(f"{x:,.0f}" for x in row["sampled_tokens_per_s"])
+            for row in sampled["rows"]
+        )
+        + ".",
+        "",
+    ]
+    return out

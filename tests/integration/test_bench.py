@@ -101,3 +101,33 @@ def test_bench_memory_runs_every_side_and_reports_the_cap(tmp_path: Path) -> Non
     three = report["rows"][1]["sides"]
     assert three["mxtrain-capped"]["rebinds"] > 0 and three["mxtrain"]["rebinds"] == 0
     assert "| 3 |" in md.read_text()
+
+
+def test_bench_sampled_softmax_measures_both_sides(tmp_path: Path) -> None:
+    script = BENCH.parent / "bench_sampled_softmax.py"
+    out = tmp_path / "sampled.json"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--vocab", "300", "--samples", "32", "--batches", "2",
+         "--repeats", "1", "--tokens", "3000", "--omp-threads", "1", "--json", str(out),
+         "--set", "model.num_embed=16", "--set", "model.num_hidden=16",
+         "--set", "data.train.batch_size=4"],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["vocab"] == 300 and row["samples"] == 32
+    assert row["full_tokens_per_s"][0] > 0 and row["sampled_tokens_per_s"][0] > 0
+    assert row["speedup"] > 0
+    # the section BENCHMARKS.md gets, rendered from that report
+    machine = {"cpu": "test CPU", "isa": "AVX2"}
+    report = {"sampled_softmax": json.loads(out.read_text()), "machine": machine}
+    render = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); from bench_report import "
+        "_sampled_section; print('\\n'.join(_sampled_section(json.loads(sys.argv[2]))))"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", render, str(BENCH.parent), json.dumps(report)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert "| 300 | 32 |" in shown.stdout and "## Large vocabularies" in shown.stdout
+    assert "test CPU (AVX2)" in shown.stdout

@@ -1,0 +1,139 @@
+#!/usr/bin/env python
+"""Sampled softmax against the full softmax: training speed of `mxtrain fit` at large
+vocabularies.
+
+For each vocabulary size it writes a synthetic corpus with Zipfian word frequencies (every
+word of the vocabulary present, ids in frequency order as mxtrain's vocabularies are), then
+trains the default word LM (configs/ptb_lstm.yaml: 2 x 400 LSTM, tied weights, batch 20 x 35)
+for a fixed number of batches with the full softmax and with ``model.sampled_softmax: K``,
+sides alternating in fresh processes, and reports each side's tokens/s (the epoch record of
+metrics.jsonl: binding and the first batches included) and the ratio. Kernel choices are
+measured before the timed runs (the cache then holds them), so no run pays for them.
+
+    python scripts/bench_sampled_softmax.py --vocab 50000,100000 --samples 4096 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "ptb_lstm.yaml"
+
+
+def write_zipf_corpus(path: Path, vocab: int, tokens: int, seed: int) -> None:
+    """``tokens`` words drawn with frequency proportional to 1 / rank, then every word of the
+    vocabulary once (so the vocabulary is complete), 20 words to a line."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, vocab + 1)
+    drawn = rng.choice(vocab, size=tokens, p=weights / weights.sum())
+    words = np.concatenate([drawn, rng.permutation(vocab)])
+    lines = (" ".join(f"w{w}" for w in words[i : i + 20]) for i in range(0, len(words), 20))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def fit_tokens_per_s(corpus: Path, folder: Path, name: str, sets: list[str], env: dict) -> float:
+    argv = [sys.executable, "-m", "mxtrain", "fit", str(CONFIG), "--name", name, "--force"]
+    base = [
+        f"experiment.runs_dir={folder}",
+        f"data.train.source={corpus}",
+        "data.eval=null",
+        "fit.num_epoch=1",
+    ]
+    for item in base + sets:
+        argv += ["--set", item]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stdout}\n{done.stderr}")
+    records = [json.loads(x) for x in (folder / name / "metrics.jsonl").read_text().splitlines()]
+    epoch = [r for r in records if r.get("event") == "epoch"][-1]
+    return float(epoch["tokens_per_s"])
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.omp_threads))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for vocab in args.vocab:
+            corpus = folder / f"zipf{vocab}.txt"
+            write_zipf_corpus(corpus, vocab, args.tokens, args.seed)
+            batches = [f"fit.max_batches_per_epoch={args.batches}", *args.set]
+            sides = {"full": ["model.sampled_softmax=0"]}
+            sides["sampled"] = [f"model.sampled_softmax={args.samples}"]
+            for sets in sides.values():  # kernel choices measured and cached first
+                warm = [*sets, *args.set, "fit.max_batches_per_epoch=2"]
+                fit_tokens_per_s(corpus, folder, "warm", warm, env)
+            figures: dict[str, list[float]] = {side: [] for side in sides}
+            for round_ in range(args.repeats):
+                for side, sets in sides.items():
+                    rate = fit_tokens_per_s(corpus, folder, side, [*sets, *batches], env)
+                    figures[side].append(rate)
+                    print(
+                        f"vocab {vocab:,} round {round_ + 1}: {side} {rate:,.0f} tok/s", flush=True
+                    )
+            full = statistics.median(figures["full"])
+            sampled = statistics.median(figures["sampled"])
+            rows.append(
+                {
+                    "vocab": vocab,
+                    "samples": args.samples,
+                    "full_tokens_per_s": figures["full"],
+                    "sampled_tokens_per_s": figures["sampled"],
+                    "speedup": sampled / full,
+                }
+            )
+    return {
+        "model": "configs/ptb_lstm.yaml (2 x 400 LSTM, tied weights, batch 20 x 35)"
+        + (f" with {', '.join(args.set)}" if args.set else ""),
+        "batches": args.batches,
+        "omp_threads": args.omp_threads,
+        "rows": rows,
+    }
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vocab", default="50000,100000", help="vocabulary sizes, commas")
+    parser.add_argument("--samples", type=int, default=4096, help="model.sampled_softmax")
+    parser.add_argument("--batches", type=int, default=30, help="training batches per run")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds of both sides")
+    parser.add_argument("--tokens", type=int, default=300_000, help="corpus words (plus vocab)")
+    parser.add_argument("--omp-threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", help="write the report here")
+    parser.add_argument(
+        "--set", action="append", default=[], help="extra `mxtrain fit --set` items (both sides)"
+    )
+    args = parser.parse_args(argv)
+    args.vocab = [int(v) for v in args.vocab.split(",") if v.strip()]
+    return args
+
+
+def main() -> None:
+    args = arguments()
+    report = measure(args)
+    for row in report["rows"]:
+        print(
+            f"vocab {row['vocab']:,}: full {statistics.median(row['full_tokens_per_s']):,.0f} "
+            f"tok/s, sampled ({row['samples']:,}) "
+            f"{statistics.median(row['sampled_tokens_per_s']):,.0f} tok/s: "
+            f"{row['speedup']:.2f}x"
+        )
+    print("RESULT " + json.dumps(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
