@@ -206,11 +206,13 @@ def build_module(
     )
     if for_metrics is None:
         for_metrics = for_training
-    if for_metrics and metrics_read_loss(config, data_iter.data_info):
+    variant = for_training and hasattr(sym_gen, "training_variant")
+    reads_loss = (for_metrics or variant) and metrics_read_loss(config, data_iter.data_info)
+    if for_metrics and reads_loss:
         # training and its evaluations then never compute the probabilities they don't read
         sym_gen = getattr(sym_gen, "without_probabilities", lambda: sym_gen)()
-    if for_training and hasattr(sym_gen, "training_variant"):
-        sym_gen = _training_variant(config, data_iter.data_info, sym_gen)
+    if variant:
+        sym_gen = _training_variant(config, sym_gen, reads_loss)
     work_load = config.context.work_load
     with explained_model_errors(config, data_iter, data_where):
         try:
@@ -238,10 +240,10 @@ def build_module(
     return module
 
 
-def _training_variant(config: Any, data_info: DataInfo, sym_gen: Any) -> Any:
+def _training_variant(config: Any, sym_gen: Any, metrics_read_the_loss: bool) -> Any:
     """The graph a model trains on when it differs from the one it is evaluated with
     (``model.sampled_softmax``); its only output is the loss, so every metric must read it."""
-    if not metrics_read_loss(config, data_info):
+    if not metrics_read_the_loss:
         raise ConfigError(
             f"{config.where('model', 'sampled_softmax')}: model.sampled_softmax trains without "
             f"the full softmax's probabilities, and fit.metrics / fit.evaluation_metrics "

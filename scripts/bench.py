@@ -817,11 +817,17 @@ def output_layer_tables(args: argparse.Namespace) -> list[dict[str, Any]]:
         script = str(ROOT / "scripts" / "bench_output_layer.py")
         argv = [sys.executable, script, "--batch", str(args.batch_size)]
         argv += ["--classes", str(args.vocab)]
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-        line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-        tables.append(json.loads(line[7:]))
-        print(done.stdout.replace(line, "").strip())
+        tables.append(child_result(argv, env))
     return tables
+
+
+def child_result(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """Run a bench script in a child process: print what it printed, return its ``RESULT``
+    line's JSON."""
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
+    print(done.stdout.replace(line, "").strip())
+    return json.loads(line[7:])
 
 
 def sampled_softmax_table(args: argparse.Namespace) -> dict[str, Any]:
@@ -829,11 +835,7 @@ def sampled_softmax_table(args: argparse.Namespace) -> dict[str, Any]:
     script = str(ROOT / "scripts" / "bench_sampled_softmax.py")
     argv = [sys.executable, script, "--omp-threads", str(args.omp_threads)]
     argv += ["--seed", str(args.seed)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.omp_threads))
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    print(done.stdout.replace(line, "").strip())
-    return json.loads(line[7:])
+    return child_result(argv, dict(os.environ, OMP_NUM_THREADS=str(args.omp_threads)))
 
 
 def memory_tables(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -1024,7 +1024,7 @@ class BucketingModule:
                     **shapes,
                 )
             else:
-                ex = self._bind_own_memory(symbol, i, shapes, types, reqs)
+                ex = self._bind_own_memory(symbol, i, shapes, types, reqs, host_groups)
             execs.append(ex)
         return execs
 
@@ -1095,7 +1095,13 @@ class BucketingModule:
             )
 
     def _bind_own_memory(
-        self, symbol: Any, i: int, shapes: dict, types: dict, reqs: dict[str, str]
+        self,
+        symbol: Any,
+        i: int,
+        shapes: dict,
+        types: dict,
+        reqs: dict[str, str],
+        host_groups: dict[str, Any] | None,
     ) -> Any:
         """Bind with the store's parameter arrays but freshly allocated inputs and workspace."""
         ctx = self._contexts[i]
@@ -1120,7 +1126,7 @@ class BucketingModule:
             args_grad=grads,
             grad_req=reqs,
             aux_states=aux,
-            group2ctx=_host_groups(symbol),
+            group2ctx=host_groups,
         )
 
     def _reshape_bucket(

@@ -476,12 +476,10 @@ def build_rnn_lm(
             num_sampled=options.sampled_softmax,
             num_classes=num_classes,
         )
-        if ignore_label is not None:
-            nll = nll * (label != ignore_label)
-        return mx.sym.MakeLoss(nll, name="nll")
+        return trained_loss(nll, label, ignore_label)
 
     stateful = bool(getattr(data_info, "stream", False))
-    if sampled or options.sampled_softmax:
+    if options.sampled_softmax:
         check_sampled_count(options.sampled_softmax, num_classes)
     if options.tie_weights and num_classes != vocab_size:
         raise InvalidValue(
@@ -628,7 +626,25 @@ def sampled_softmax_nll(
     # the label is column 0; softmax (not log_softmax): oneDNN has a JIT backward for it on
     # every instruction set
     label_share = mx.sym.slice_axis(mx.sym.softmax(logits, axis=-1), axis=1, begin=0, end=1)
-    return -mx.sym.log(mx.sym.maximum(mx.sym.reshape(label_share, (-1,)), PROBABILITY_FLOOR))
+    return floored_nll(mx.sym.reshape(label_share, (-1,)))
+
+
+def floored_nll(probability: Any) -> Any:
+    """-log(max(probability, PROBABILITY_FLOOR)): finite loss and gradient when the label's
+    probability underflows to 0."""
+    import mxnet as mx
+
+    return -mx.sym.log(mx.sym.maximum(probability, PROBABILITY_FLOOR))
+
+
+def trained_loss(nll: Any, label: Any, ignore_label: int | None) -> Any:
+    """The per-position loss as the trained output ``nll_output``, zero (and no gradient)
+    where ``label == ignore_label``."""
+    import mxnet as mx
+
+    if ignore_label is not None:
+        nll = nll * (label != ignore_label)
+    return mx.sym.MakeLoss(nll, name="nll")
 
 
 def loss_heads(
@@ -665,14 +681,11 @@ def loss_heads(
         return [mx.sym.SoftmaxOutput(logits, label, name="softmax", **ignore)]
     if formulation == "softmax":
         probs = mx.sym.softmax(logits, axis=-1)
-        picked = mx.sym.maximum(mx.sym.pick(probs, label, axis=-1), PROBABILITY_FLOOR)
-        nll = -mx.sym.log(picked)
+        nll = floored_nll(mx.sym.pick(probs, label, axis=-1))
     else:
         probs = mx.sym.softmax(logits, axis=-1) if probabilities else None
         nll = -mx.sym.pick(mx.sym.log_softmax(logits, axis=-1), label, axis=-1)
-    if ignore_label is not None:
-        nll = nll * (label != ignore_label)
-    loss = mx.sym.MakeLoss(nll, name="nll")
+    loss = trained_loss(nll, label, ignore_label)
     if not probabilities:
         return [loss]
     return [mx.sym.BlockGrad(probs, name="softmax"), loss]
