@@ -26,6 +26,7 @@ from mxtrain.config.resume_policy import diff_configs
 from mxtrain.data.base import DataContext, model_inputs
 from mxtrain.devices import build_contexts, configure_threads
 from mxtrain.distributed import is_distributed
+from mxtrain.engine.kernels import prepare_allocator
 from mxtrain.errors import ConfigError, MxtrainError, PreemptedError, RunFolderError
 from mxtrain.hooks import CheckpointHook, MetricsLogHook, ReporterHook, RunHooks, TensorBoardHook
 from mxtrain.metric_tracker import MetricTracker, declared_direction, lower_is_better
@@ -82,6 +83,7 @@ def fit_experiment(
     command with nothing written, one later stops at the first batch boundary.
     """
     reporter = reporter or Reporter("plain")
+    prepare_allocator(config.context.large_buffers)  # before MXNet starts its threads
     threads = configure_threads(config.context, measure=True)  # before MXNet is imported
     config = _with_thread_settings(config)
     runs_dir, run_name = run_folder_for(config, name)
@@ -268,6 +270,7 @@ def _resume(
         # be lost, and the initial parameters come from the seed, so start from the top
         log.warning("%s has no checkpoint yet: training starts from the beginning", run.path)
 
+    prepare_allocator(config.context.large_buffers)
     threads = configure_threads(config.context)
     try:
         # absolute: iterators resolve relative paths against the config's folder

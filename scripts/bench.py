@@ -767,10 +767,13 @@ def operator_shares(summary: str) -> dict[str, Any]:
 
 
 def profile_mxtrain(
-    args: argparse.Namespace, workdir: str, batches: int = 40, isa_cap: str | None = None
+    args: argparse.Namespace, workdir: str, batches: int = 200, isa_cap: str | None = None
 ) -> dict[str, Any]:
     """``mxtrain fit`` on the benchmark data with ``fit.profile`` (bulk execution off so that
-    every operator is timed on its own): where the operator time goes. ``isa_cap``: run with
+    every operator is timed on its own): where the operator time goes. 200 batches, a third
+    of the epoch: the first batch of each bucket pays for memory touched for the first time
+    (up to 200 ms for the largest bucket's loss head on a Zen 5 EPYC), which 40 batches
+    weighed as if it recurred, and an epoch does not. ``isa_cap``: run with
     oneDNN capped at that instruction set (DNNL_MAX_CPU_ISA; auto then measures its kernel
     choices for it, a machine key of its own)."""
     train_src, eval_src = write_corpus(args, Path(workdir))

@@ -249,7 +249,8 @@ class ContextSection:
     large_buffers: Literal["auto", "reuse", "release"] = field(
         default="auto",
         metadata={
-            "doc": "reuse: freed memory stays in the process (glibc: no mmap, no trimming), so "
+            "doc": "reuse: freed memory stays in the process (glibc: no mmap, no trimming, one "
+            "arena), so "
             "the tens of MB some operators allocate every batch are not page-faulted in again; "
             "release: glibc's default; auto: the faster on this machine, measured once and "
             "cached (GPU runs: release)"
