@@ -112,7 +112,7 @@ def test_epoch_steps_may_be_fractions(epoch: int, batch: int, lr: float) -> None
     assert opt.learning_rate == lr
 
 
-@pytest.mark.parametrize("size", [1, 1000, 65536, 65536 * 3, 65536 * 2 + 17])
+@pytest.mark.parametrize("size", [1, 1000, 262144, 262144 * 3, 262144 * 2 + 17, 10001 * 400])
 def test_sum_of_squares_matches_a_float64_sum(size: int) -> None:
     """The chunked sum the clipping norm uses: every chunk and the tail counted once."""
     from mxtrain.engine.bucketing import _sum_of_squares
