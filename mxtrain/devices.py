@@ -8,10 +8,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
+from mxtrain.engine.kernels import busy_cpus
 from mxtrain.errors import ConfigError
 
 _LOG = logging.getLogger(__name__)
@@ -162,22 +161,6 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def busy_cpus(samples: int = 5, interval: float = 0.02) -> float:
-    """Runnable threads of other processes now, averaged over a few readings of Linux's
-    /proc/loadavg (0 where it cannot be read). The 1-minute load average would still count
-    a job that ended seconds ago."""
-    readings = []
-    for i in range(samples):
-        try:
-            running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
-        except (OSError, ValueError, IndexError):
-            return 0.0
-        readings.append(max(0, running - 1))  # the thread reading it is this process
-        if i + 1 < samples:
-            time.sleep(interval)
-    return sum(readings) / len(readings)
 
 
 def build_contexts(context_cfg: Any) -> list[Any]:

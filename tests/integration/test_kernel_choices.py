@@ -39,6 +39,7 @@ def test_auto_is_measured_once_cached_and_recorded(
 ) -> None:
     cache = tmp_path / "cache"
     monkeypatch.setenv("MXTRAIN_CACHE_DIR", str(cache))
+    monkeypatch.setattr(kernels, "busy_cpus", lambda: 0.0)  # a quiet machine: cached for good
     first = fit(tiny_config, "first", "model.cell=auto")
     choices = recorded(first)
     assert sorted(choices) == sorted(MEASURED)
@@ -184,6 +185,7 @@ def test_openmp_settings_are_measured_capped_and_recorded(
     _clear_openmp_environment(monkeypatch)
     monkeypatch.setattr(devices, "usable_cores", lambda: 4)
     monkeypatch.setattr(devices, "busy_cpus", lambda: 1.0)  # 3 free cores
+    monkeypatch.setattr(kernels, "busy_cpus", lambda: 0.0)  # measured quietly all the same
     asked = []
 
     def fake(threads: int, policy: str) -> float:  # 4 threads, passive is fastest
@@ -240,3 +242,34 @@ def devices_config(config: Path):
     from mxtrain.config import load_config
 
     return load_config(config).context
+
+
+def test_a_measurement_under_load_is_taken_again_on_a_quiet_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = kernels.KernelCache(tmp_path / "kernels.json")
+    load = {"now": 1.5}
+    monkeypatch.setattr(kernels, "busy_cpus", lambda: load["now"])
+    measured = []
+
+    def measure() -> dict[str, float]:
+        measured.append(load["now"])
+        return (
+            {"1 active": 10.0, "2 active": 20.0}
+            if load["now"]
+            else {"1 active": 10.0, "2 active": 5.0}
+        )
+
+    figures, source = kernels.cached_figures(cache, "machine", "threads", measure)
+    assert (source, kernels.fastest(figures)) == ("measured", "1 active")
+    assert cache.get("machine", "threads")["load"] == 1.5
+    # still loaded: the figures taken under load serve (measuring again would not be better)
+    assert kernels.cached_figures(cache, "machine", "threads", measure)[1] == "cache"
+    load["now"] = 0.0
+    figures, source = kernels.cached_figures(cache, "machine", "threads", measure)
+    assert (source, kernels.fastest(figures)) == ("measured", "2 active")
+    assert measured == [1.5, 0.0]
+    reread = kernels.KernelCache(tmp_path / "kernels.json")
+    assert reread.get("machine", "threads")["load"] == 0.0
+    assert kernels.cached_figures(reread, "machine", "threads", measure)[1] == "cache"
+    assert measured == [1.5, 0.0]
