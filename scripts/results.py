@@ -48,6 +48,13 @@ PUBLISHED: dict[str, dict[str, Any]] = {
         "valid": None,
         "test": None,
     },
+    "ptb_lstm_sampled": {
+        "config": "configs/ptb_lstm_sampled.yaml",
+        "source": "the default experiment on a sampled softmax (2,048 words per batch; "
+        "evaluated with the full softmax)",
+        "valid": None,
+        "test": None,
+    },
 }
 
 
