@@ -19,12 +19,15 @@ import ctypes
 import ctypes.util
 import functools
 import logging
+from collections.abc import Callable
 
 _LOG = logging.getLogger(__name__)
 
 # mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+M_MMAP_MAX = -4
+M_ARENA_MAX = -8
 #: blocks from this size up are mmapped and unmapped when freed
 MMAP_THRESHOLD = 128 * 1024
 
@@ -37,6 +40,18 @@ def _libc() -> ctypes.CDLL | None:
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     except OSError:
         return None
+
+
+@functools.cache
+def mallopt() -> Callable[[int, int], int] | None:
+    """glibc's ``mallopt(parameter, value)`` (nonzero on success), or None where the C
+    library has none."""
+    function = getattr(_libc(), "mallopt", None)
+    if function is None:
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
 
 
 def trim_heaps() -> bool:
@@ -58,14 +73,12 @@ def return_freed_memory() -> bool:
     global _done
     if _done:
         return True
-    mallopt = getattr(_libc(), "mallopt", None)
-    if mallopt is None:
+    set_option = mallopt()
+    if set_option is None:
         _LOG.debug("no mallopt in the C library: freed memory stays with the allocator")
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, MMAP_THRESHOLD)
+    ok = bool(set_option(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        set_option(M_TRIM_THRESHOLD, MMAP_THRESHOLD)
     )
     _done = ok
     return ok

@@ -28,8 +28,6 @@ score and predict rebuild the same graph) and ``kernels.json`` the figures behin
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import dataclasses
 import json
 import logging
@@ -39,6 +37,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from mxtrain.engine import allocator
 
 CACHE_VERSION = 1
 CACHE_FILE = "kernels.json"
@@ -51,7 +51,6 @@ CELL_STEPS = 35
 BUFFER_POLICIES = ("reuse", "release")
 #: other processes' busy CPUs from which a measurement counts as taken under load
 LOADED_CPUS = 0.5
-_M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
 #: glibc's defaults, restored by ``release``
 _GLIBC_MMAP_MAX, _GLIBC_TRIM_THRESHOLD = 65536, 128 * 1024
 
@@ -340,17 +339,6 @@ def measure_cell(
     return figures
 
 
-def _mallopt() -> Callable[[int, int], int] | None:
-    """glibc's ``mallopt``, or None where the C library has none."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return None
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt
-
-
 def prepare_allocator(policy: str) -> bool:
     """Before MXNet starts its threads: one malloc arena for a ``large_buffers`` policy that
     is or may become ``reuse`` (``auto``). Harmless if ``release`` is chosen later: the
@@ -358,8 +346,8 @@ def prepare_allocator(policy: str) -> bool:
     planned memory does not cause. Returns whether it could."""
     if policy not in ("auto", "reuse"):
         return False
-    mallopt = _mallopt()
-    return bool(mallopt and mallopt(_M_ARENA_MAX, 1))
+    mallopt = allocator.mallopt()
+    return bool(mallopt and mallopt(allocator.M_ARENA_MAX, 1))
 
 
 def set_large_buffers(policy: str) -> bool:
@@ -367,18 +355,18 @@ def set_large_buffers(policy: str) -> bool:
     returns whether it could."""
     if policy not in BUFFER_POLICIES:
         raise ValueError(f"large_buffers must be one of {BUFFER_POLICIES}, not {policy!r}")
-    mallopt = _mallopt()
+    mallopt = allocator.mallopt()
     if mallopt is None:
         return False
     if policy == "reuse":
         ok = (
-            mallopt(_M_ARENA_MAX, 1)
-            and mallopt(_M_MMAP_MAX, 0)
-            and mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+            prepare_allocator(policy)
+            and mallopt(allocator.M_MMAP_MAX, 0)
+            and mallopt(allocator.M_TRIM_THRESHOLD, 2**31 - 1)
         )
     else:
-        ok = mallopt(_M_MMAP_MAX, _GLIBC_MMAP_MAX) and mallopt(
-            _M_TRIM_THRESHOLD, _GLIBC_TRIM_THRESHOLD
+        ok = mallopt(allocator.M_MMAP_MAX, _GLIBC_MMAP_MAX) and mallopt(
+            allocator.M_TRIM_THRESHOLD, _GLIBC_TRIM_THRESHOLD
         )
     return bool(ok)
 
