@@ -25,10 +25,13 @@ def thread_choices() -> list[Any]:
     return list(_THREAD_CHOICES)
 
 
-def _measured_threads(context_cfg: Any) -> tuple[int, str, list[Any]] | None:
-    """(threads, wait policy, choices) measured on this machine (cached), or None when nothing
-    is left to measure: both set in the config or exported, a distributed process (its peers
-    on the same machine would measure at once), one usable core, or CPU-less settings."""
+def _measured_threads(
+    context_cfg: Any, remeasure: bool = False
+) -> tuple[int, str, list[Any]] | None:
+    """(threads, wait policy, choices) this machine chose (measured once and kept), or None
+    when nothing is left to measure: both set in the config or exported, a distributed
+    process (its peers on the same machine would measure at once), one usable core, or
+    CPU-less settings. ``remeasure``: measure again what this machine kept."""
     from mxtrain.engine import kernels
 
     omp, policy = context_cfg.omp_threads, getattr(context_cfg, "omp_wait_policy", "auto")
@@ -59,20 +62,21 @@ def _measured_threads(context_cfg: Any) -> tuple[int, str, list[Any]] | None:
     def measure() -> dict[str, float]:
         return {f"{n} {w}": kernels.measure_threads(n, w) for n in counts for w in waits}
 
-    try:
-        figures, source = kernels.cached_figures(cache, machine, key, measure)
-    except (RuntimeError, ValueError, OSError) as exc:
-        _LOG.warning("OpenMP settings: the measurement failed (%s); using the rule", exc)
-        return None
-    threads, wait = kernels.fastest(figures).split()
+    rule = f"{max(counts) if want_threads else counts[0]} {waits[0]}"
+    decision = kernels.decide(cache, machine, key, measure, rule, remeasure=remeasure)
+    threads, wait = decision.value.split()
     given = "config" if omp != "auto" else "environment"
+
+    def choice(name: str, value: str, wanted: bool) -> Any:
+        if not wanted:
+            return kernels.Choice(name, value, given if name.endswith("threads") else "config")
+        return kernels.Choice(
+            name, value, decision.source, problem, decision.figures, why=decision.why
+        )
+
     choices = [
-        kernels.Choice("context.omp_threads", threads, source, problem, figures)
-        if want_threads
-        else kernels.Choice("context.omp_threads", threads, given),
-        kernels.Choice("context.omp_wait_policy", wait, source, problem, figures)
-        if want_policy
-        else kernels.Choice("context.omp_wait_policy", wait, "config"),
+        choice("context.omp_threads", threads, want_threads),
+        choice("context.omp_wait_policy", wait, want_policy),
     ]
     return int(threads), wait, choices
 
@@ -86,24 +90,30 @@ def _fixed_threads(omp: Any) -> int:
         return 1
 
 
-def configure_threads(context_cfg: Any, *, measure: bool = False) -> dict[str, str]:
+def configure_threads(
+    context_cfg: Any, *, measure: bool = False, remeasure: bool = False
+) -> dict[str, str]:
     """Set OMP/engine threads (and MXNet's verbosity) in the environment before MXNet loads.
 
-    ``auto`` keeps a value the user exported; otherwise it takes the cores this process may
-    run on, less those other processes keep busy right now (:func:`auto_omp_threads`). An
+    ``auto`` keeps a value the user exported; otherwise ``measure`` (fit) takes the count and
+    wait policy this machine chose for good (measured once in child processes and kept:
+    :func:`thread_choices` says what; ``remeasure`` measures again). The thread count changes
+    float rounding (reductions split across threads), so it never follows the load: two runs
+    of one config and seed on one machine compute alike, busy or quiet. Without a measurement
+    ``auto`` is the usable cores (the CPU affinity, so ``taskset`` counts), except in a
+    distributed process, where several processes of the job may share the machine: there it
+    is the cores other processes leave free when it starts (:func:`auto_omp_threads`). An
     explicit number in the config always wins. Returns the values now in force, for the log
     (with how ``auto`` chose, under ``omp_threads_auto``). OpenMP reads the variable once,
-    when MXNet loads: a change made after that (a library user who imported mxnet first)
-    is logged as a warning, since it would otherwise pass unseen. ``measure`` (fit): an
-    ``auto`` count or wait policy is measured on this machine in child processes (cached;
-    :func:`thread_choices` says what), the count then capped by the free cores.
+    when MXNet loads: a change made after that (a library user who imported mxnet first) is
+    logged as a warning, since it would otherwise pass unseen.
     """
     global _THREAD_CHOICES
     before = os.environ.get("OMP_NUM_THREADS")
     omp = context_cfg.omp_threads
     policy = getattr(context_cfg, "omp_wait_policy", "auto")
     chosen = ""
-    measured = _measured_threads(context_cfg) if measure else None
+    measured = _measured_threads(context_cfg, remeasure) if measure else None
     _THREAD_CHOICES = measured[2] if measured else []
     if policy != "auto":
         os.environ["OMP_WAIT_POLICY"] = policy.upper()
@@ -112,26 +122,31 @@ def configure_threads(context_cfg: Any, *, measure: bool = False) -> dict[str, s
     if omp != "auto":
         os.environ["OMP_NUM_THREADS"] = str(omp)
     elif "OMP_NUM_THREADS" not in os.environ:
-        cores, busy = usable_cores(), busy_cpus()
-        free = auto_omp_threads(cores, busy)
-        best = measured[0] if measured else cores
-        os.environ["OMP_NUM_THREADS"] = str(min(best, free))
-        chosen = f"{cores} usable cores, {busy:.1f} busy with other processes"
+        cores = usable_cores()
         if measured:
-            chosen += f", {best} measured fastest"
+            threads = measured[0]
+            chosen = f"{cores} usable cores, {threads} chosen for this machine"
+        elif "DMLC_ROLE" in os.environ:
+            busy = busy_cpus()
+            threads = auto_omp_threads(cores, busy)
+            chosen = f"distributed process: {cores} usable cores, {busy:.1f} busy with others"
+        else:
+            threads = cores
+            chosen = f"{cores} usable cores"
+        os.environ["OMP_NUM_THREADS"] = str(threads)
     # MXNet prints "Subgraph backend MKLDNN is activated" from C++ for every bucket it
     # binds, straight to stderr, which tears progress bars; it carries no information.
     os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
     engine = context_cfg.engine_threads
     if engine != "auto":
         os.environ["MXNET_CPU_WORKER_NTHREADS"] = str(engine)
-    threads = {
+    threads_now = {
         key: os.environ[key]
         for key in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MXNET_CPU_WORKER_NTHREADS")
         if key in os.environ
     }
     if chosen:
-        threads["omp_threads_auto"] = chosen
+        threads_now["omp_threads_auto"] = chosen
     if "mxnet" in sys.modules and os.environ.get("OMP_NUM_THREADS") != before:
         _LOG.warning(
             "OMP_NUM_THREADS=%s does not take effect: MXNet was imported before mxtrain set "
@@ -140,17 +155,17 @@ def configure_threads(context_cfg: Any, *, measure: bool = False) -> dict[str, s
             os.environ["OMP_NUM_THREADS"],
             f"OMP_NUM_THREADS={before}" if before else "its default (MXNet's: half the cores)",
         )
-    return threads
+    return threads_now
 
 
 def auto_omp_threads(cores: int, busy: float) -> int:
-    """OpenMP threads for ``cores`` usable cores of which ``busy`` run other work.
+    """OpenMP threads for a distributed process on ``cores`` usable cores of which ``busy``
+    run other work (several processes of one job may share a machine).
 
     Measured on a 2-core AMD EPYC (AVX2) with 4 CPU-bound processes beside it, 3 epochs of
-    ``lenet`` took 37 s with 2 threads and 26 s with 1, a PTB LSTM sample 86 s and 67 s (an
-    OpenMP team waits for its slowest, descheduled thread); idle, 2 threads were faster
-    (7.3 s against 10.5 s, 15 s against 25 s). The wait policy (OMP_WAIT_POLICY=PASSIVE)
-    changed neither by more than the noise. So: the free cores, at least one.
+    ``lenet`` took 37 s with 2 threads and 26 s with 1 (an OpenMP team waits for its
+    slowest, descheduled thread); idle, 2 threads were faster (7.3 s against 10.5 s). So:
+    the free cores, at least one.
     """
     return max(1, min(cores, cores - round(busy)))
 

@@ -28,12 +28,14 @@ def resolve(
     *,
     probabilities: bool,
     not_measured: str = "",
+    remeasure: bool = False,
 ) -> tuple[Any, list[Choice]]:
     """``config`` with its ``auto`` kernel settings replaced, and what was chosen and why.
 
     ``probabilities``: whether training computes the softmax probabilities (a metric reads
     them). ``not_measured``: a reason to take the fallback values instead of measuring (a
-    distributed run, whose workers must agree on the graph; a resumed one).
+    distributed run, whose workers must agree on the graph; a resumed one). ``remeasure``:
+    measure again what this machine kept (``mxtrain kernels --measure``).
     """
     from mxtrain.models.rnn_common import UNMEASURED_LOSS, LmOptions
 
@@ -49,7 +51,7 @@ def resolve(
     if is_lm:
         head = [batch * steps, options.num_hidden, int(info.num_classes)]
         head_problem = f"{head[0]} x {head[1]} -> {head[2]} output layer + loss"
-    measurer = _Measurer(str(ctx))
+    measurer = _Measurer(str(ctx), remeasure)
     choices: list[Choice] = []
 
     context = config.context
@@ -117,18 +119,20 @@ def resolve(
 
 
 class _Measurer:
-    """Cached measurements of one machine and device (the cache is read on first use)."""
+    """The choices kept for one machine and device (the cache is read on first use)."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, remeasure: bool = False) -> None:
         self.device = device
+        self.remeasure = remeasure
         self.cache: kernels.KernelCache | None = None
         self.machine = ""
 
     def choose(
         self, key: str, problem: str, requests: list[dict[str, Any]], fallback: str
     ) -> Choice:
-        """The fastest candidate of ``requests`` (each run in a child process), from the cache
-        when this machine measured ``problem`` before; ``fallback`` when measuring fails."""
+        """The fastest candidate of ``requests`` (each run in a child process) as this machine
+        chose it for ``problem`` the first time (kernels.decide); ``fallback`` when measuring
+        fails."""
         if self.cache is None:
             self.cache = kernels.KernelCache(kernels.cache_dir() / kernels.CACHE_FILE)
             self.machine = kernels.machine_key(kernels.machine_facts(self.device))
@@ -139,15 +143,17 @@ class _Measurer:
                 figures.update(kernels.measure_in_child(request))
             return figures
 
-        try:
-            figures, source = kernels.cached_figures(
-                self.cache, self.machine, f"{key}: {problem}", measure
-            )
-        except (RuntimeError, ValueError, OSError) as exc:
-            why = f"the measurement failed ({exc})"
-            log.warning("%s: %s; using %s", key, why, fallback)
-            return Choice(key, fallback, "fallback", problem, why=why)
-        return Choice(key, kernels.fastest(figures), source, problem, figures)
+        decision = kernels.decide(
+            self.cache,
+            self.machine,
+            f"{key}: {problem}",
+            measure,
+            fallback,
+            remeasure=self.remeasure,
+        )
+        return Choice(
+            key, decision.value, decision.source, problem, decision.figures, why=decision.why
+        )
 
 
 def apply_process_settings(config: Any) -> None:
@@ -184,3 +190,25 @@ def _steps(data_iter: Any) -> int:
         return sorted(buckets)[len(buckets) // 2]
     key = getattr(data_iter, "default_bucket_key", None)
     return key if isinstance(key, int) and key > 0 else 1
+
+
+def _this_machine(machine: str) -> bool:
+    """Whether a cache machine key belongs to this machine, CPU, MXNet and mxtrain (any
+    device, thread count or core count)."""
+    facts = dict(part.split("=", 1) for part in machine.split(" | ") if "=" in part)
+    here = kernels.machine_facts("cpu")
+    return all(facts.get(name) == here[name] for name in ("cpu", "isa", "mxnet", "mxtrain"))
+
+
+def kept_choices() -> dict[str, dict[str, Any]]:
+    """This machine's kept choices: ``{machine key: {problem: entry}}``."""
+    cache = kernels.KernelCache(kernels.cache_dir() / kernels.CACHE_FILE)
+    return {m: dict(v) for m, v in cache.entries.items() if _this_machine(m)}
+
+
+def forget_choices() -> int:
+    """Drop this machine's kept choices, so that the next fit of each shape measures again;
+    returns how many were dropped. Raises OSError when the cache cannot be written."""
+    cache = kernels.KernelCache(kernels.cache_dir() / kernels.CACHE_FILE)
+    with cache.locked():
+        return sum(cache.forget(m) for m in list(cache.entries) if _this_machine(m))

@@ -609,6 +609,76 @@ def _recorded_last_batch(restore: Any) -> str | None:
     return (getattr(restore, "state", None) or {}).get("last_batch") or "pad"
 
 
+def _train_iterator(
+    config: Config,
+    section: Any,
+    min_batch: int,
+    vocab_file: Path | None = None,
+    restore: Any = None,
+) -> Any:
+    """The training iterator of ``section`` (data.train, sharded in a distributed run)."""
+    from mxtrain.build import build_data_iter
+
+    context = DataContext(
+        role="train",
+        seed=config.experiment.seed,
+        base_dir=config.base_dir,
+        vocab_file=vocab_file,
+        buckets=_recorded_buckets(restore),
+        min_batch=min_batch,
+        last_batch=_recorded_last_batch(restore),
+    )
+    return build_data_iter(section, context, config.base_dir, "data.train")
+
+
+def measure_kernel_choices(config: Config, *, remeasure: bool = False) -> list[Any]:
+    """The kernel and OpenMP choices ``mxtrain fit`` would make for ``config`` on this
+    machine (mxtrain.kernel_choices), without training: kept ones are read back, missing ones
+    measured and kept; ``remeasure`` measures every one again (``mxtrain kernels --measure``).
+    """
+    configure_threads(config.context, measure=True, remeasure=remeasure)  # before MXNet loads
+    from mxtrain.engine.bucketing import fewest_rows
+
+    config = _with_thread_settings(config)
+    contexts = build_contexts(config.context)
+    min_batch = fewest_rows(len(contexts), config.context.work_load)
+    train_iter = _train_iterator(config, config.data.train, min_batch)
+    not_measured = ""
+    if is_distributed(config.kvstore.type):
+        not_measured = DISTRIBUTED_NOT_MEASURED
+    return _resolve_kernels(config, train_iter, contexts, not_measured, remeasure=remeasure)[1]
+
+
+#: why a distributed run measures nothing
+DISTRIBUTED_NOT_MEASURED = "distributed run: every worker must build the same graph"
+
+
+def _resolve_kernels(
+    config: Config,
+    train_iter: Any,
+    contexts: list[Any],
+    not_measured: str,
+    *,
+    fresh: bool = True,
+    remeasure: bool = False,
+) -> tuple[Config, list[Any]]:
+    """``config`` with its ``auto`` kernel settings resolved, and every choice made (the
+    OpenMP ones first, for a fresh run: a resumed one keeps what it recorded)."""
+    from mxtrain import kernel_choices
+    from mxtrain.build import metrics_read_loss
+    from mxtrain.devices import thread_choices
+
+    config, choices = kernel_choices.resolve(
+        config,
+        train_iter,
+        contexts,
+        probabilities=not metrics_read_loss(config, train_iter.data_info),
+        not_measured=not_measured,
+        remeasure=remeasure,
+    )
+    return config, (thread_choices() + choices if fresh else choices)
+
+
 def _prepare(
     config: Config,
     threads: dict[str, str],
@@ -652,20 +722,7 @@ def _prepare(
         )
 
     min_batch = fewest_rows(len(contexts), config.context.work_load)  # short last batches
-    train_iter = build_data_iter(
-        train_section,
-        DataContext(
-            role="train",
-            seed=seed,
-            base_dir=base_dir,
-            vocab_file=vocab_file,
-            buckets=_recorded_buckets(restore),
-            min_batch=min_batch,
-            last_batch=_recorded_last_batch(restore),
-        ),
-        base_dir,
-        "data.train",
-    )
+    train_iter = _train_iterator(config, train_section, min_batch, vocab_file, restore)
     _describe("train", train_iter)
     eval_iter = None
     if config.data.eval is not None:
@@ -680,24 +737,14 @@ def _prepare(
         _describe("eval", eval_iter)
 
     from mxtrain import kernel_choices
-    from mxtrain.build import metrics_read_loss
 
+    fresh = restore is None and vocab_file is None
     not_measured = ""
     if dist_kv is not None:
-        not_measured = "distributed run: every worker must build the same graph"
-    elif restore is not None or vocab_file is not None:
+        not_measured = DISTRIBUTED_NOT_MEASURED
+    elif not fresh:
         not_measured = "resumed run: it keeps the graph it was trained with"
-    from mxtrain.devices import thread_choices
-
-    config, choices = kernel_choices.resolve(
-        config,
-        train_iter,
-        contexts,
-        probabilities=not metrics_read_loss(config, train_iter.data_info),
-        not_measured=not_measured,
-    )
-    if restore is None and vocab_file is None:
-        choices = thread_choices() + choices
+    config, choices = _resolve_kernels(config, train_iter, contexts, not_measured, fresh=fresh)
     kernel_choices.apply_process_settings(config)
     kernel_choices.log_choices(choices)
     fit_cfg = config.fit

@@ -20,6 +20,7 @@ Examples:
   mxtrain export runs/ptb_lstm:best -o exported/ --format onnx
   mxtrain check configs/ptb_lstm.yaml --explain
   mxtrain launch -n 2 -s 1 cfg.yaml --set kvstore.type=dist_sync
+  mxtrain kernels --measure configs/ptb_lstm.yaml
   mxtrain list models
   mxtrain init --template tagger -o tagger.yaml
   mxtrain runs
@@ -52,6 +53,7 @@ def _register_commands() -> None:
         export,
         fit,
         init,
+        kernels,
         launch,
         listing,
         plot,
@@ -75,6 +77,7 @@ def _register_commands() -> None:
     cli.add_command(diff.diff_command)
     cli.add_command(plot.plot_command)
     cli.add_command(launch.launch_command)
+    cli.add_command(kernels.kernels_command)
 
 
 _register_commands()

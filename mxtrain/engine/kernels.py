@@ -19,22 +19,27 @@ fastest candidate of a short measurement on the run's own shapes and first devic
   allocated yet, so :func:`prepare_allocator` sets it before MXNet starts its threads.
 
 Each measurement runs in a process of its own (measure_in_child), once per machine (CPU
-model, instruction set, MXNet version, OpenMP threads, device) and problem shape, and is
-cached outside the run folder, in
+model, instruction set, MXNet and mxtrain versions, OpenMP threads, device) and problem
+shape, and the choice is kept, outside the run folder, in
 ``$MXTRAIN_CACHE_DIR/kernels.json`` (default ``$XDG_CACHE_HOME/mxtrain``, else
-``~/.cache/mxtrain``). The run folder's config.yaml records the resolved values (so resume,
-score and predict rebuild the same graph) and ``kernels.json`` the figures behind them.
+``~/.cache/mxtrain``). A kept choice is never measured again because the load changed: the
+candidates differ in float rounding, so two runs of one config and seed on one machine must
+compute with the same ones (:func:`decide`). Only ``mxtrain kernels --measure`` or a new
+machine key measures again. The run folder's config.yaml records the resolved values (so
+resume, score and predict rebuild the same graph) and ``kernels.json`` the figures behind them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import logging
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +54,8 @@ WARMUP = 2
 #: cell per step: longer only costs binding time)
 CELL_STEPS = 35
 BUFFER_POLICIES = ("reuse", "release")
-#: other processes' busy CPUs from which a measurement counts as taken under load
+#: other processes' busy CPUs from which a measurement counts as taken under load (it is
+#: kept all the same, with a warning)
 LOADED_CPUS = 0.5
 #: glibc's defaults, restored by ``release``
 _GLIBC_MMAP_MAX, _GLIBC_TRIM_THRESHOLD = 65536, 128 * 1024
@@ -91,8 +97,9 @@ def cache_dir() -> Path:
 
 
 def machine_facts(device: str) -> dict[str, str]:
-    """What a cached measurement is valid for: CPU model, instruction set, MXNet version,
-    OpenMP threads, device (and oneDNN's ISA cap when DNNL_MAX_CPU_ISA sets one)."""
+    """What a kept choice is valid for: CPU model, instruction set, MXNet and mxtrain
+    versions, OpenMP threads, device (and oneDNN's ISA cap when DNNL_MAX_CPU_ISA sets one)."""
+    from mxtrain import __version__
     from mxtrain.run.environment import cpu_facts
 
     facts = cpu_facts()
@@ -101,6 +108,7 @@ def machine_facts(device: str) -> dict[str, str]:
         "cpu": facts["cpu"],
         "isa": facts["isa"] + (f", oneDNN capped at {cap}" if cap else ""),
         "mxnet": _mxnet_version(),
+        "mxtrain": __version__,
         "omp_threads": os.environ.get("OMP_NUM_THREADS", "default"),
         "device": device,
     }
@@ -123,18 +131,28 @@ def machine_key(facts: dict[str, str]) -> str:
     return " | ".join(f"{k}={facts[k]}" for k in sorted(facts))
 
 
-class KernelCache:
-    """The JSON file of measurements: ``{machine key: {problem: {value, figures_ms}}}``.
+class CacheUnwritable(OSError):
+    """The kernel cache's folder or lock file cannot be created: no choice can be kept."""
 
-    A missing, unreadable or foreign file is an empty cache and an unwritable folder only
-    costs a measurement next time: neither stops a run (both are logged).
+
+class KernelCache:
+    """The JSON file of kept choices: ``{machine key: {problem: {value, figures_ms, ...}}}``.
+
+    A missing, unreadable or foreign file is an empty cache (logged). Readers and writers
+    of one machine's choices take :meth:`locked` first, so two runs starting at once agree on
+    one measurement instead of each keeping its own.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.entries: dict[str, dict[str, Any]] = {}
+        self.reload()
+
+    def reload(self) -> None:
+        """Read the file again (another process may have written it)."""
+        self.entries = {}
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(self.path.read_text())
             if isinstance(data, dict) and data.get("version") == CACHE_VERSION:
                 self.entries = {
                     k: v for k, v in data.get("machines", {}).items() if isinstance(v, dict)
@@ -142,10 +160,27 @@ class KernelCache:
         except FileNotFoundError:
             pass
         except (OSError, ValueError) as exc:
-            log.warning("kernel cache %s is not readable (%s): measuring again", path, exc)
+            log.warning("kernel cache %s is not readable (%s): measuring again", self.path, exc)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the cache's lock file (``kernels.json.lock``, an advisory flock) and read the
+        file afresh. Raises CacheUnwritable when the folder or lock file cannot be created."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(self.path.with_name(self.path.name + ".lock"), "a")  # noqa: SIM115
+        except OSError as exc:
+            raise CacheUnwritable(f"{self.path}: {exc.strerror or exc}") from exc
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                self.reload()
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def get(self, machine: str, problem: str) -> dict[str, Any] | None:
-        """The cached entry, or None."""
+        """The kept entry, or None."""
         entry = self.entries.get(machine, {}).get(problem)
         if isinstance(entry, dict) and isinstance(entry.get("value"), str):
             return entry
@@ -158,29 +193,37 @@ class KernelCache:
         value: str,
         figures: dict[str, float],
         load: float = 0.0,
+        why: str = "",
     ) -> None:
-        """Record a measurement (``load``: other processes' busy CPUs while it ran) and write
-        the file (atomically; a cache, not a run's record: no fsync, and two runs measuring at
-        once may keep either's entry)."""
-        self.entries.setdefault(machine, {})[problem] = {
+        """Keep a choice (``load``: other processes' busy CPUs while it was measured; ``why``:
+        why it is a fallback rather than the fastest) and write the file."""
+        entry: dict[str, Any] = {
             "value": value,
             "figures_ms": figures,
             "measured": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "load": round(load, 2),
         }
+        if why:
+            entry["why"] = why
+        self.entries.setdefault(machine, {})[problem] = entry
+        self._write()
+
+    def forget(self, machine: str) -> int:
+        """Drop every choice kept for ``machine``; returns how many there were."""
+        dropped = len(self.entries.pop(machine, {}))
+        if dropped:
+            self._write()
+        return dropped
+
+    def _write(self) -> None:
+        """Write the file atomically (a cache, not a run's record: no fsync)."""
+        text = json.dumps({"version": CACHE_VERSION, "machines": self.entries}, indent=1)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            text = json.dumps({"version": CACHE_VERSION, "machines": self.entries}, indent=1)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             tmp.write_text(text + "\n")
             os.replace(tmp, self.path)
         except OSError as exc:
-            log.warning(
-                "could not write the kernel cache %s (%s): the next run measures again; set "
-                "MXTRAIN_CACHE_DIR to a writable folder to keep measurements",
-                self.path,
-                exc,
-            )
+            raise CacheUnwritable(f"{self.path}: {exc.strerror or exc}") from exc
 
 
 def fastest(figures: dict[str, float]) -> str:
@@ -188,39 +231,92 @@ def fastest(figures: dict[str, float]) -> str:
     return min(figures, key=figures.__getitem__)
 
 
-def cached_figures(
+@dataclasses.dataclass
+class Decision:
+    """A choice for one problem on this machine: ``value``, the figures behind it, and where
+    it came from (``cache``: kept from an earlier run; ``measured``: now; ``fallback``: not
+    measured, ``why`` says why)."""
+
+    value: str
+    figures: dict[str, float]
+    source: str
+    why: str = ""
+
+
+#: how a user asks for a kept choice to be measured again
+MEASURE_AGAIN = "`mxtrain kernels --measure CONFIG`"
+
+
+def decide(
     cache: KernelCache,
     machine: str,
     key: str,
     measure: Callable[[], dict[str, float]],
-) -> tuple[dict[str, float], str]:
-    """(figures, ``cache`` or ``measured``) for ``key``: the cached ones, else ``measure()``'s,
-    which are cached with their fastest candidate and the load beside them. An entry measured
-    while other processes kept the CPUs busy is measured again the first time the machine is
-    quiet: a thread count measured beside another job (1 thread: 118 ms, 2: 141 ms on a Zen 5
-    EPYC with a training run on the other core; quiet, 2 threads take 61 ms) would otherwise
-    halve every later run's speed. What ``measure`` raises passes through and leaves the cache
-    as it was."""
-    entry = cache.get(machine, key)
-    if entry is not None:
-        loaded = float(entry.get("load") or 0.0) >= LOADED_CPUS
-        if not loaded or busy_cpus() >= LOADED_CPUS:
-            return dict(entry.get("figures_ms") or {}), "cache"
-        log.info("measuring %s again: the cached figures were taken under load", key)
-    else:
-        log.info("measuring %s on this machine (cached afterwards)", key)
-    before = busy_cpus()
-    figures = measure()
-    load = max(before, busy_cpus())
-    if load >= LOADED_CPUS:
-        log.warning(
-            "%s was measured while other processes kept %.1f CPUs busy: the figures may not "
-            "hold on a quiet machine, where it is measured again",
-            key,
-            load,
+    fallback: str,
+    *,
+    remeasure: bool = False,
+) -> Decision:
+    """The choice for ``key`` on ``machine``: the one kept from an earlier run, else the
+    fastest of ``measure()`` (run now and kept).
+
+    A kept choice is never measured again because the machine's load changed: the candidates
+    round differently, and two runs of one config and seed on one machine must compute alike.
+    Only ``remeasure`` (the user asked) or a new machine key (another CPU, MXNet or mxtrain)
+    measures again. A measurement taken under load is kept all the same, with a warning. A
+    failed measurement keeps ``fallback`` (the failure is the machine's answer until the user
+    measures again). A cache that cannot be written gives ``fallback`` without measuring:
+    a choice no later run could see would differ from run to run.
+    """
+    try:
+        with cache.locked():
+            entry = cache.get(machine, key)
+            if entry is not None and not remeasure:
+                return _kept(entry, key)
+            log.info("measuring %s on this machine (the choice is kept)", key)
+            before = busy_cpus()
+            try:
+                figures = measure()
+            except (RuntimeError, ValueError, OSError) as exc:
+                why = f"the measurement failed ({exc})"
+                log.warning(
+                    "%s: %s; using %s, kept for this machine (%s tries again)",
+                    key,
+                    why,
+                    fallback,
+                    MEASURE_AGAIN,
+                )
+                cache.put(machine, key, fallback, {}, why=why)
+                return Decision(fallback, {}, "fallback", why)
+            load = max(before, busy_cpus())
+            if load >= LOADED_CPUS:
+                log.warning(
+                    "%s was measured while other processes kept %.1f CPUs busy: the choice "
+                    "is kept all the same, so that every run on this machine computes alike; "
+                    "%s on a quiet machine measures again",
+                    key,
+                    load,
+                    MEASURE_AGAIN,
+                )
+            value = fastest(figures)
+            cache.put(machine, key, value, figures, load)
+            return Decision(value, figures, "measured")
+    except CacheUnwritable as exc:
+        why = (
+            f"could not write the kernel cache ({exc}), so a measured choice could not be "
+            "kept for the next run; set MXTRAIN_CACHE_DIR to a writable folder"
         )
-    cache.put(machine, key, fastest(figures), figures, load)
-    return figures, "measured"
+        log.warning("%s: %s; using %s", key, why, fallback)
+        return Decision(fallback, {}, "fallback", why)
+
+
+def _kept(entry: dict[str, Any], key: str) -> Decision:
+    """The Decision of a kept cache entry."""
+    figures = {str(k): float(v) for k, v in (entry.get("figures_ms") or {}).items()}
+    if float(entry.get("load") or 0.0) >= LOADED_CPUS:
+        log.info(
+            "%s: kept from a measurement taken under load (%s measures again)", key, MEASURE_AGAIN
+        )
+    return Decision(str(entry["value"]), figures, "cache", str(entry.get("why") or ""))
 
 
 def busy_cpus(samples: int = 5, interval: float = 0.02) -> float:

@@ -39,7 +39,7 @@ def test_auto_is_measured_once_cached_and_recorded(
 ) -> None:
     cache = tmp_path / "cache"
     monkeypatch.setenv("MXTRAIN_CACHE_DIR", str(cache))
-    monkeypatch.setattr(kernels, "busy_cpus", lambda: 0.0)  # a quiet machine: cached for good
+    monkeypatch.setattr(kernels, "busy_cpus", lambda: 0.0)  # a quiet machine
     first = fit(tiny_config, "first", "model.cell=auto")
     choices = recorded(first)
     assert sorted(choices) == sorted(MEASURED)
@@ -52,7 +52,7 @@ def test_auto_is_measured_once_cached_and_recorded(
     assert set(choices["model.cell"]["figures_ms"]) == {"fused", "unfused"}
     assert set(choices["context.large_buffers"]["figures_ms"]) == {"reuse", "release"}
     machine = json.loads((first / "kernels.json").read_text())["machine"]
-    assert {"cpu", "isa", "mxnet", "omp_threads", "device"} <= set(machine)
+    assert {"cpu", "isa", "mxnet", "mxtrain", "omp_threads", "device"} <= set(machine)
     # config.yaml records the values themselves: resume, score and predict rebuild this graph
     saved = yaml.safe_load((first / "config.yaml").read_text())
     assert saved["model"]["loss"] == choices["model.loss"]["value"]
@@ -116,6 +116,14 @@ def test_a_failed_measurement_falls_back_and_says_why(
         assert "out of memory" in choices[key]["why"]
     log = (run / "train.log").read_text()
     assert "the measurement failed (exit code 1: out of memory); using softmax" in log
+    # the failure is this machine's answer until the user measures again: the next run
+    # neither measures nor computes differently
+    monkeypatch.setattr(kernels, "measure_in_child", lambda request: pytest.fail("measured"))
+    again = recorded(fit(tiny_config, "fallback-again", "model.cell=auto"))
+    for key in MEASURED:
+        assert again[key]["source"] == "cache"
+        assert again[key]["value"] == choices[key]["value"]
+        assert "out of memory" in again[key]["why"]
 
 
 def test_an_unusable_cache_costs_a_measurement_not_the_run(
@@ -131,8 +139,13 @@ def test_an_unusable_cache_costs_a_measurement_not_the_run(
     blocked = tmp_path / "a-file"
     blocked.write_text("")
     monkeypatch.setenv("MXTRAIN_CACHE_DIR", str(blocked / "sub"))  # cannot be created
+    monkeypatch.setattr(kernels, "measure_in_child", lambda request: pytest.fail("measured"))
     run = fit(tiny_config, "unwritable")
+    # a choice no later run could see would differ from run to run: the fallback, unmeasured
     assert "could not write the kernel cache" in (run / "train.log").read_text()
+    choices = recorded(run)
+    assert choices["model.loss"]["source"] == "fallback"
+    assert choices["model.loss"]["value"] == "softmax"
 
 
 def test_resume_keeps_the_recorded_choices_and_never_measures(
@@ -176,7 +189,7 @@ def _clear_openmp_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name)
 
 
-def test_openmp_settings_are_measured_capped_and_recorded(
+def test_openmp_settings_are_measured_kept_and_recorded_whatever_the_load(
     tiny_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mxtrain import devices
@@ -184,8 +197,8 @@ def test_openmp_settings_are_measured_capped_and_recorded(
     monkeypatch.setenv("MXTRAIN_CACHE_DIR", str(tmp_path / "cache"))
     _clear_openmp_environment(monkeypatch)
     monkeypatch.setattr(devices, "usable_cores", lambda: 4)
-    monkeypatch.setattr(devices, "busy_cpus", lambda: 1.0)  # 3 free cores
-    monkeypatch.setattr(kernels, "busy_cpus", lambda: 0.0)  # measured quietly all the same
+    monkeypatch.setattr(devices, "busy_cpus", lambda: 3.0)  # busy: ignored all the same
+    monkeypatch.setattr(kernels, "busy_cpus", lambda: 0.0)  # measured quietly
     asked = []
 
     def fake(threads: int, policy: str) -> float:  # 4 threads, passive is fastest
@@ -199,12 +212,12 @@ def test_openmp_settings_are_measured_capped_and_recorded(
     assert choices["context.omp_threads"]["value"] == "4"
     assert choices["context.omp_threads"]["figures_ms"]["4 passive"] == 25.0
     assert choices["context.omp_wait_policy"]["value"] == "passive"
-    # the count is capped by the cores other processes leave free; config.yaml records what
-    # ran, so a resume runs the same threads
+    # the count rounds differently from the next one: it does not follow the load; config.yaml
+    # records what ran, so a resume runs the same threads
     saved = yaml.safe_load((run / "config.yaml").read_text())["context"]
-    assert (saved["omp_threads"], saved["omp_wait_policy"]) == (3, "passive")
+    assert (saved["omp_threads"], saved["omp_wait_policy"]) == (4, "passive")
     status = json.loads((run / "run.json").read_text())
-    assert "4 measured fastest" in status["threads"]["omp_threads_auto"]
+    assert "4 chosen for this machine" in status["threads"]["omp_threads_auto"]
     # the next run reads the cache
     _clear_openmp_environment(monkeypatch)
     asked.clear()
@@ -244,7 +257,7 @@ def devices_config(config: Path):
     return load_config(config).context
 
 
-def test_a_measurement_under_load_is_taken_again_on_a_quiet_machine(
+def test_a_kept_choice_is_never_measured_again_because_the_load_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = kernels.KernelCache(tmp_path / "kernels.json")
@@ -254,22 +267,62 @@ def test_a_measurement_under_load_is_taken_again_on_a_quiet_machine(
 
     def measure() -> dict[str, float]:
         measured.append(load["now"])
-        return (
-            {"1 active": 10.0, "2 active": 20.0}
-            if load["now"]
-            else {"1 active": 10.0, "2 active": 5.0}
-        )
+        if load["now"]:
+            return {"softmax": 10.0, "log_softmax": 20.0}
+        return {"softmax": 10.0, "log_softmax": 5.0}
 
-    figures, source = kernels.cached_figures(cache, "machine", "threads", measure)
-    assert (source, kernels.fastest(figures)) == ("measured", "1 active")
-    assert cache.get("machine", "threads")["load"] == 1.5
-    # still loaded: the figures taken under load serve (measuring again would not be better)
-    assert kernels.cached_figures(cache, "machine", "threads", measure)[1] == "cache"
-    load["now"] = 0.0
-    figures, source = kernels.cached_figures(cache, "machine", "threads", measure)
-    assert (source, kernels.fastest(figures)) == ("measured", "2 active")
+    first = kernels.decide(cache, "machine", "model.loss", measure, "softmax")
+    assert (first.source, first.value) == ("measured", "softmax")
+    assert cache.get("machine", "model.loss")["load"] == 1.5
+    for now in (0.0, 3.0, 0.0):  # quiet, busier, quiet again: the choice stands
+        load["now"] = now
+        again = kernels.decide(
+            kernels.KernelCache(tmp_path / "kernels.json"), "machine", "model.loss", measure, "x"
+        )
+        assert (again.source, again.value) == ("cache", "softmax")
+    assert measured == [1.5]
+    # only the user's request measures again
+    renewed = kernels.decide(cache, "machine", "model.loss", measure, "x", remeasure=True)
+    assert (renewed.source, renewed.value) == ("measured", "log_softmax")
     assert measured == [1.5, 0.0]
-    reread = kernels.KernelCache(tmp_path / "kernels.json")
-    assert reread.get("machine", "threads")["load"] == 0.0
-    assert kernels.cached_figures(reread, "machine", "threads", measure)[1] == "cache"
-    assert measured == [1.5, 0.0]
+    # another machine key (another CPU, MXNet or mxtrain version) measures for itself
+    other = kernels.decide(cache, "other machine", "model.loss", measure, "x")
+    assert other.source == "measured"
+
+
+_RACER = """
+import json, sys, time
+from pathlib import Path
+from mxtrain.engine import kernels
+def measure():
+    with open(sys.argv[2], "a") as f:
+        f.write("measured\\n")
+    time.sleep(1.0)
+    return {sys.argv[3]: 1.0, "other": 2.0}
+cache = kernels.KernelCache(Path(sys.argv[1]))
+print(kernels.decide(cache, "machine", "model.loss", measure, "fallback").value)
+"""
+
+
+def test_runs_starting_together_agree_on_one_measurement(tmp_path: Path) -> None:
+    """Two processes deciding at once: the second waits for the first's choice."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "measured.txt"
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(tmp_path / "kernels.json"), str(log), name],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("first", "second")
+    ]
+    try:
+        values = {racer.communicate(timeout=120)[0].strip() for racer in racers}
+    finally:
+        for racer in racers:
+            if racer.poll() is None:
+                racer.kill()
+    assert log.read_text().splitlines() == ["measured"]
+    assert len(values) == 1 and values <= {"first", "second"}

@@ -1,4 +1,5 @@
-"""context.omp_threads: auto takes the free cores; explicit and exported values win."""
+"""context.omp_threads: auto takes the usable cores (the free ones in a distributed process);
+explicit and exported values win."""
 
 from __future__ import annotations
 
@@ -19,17 +20,31 @@ class Context:
     ("cores", "busy", "threads"),
     [(2, 0.0, 2), (2, 0.4, 2), (2, 1.0, 1), (2, 4.0, 1), (16, 3.6, 12), (1, 0.0, 1)],
 )
-def test_auto_threads_are_the_free_cores(cores: int, busy: float, threads: int) -> None:
+def test_a_distributed_process_takes_the_free_cores(cores: int, busy: float, threads: int) -> None:
     assert devices.auto_omp_threads(cores, busy) == threads
 
 
-def test_auto_chooses_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_is_the_usable_cores_whatever_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread count changes float rounding: it must not follow the load."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("DMLC_ROLE", raising=False)
+    monkeypatch.setattr(devices, "usable_cores", lambda: 2)
+    monkeypatch.setattr(devices, "busy_cpus", lambda: pytest.fail("read the load"))
+    threads = devices.configure_threads(Context())
+    assert threads["OMP_NUM_THREADS"] == "2"
+    assert threads["omp_threads_auto"] == "2 usable cores"
+
+
+def test_a_distributed_process_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("DMLC_ROLE", "worker")
     monkeypatch.setattr(devices, "usable_cores", lambda: 2)
     monkeypatch.setattr(devices, "busy_cpus", lambda: 4.0)
     threads = devices.configure_threads(Context())
     assert threads["OMP_NUM_THREADS"] == "1"
-    assert threads["omp_threads_auto"] == "2 usable cores, 4.0 busy with other processes"
+    assert threads["omp_threads_auto"] == (
+        "distributed process: 2 usable cores, 4.0 busy with others"
+    )
 
 
 def test_exported_and_explicit_threads_win(monkeypatch: pytest.MonkeyPatch) -> None:
