@@ -41,3 +41,43 @@ def chunked_sum_of_squares_bound(size: int, chunk: int) -> float:
     longest = min(size, chunk)
     parts = math.ceil(size / chunk)
     return (1 + gamma(longest)) * (1 + gamma(parts - 1)) - 1
+
+
+def assert_close_at_scale(got: object, want: object, *, roundings: int, err_msg: str = "") -> None:
+    """Assert two float32 computations of one function agree where they round differently
+    (another kernel, summation order, loss formulation or batch split).
+
+    Each element may differ by 2 * gamma(roundings) times the largest magnitude in ``want``:
+    ``roundings`` is the stated condition factor, the roundings compounded along the longest
+    chain of the computation, each at most u relative to the magnitudes it combines; those
+    magnitudes are assumed no larger than the result's (no catastrophic amplification). The
+    scale is the array's, not the element's: an element that cancels to near zero keeps the
+    absolute error of the larger terms it was summed from.
+    """
+    import numpy as np
+
+    got_array = np.asarray(got, dtype=np.float64)
+    want_array = np.asarray(want, dtype=np.float64)
+    scale = float(np.abs(want_array).max(initial=0.0))
+    np.testing.assert_allclose(
+        got_array, want_array, rtol=0, atol=2 * gamma(roundings) * scale, err_msg=err_msg
+    )
+
+
+def rnn_chain_roundings(
+    steps: int,
+    batch: int,
+    classes: int,
+    *,
+    num_embed: int,
+    num_hidden: int,
+    num_layers: int,
+    directions: int = 1,
+) -> int:
+    """Roundings along the longest chain of a small recurrent network, the condition factor
+    for :func:`assert_close_at_scale`: per step, layer and direction a dot over the gates'
+    inputs (at most 4 gates: 4 * num_hidden + num_embed values, num_embed standing for a
+    lower layer's width too) and the gate nonlinearities (~5), then the output projection
+    and softmax over ``classes`` (two passes); a gradient also sums over every position."""
+    per_step = 4 * num_hidden + max(num_embed, directions * num_hidden) + 5
+    return steps * num_layers * directions * per_step + 2 * classes + steps * batch
