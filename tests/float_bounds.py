@@ -1,0 +1,83 @@
+"""Rounding-error bounds for float32 sums, derived from the computation rather than measured.
+
+Every float32 operation returns the exact result times (1 + d) with |d| <= u = 2**-24 (round
+to nearest, no underflow or overflow). A sum of n terms in ANY order or tree, the order a BLAS
+kernel picks for its SIMD width, blocking and threads, which differs per CPU, is then within
+gamma(n - 1) * (sum of the terms' magnitudes) of the exact sum, where
+gamma(n) = n * u / (1 - n * u) (the standard forward bound for recursive summation, which
+holds for every summation order; a fused multiply-add only removes roundings).
+"""
+
+from __future__ import annotations
+
+import math
+
+#: unit roundoff of float32 (round to nearest)
+FLOAT32_U = 2.0**-24
+
+
+def gamma(n: int, u: float = FLOAT32_U) -> float:
+    """n * u / (1 - n * u): the relative bound on n roundings compounded."""
+    if n * u >= 1:
+        raise ValueError(f"gamma({n}) is unbounded for u={u}")
+    return n * u / (1 - n * u)
+
+
+def chunked_sum_of_squares_bound(size: int, chunk: int) -> float:
+    """Relative error bound of a float32 sum of ``size`` squares summed as one dot product
+    per ``chunk`` values and the partial sums then added (``bucketing._sum_of_squares``).
+
+    With S the exact sum of squares, m = min(size, chunk) the longest dot and
+    k = ceil(size / chunk) the number of partial sums:
+
+    - a chunk's dot rounds each square once (u) and adds at most m squares in some order
+      (gamma(m - 1)); since (1 + u)(1 + gamma(m - 1)) <= 1 + gamma(m) and squares are never
+      negative, partial sum s_j is off by at most gamma(m) * S_j (S_j: its exact sum);
+    - adding the k computed partial sums in any order is off by at most
+      gamma(k - 1) * sum(s_j) <= gamma(k - 1) * (1 + gamma(m)) * S.
+
+    Together: |computed - S| <= ((1 + gamma(m)) * (1 + gamma(k - 1)) - 1) * S.
+    """
+    longest = min(size, chunk)
+    parts = math.ceil(size / chunk)
+    return (1 + gamma(longest)) * (1 + gamma(parts - 1)) - 1
+
+
+def assert_close_at_scale(got: object, want: object, *, roundings: int, err_msg: str = "") -> None:
+    """Assert two float32 computations of one function agree where they round differently
+    (another kernel, summation order, loss formulation or batch split).
+
+    Each element may differ by 2 * gamma(roundings) times the largest magnitude in ``want``:
+    ``roundings`` is the stated condition factor, the roundings compounded along the longest
+    chain of the computation, each at most u relative to the magnitudes it combines; those
+    magnitudes are assumed no larger than the result's (no catastrophic amplification). The
+    scale is the array's, not the element's: an element that cancels to near zero keeps the
+    absolute error of the larger terms it was summed from.
+    """
+    import numpy as np
+
+    got_array = np.asarray(got, dtype=np.float64)
+    want_array = np.asarray(want, dtype=np.float64)
+    scale = float(np.abs(want_array).max(initial=0.0))
+    np.testing.assert_allclose(
+        got_array, want_array, rtol=0, atol=2 * gamma(roundings) * scale, err_msg=err_msg
+    )
+
+
+def rnn_chain_roundings(
+    steps: int,
+    batch: int,
+    classes: int,
+    *,
+    num_embed: int,
+    num_hidden: int,
+    num_layers: int,
+    directions: int = 1,
+) -> int:
+    """Roundings along the longest chain of a small recurrent network, the condition factor
+    for :func:`assert_close_at_scale`: per step, layer and direction a dot over the gates'
+    inputs (at most 4 gates: 4 * num_hidden + num_embed values, num_embed standing for a
+    lower layer's width too) and the gate nonlinearities (~5), then the output projection
+    and softmax over ``classes`` (two passes); a gradient also sums over every position."""
+    per_step = 4 * num_hidden + max(num_embed, directions * num_hidden) + 5
+    return steps * num_layers * directions * per_step + 2 * classes + steps * batch
