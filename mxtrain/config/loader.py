@@ -323,14 +323,27 @@ class Locations:
     def __init__(self, default: str) -> None:
         self.default = default
         self._where: dict[KeyPath, str] = {}
+        # the paths one level below each path that lead to a location: forgetting a subtree
+        # then visits that subtree only, so N ``--set`` overrides cost O(N), not O(N²)
+        self._below: dict[KeyPath, set[KeyPath]] = {}
 
     def set(self, path: KeyPath, where: str) -> None:
         self._where[path] = where
+        for depth in range(len(path), 0, -1):
+            below = self._below.setdefault(path[: depth - 1], set())
+            if path[:depth] in below:  # its ancestors are linked already
+                break
+            below.add(path[:depth])
 
     def drop_under(self, path: KeyPath) -> None:
-        n = len(path)
-        for key in [k for k in self._where if k[:n] == path]:
-            del self._where[key]
+        """Forget the location of ``path`` and of every key below it."""
+        pending = [path]
+        while pending:
+            key = pending.pop()
+            self._where.pop(key, None)
+            pending.extend(self._below.pop(key, ()))
+        if path:
+            self._below.get(path[:-1], set()).discard(path)
 
     def where(self, path: KeyPath) -> str:
         for i in range(len(path), -1, -1):
