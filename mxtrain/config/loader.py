@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import math
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -299,6 +300,10 @@ def _describe(tp: Any, plural: bool = False) -> str:
     if tp in names:
         return names[tp][1 if plural else 0]
     return getattr(tp, "__name__", str(tp))
+
+
+_INT_RANGE_HINT = "Integers must lie between -2**63 and 2**63 - 1; no size or count needs more."
+_LARGEST_FLOAT = sys.float_info.max
 
 
 class _Mismatch(Exception):
@@ -720,13 +725,17 @@ class _Builder:
                 hint = "Write true or false (unquoted)."
             raise _Mismatch(path, "true or false", raw, hint)
         if tp is int:
-            if isinstance(raw, int) and not isinstance(raw, bool):
-                return raw
-            if isinstance(raw, float) and raw.is_integer():
-                return int(raw)
-            raise _Mismatch(path, "an integer", raw)
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+                raise _Mismatch(path, "an integer", raw)
+            if isinstance(raw, float) and not raw.is_integer():  # 1.5, .inf, .nan
+                raise _Mismatch(path, "an integer", raw, "Write a whole number such as 32.")
+            if not -(2**63) <= raw < 2**63:  # nothing larger fits the 64-bit sizes numpy uses
+                raise _Mismatch(path, "an integer that fits 64 bits", raw, _INT_RANGE_HINT)
+            return int(raw)
         if tp is float:
             if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+                if isinstance(raw, int) and not -_LARGEST_FLOAT <= raw <= _LARGEST_FLOAT:
+                    raise _Mismatch(path, "a number", raw, "It is beyond the range of floats.")
                 return float(raw)
             raise _Mismatch(path, "a number", raw)
         if tp is str:

@@ -14,6 +14,7 @@ from mxtrain.data.bucket_sentence_options import (
 from mxtrain.data.source_options import (
     SourceOptions,
     batch_size_field,
+    check_batch,
     check_max_vocab,
     check_optional_positive_int,
     check_source,
@@ -101,6 +102,10 @@ class BpttStreamOptions(SourceOptions):
                 "length_step",
                 f"({self.length_step}) must not exceed bptt ({self.bptt}) with random_length",
             )
+        longest = longest_random_length(self.bptt, self.length_step)
+        check_batch(
+            "a batch", self.batch_size, ("bptt", longest if self.random_length else self.bptt)
+        )
         check_positive_int("min_count", self.min_count)
         check_optional_positive_int("max_sentences", self.max_sentences)
         check_vocab_file(self.vocab)

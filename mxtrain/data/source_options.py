@@ -17,7 +17,13 @@ from itertools import pairwise
 from typing import Any
 
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import CheckedOptions, check_choice, check_positive_int, not_int
+from mxtrain.option_checks import (
+    CheckedOptions,
+    check_choice,
+    check_positive_int,
+    check_tensor,
+    not_int,
+)
 
 #: what bucketed iterators do with a sentence longer than the largest bucket
 LONG_POLICIES = ("split", "truncate", "drop")
@@ -281,6 +287,24 @@ def check_buckets(buckets: object) -> None:
             "buckets",
             f"must be strictly increasing, got {lengths} (did you mean {sorted(set(lengths))}?)",
         )
+
+
+def check_batch(what: str, batch_size: int, *row: tuple[str, int]) -> None:
+    """The array of one batch, ``batch_size`` rows of the sizes ``row`` gives as (key, size),
+    must fit MXNet and the machine (:func:`check_tensor`); the key named is the largest
+    factor's, the one to reduce."""
+    factors = [("batch_size", batch_size), *row]
+    key = max(factors, key=lambda factor: factor[1])[0]
+    check_tensor(key, what, [size for _, size in factors])
+
+
+def check_bucketed_batch(batch_size: int, buckets: object) -> None:
+    """A batch of the largest of the explicit ``buckets`` (``auto``: the batch size alone;
+    the lengths come from the data and are checked when the model is bound)."""
+    if isinstance(buckets, list | tuple):
+        check_batch("a batch of the largest bucket", batch_size, ("buckets", max(buckets)))
+    else:
+        check_batch("a batch", batch_size)
 
 
 def check_vocab_file(value: object) -> None:

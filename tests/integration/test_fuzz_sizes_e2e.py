@@ -12,14 +12,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def mxtrain(*args: object, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``python -m mxtrain ARGS`` with this checkout first on the import path; a run past
-    ``timeout`` (a hang: the bound is generous) is killed and fails the test."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    env["OMP_NUM_THREADS"] = "1"
+def mxtrain(
+    *args: object, cwd: Path, timeout: float = 120, omp_threads: str = "1"
+) -> subprocess.CompletedProcess[str]:
+    """``python -m mxtrain ARGS`` with this checkout first on the import path and
+    ``OMP_NUM_THREADS`` exported; a run past ``timeout`` (a hang: the bound is generous) is
+    killed and fails the test."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": omp_threads}
     return subprocess.run(
         [sys.executable, "-m", "mxtrain", *map(str, args)],
         cwd=cwd,
@@ -49,3 +49,37 @@ def test_twenty_thousand_overrides_end_cleanly(tiny_config: Path) -> None:
     unknown = [f"--set=model.k{i}=1" for i in range(20_000)]
     result = mxtrain("check", tiny_config, *unknown, cwd=tiny_config.parent, timeout=60)
     assert_clean_refusal(result, 2, "--set model.k0=1: unknown key 'model.k0'")
+
+
+# -- C4 ------------------------------------------------------------------------------------------
+
+
+def test_huge_thread_counts_are_refused_before_fit_starts(tiny_config: Path) -> None:
+    for key, value in [("omp_threads", 1_000_000), ("engine_threads", 2**31 - 1)]:
+        setting = f"context.{key}={value}"
+        for command in ("check", "fit"):
+            result = mxtrain(command, tiny_config, "--set", setting, cwd=tiny_config.parent)
+            assert_clean_refusal(result, 2, f"context.{key} must be at most 1,024 threads")
+    assert not (tiny_config.parent / "runs").exists()  # fit refused before making a run folder
+
+
+def test_an_exported_huge_thread_count_is_refused(tiny_config: Path) -> None:
+    result = mxtrain("fit", tiny_config, cwd=tiny_config.parent, omp_threads="1000000")
+    assert_clean_refusal(result, 2, "OMP_NUM_THREADS=1000000 (exported)")
+    assert not (tiny_config.parent / "runs").exists()
+
+
+# -- C1: sizes check accepts must not crash later -------------------------------------------------
+
+
+def test_sizes_mxnet_cannot_hold_are_refused_by_check_and_fit(tiny_config: Path) -> None:
+    for setting, key in [
+        ("data.train.batch_size=1e30", "data.train.batch_size must be an integer that fits"),
+        ("data.train.buckets=[5, 2147483647]", "data.train.buckets is too large"),
+        ("data.train.batch_size=1.5", "data.train.batch_size must be an integer"),
+        ("data.train.batch_size=.nan", "data.train.batch_size must be an integer"),
+    ]:
+        for command in ("check", "fit"):
+            result = mxtrain(command, tiny_config, "--set", setting, cwd=tiny_config.parent)
+            assert_clean_refusal(result, 2, f"--set {setting}: {key}")
+    assert not (tiny_config.parent / "runs").exists()
