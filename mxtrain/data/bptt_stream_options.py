@@ -12,6 +12,7 @@ from mxtrain.data.bucket_sentence_options import (
     check_specials,
 )
 from mxtrain.data.source_options import (
+    MAX_SEQUENCE_LENGTH,
     SourceOptions,
     batch_size_field,
     check_batch,
@@ -34,7 +35,7 @@ from mxtrain.errors import InvalidValue
 from mxtrain.option_checks import check_choice, check_positive_int, check_sharding
 
 #: longest ``bptt`` a config may ask for (a batch of that many steps is one bucket)
-MAX_BPTT = 100_000
+MAX_BPTT = MAX_SEQUENCE_LENGTH
 
 
 @dataclass(frozen=True)

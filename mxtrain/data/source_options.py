@@ -27,6 +27,10 @@ from mxtrain.option_checks import (
 
 #: what bucketed iterators do with a sentence longer than the largest bucket
 LONG_POLICIES = ("split", "truncate", "drop")
+#: Longest sequence (bucket length, bptt, exported bucket) a run may ask for: a bucket is
+#: one graph, and an unfused recurrent layer builds a node per step of it, so a length of
+#: 2**30 never finished building while its batch still fit a tensor.
+MAX_SEQUENCE_LENGTH = 100_000
 #: how ``buckets: auto`` places boundaries
 AUTO_BUCKET_RULES = ("quantile", "padding")
 
@@ -282,6 +286,12 @@ def check_buckets(buckets: object) -> None:
         raise InvalidValue("buckets", "must not be empty: give lengths like [10, 20, 40] or 'auto'")
     if any(not_int(b) or b < 1 for b in lengths):
         raise InvalidValue("buckets", f"must be positive integers, got {lengths}")
+    if max(lengths) > MAX_SEQUENCE_LENGTH:
+        raise InvalidValue(
+            "buckets",
+            f"must be at most {MAX_SEQUENCE_LENGTH:,} long, got {max(lengths):,} (an unfused "
+            "recurrent layer builds one node per step; longer sentences are split)",
+        )
     if any(a >= b for a, b in pairwise(lengths)):
         raise InvalidValue(
             "buckets",

@@ -75,7 +75,7 @@ def test_an_exported_huge_thread_count_is_refused(tiny_config: Path) -> None:
 def test_sizes_mxnet_cannot_hold_are_refused_by_check_and_fit(tiny_config: Path) -> None:
     for setting, key in [
         ("data.train.batch_size=1e30", "data.train.batch_size must be an integer that fits"),
-        ("data.train.buckets=[5, 2147483647]", "data.train.buckets is too large"),
+        ("data.train.buckets=[5, 2147483647]", "data.train.buckets must be at most 100,000"),
         ("data.train.batch_size=1.5", "data.train.batch_size must be an integer"),
         ("data.train.batch_size=.nan", "data.train.batch_size must be an integer"),
     ]:
@@ -83,3 +83,38 @@ def test_sizes_mxnet_cannot_hold_are_refused_by_check_and_fit(tiny_config: Path)
             result = mxtrain(command, tiny_config, "--set", setting, cwd=tiny_config.parent)
             assert_clean_refusal(result, 2, f"--set {setting}: {key}")
     assert not (tiny_config.parent / "runs").exists()
+
+
+#: settings that skip the per-machine kernel measurements, which only cost time here
+QUICK = ["--set=model.loss=softmax", "--set=context.large_buffers=release"]
+
+
+def test_a_graph_too_large_for_mxnet_is_refused_before_fit_runs(tiny_config: Path) -> None:
+    """check cannot see it (the vocabulary and the tensor come from the data): fit refuses
+    it when the model is built, before binding, and leaves no run folder."""
+    sizes = ["--set=model.num_embed=1048576", "--set=data.train.batch_size=200"]
+    result = mxtrain("fit", tiny_config, *sizes, *QUICK, cwd=tiny_config.parent)
+    assert_clean_refusal(
+        result, 2, "the tensor embed_output would be 200 x 13 x 1,048,576", "model.num_embed"
+    )
+    assert "data.train.batch_size" in result.stderr
+    assert not (tiny_config.parent / "runs").exists()
+
+
+def test_score_and_export_refuse_sizes_mxnet_cannot_hold(tiny_config: Path) -> None:
+    folder = tiny_config.parent
+    quick = ["--set=fit.num_epoch=1", "--set=fit.max_batches_per_epoch=2", *QUICK]
+    assert mxtrain("fit", tiny_config, *quick, cwd=folder).returncode == 0
+    run = folder / "runs" / "tiny"
+    result = mxtrain("score", run, "--batch-size", "300000000", cwd=folder)
+    assert_clean_refusal(result, 2, "--batch-size 300000000: the input data would be 300,000,000")
+    result = mxtrain("score", run, "--batch-size", "1e12", cwd=folder)
+    assert_clean_refusal(result, 2, "'1e12' is not a valid integer")
+    out = folder / "exported"
+    result = mxtrain("export", run, "-o", out, "--bucket", "1000000000000", cwd=folder)
+    assert_clean_refusal(result, 2, "--bucket 1000000000000: a bucket is a sequence length")
+    big = ["--bucket", "100000", "--batch-size", "100000"]
+    result = mxtrain("export", run, "-o", out, *big, cwd=folder)
+    assert_clean_refusal(result, 2, "--bucket 100000 --batch-size 100000: the input data")
+    assert not out.exists()  # a refused export leaves nothing behind
+    assert (run / "config.yaml").is_file()  # and the run is untouched

@@ -12,6 +12,8 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mxtrain.config.loader as loader_module
 from mxtrain import option_checks
@@ -168,7 +170,11 @@ def test_an_integer_beyond_the_floats_is_refused_where_a_number_is_needed() -> N
 @pytest.mark.parametrize(
     ("base", "override", "key"),
     [
-        (BASE, "data.train.buckets=[5, 2147483647]", "data.train.buckets"),
+        (
+            BASE,
+            "data.train={source: t.txt, batch_size: 30000, buckets: [5, 100000]}",
+            "data.train.buckets",
+        ),
         (BASE, "data.train.batch_size=2147483648", "data.train.batch_size"),
         (BASE, "data.train.batch_size=300000000", "data.train.batch_size"),
         (BASE, "data.train.batch_tokens=3000000000", "data.train.batch_tokens"),
@@ -190,3 +196,95 @@ def test_a_batch_larger_than_the_memory_is_refused(monkeypatch: pytest.MonkeyPat
     message = refusal(["data.train.batch_size=30000000"])
     assert "data.train.batch_size is too large" in message
     assert "1.5 GiB, more than this machine's 1.0 GiB of memory" in message
+
+
+def test_bucket_lengths_are_bounded() -> None:
+    message = refusal(["data.train.buckets=[5, 200000]"])
+    assert "data.train.buckets must be at most 100,000 long, got 200,000" in message
+
+
+# -- C1: sizes known once the graph is built (vocabulary, auto buckets, export shapes) ----------
+
+
+def embedding_graph(vocab: int, width: int) -> Any:
+    import mxnet as mx
+
+    data = mx.sym.Variable("data")
+    embed = mx.sym.Embedding(data, input_dim=vocab, output_dim=width, name="embed")
+    return mx.sym.FullyConnected(embed, num_hidden=vocab, flatten=False, name="pred")
+
+
+def test_a_graph_tensor_over_the_limit_is_named() -> None:
+    from mxtrain.graph_sizes import graph_problem
+
+    graph = embedding_graph(10_000, 1_048_576)
+    problem = graph_problem(graph, {"data": (8, 13)}, activations_in_memory=False)
+    assert problem is not None and problem.tensor == "the tensor embed_weight"
+    assert problem.shape == (10_000, 1_048_576)
+    assert "2**31 - 1" in problem.describe()
+    small = embedding_graph(100, 16)
+    assert graph_problem(small, {"data": (8, 13)}, activations_in_memory=True) is None
+    huge_input = graph_problem(small, {"data": (10**12, 5)}, activations_in_memory=False)
+    assert huge_input is not None and huge_input.tensor == "the input data"
+
+
+def test_a_graph_larger_than_the_memory_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mxtrain import graph_sizes
+
+    monkeypatch.setattr(graph_sizes, "physical_memory", lambda: 2**20)  # 1 MiB
+    graph = embedding_graph(1000, 512)  # a 2 MiB parameter
+    problem = graph_sizes.graph_problem(graph, {"data": (2, 3)}, activations_in_memory=False)
+    assert problem is not None and problem.tensor == "the tensor embed_weight"
+    assert "more than this machine's 0.0 GiB" in problem.describe()
+    monkeypatch.setattr(graph_sizes, "physical_memory", lambda: 3 * 2**20)  # 3 MiB
+    graph = embedding_graph(200, 512)  # 0.4 MiB per weight, 4 MiB of outputs
+    assert graph_sizes.graph_problem(graph, {"data": (64, 32)}, activations_in_memory=False) is None
+    problem = graph_sizes.graph_problem(graph, {"data": (64, 32)}, activations_in_memory=True)
+    assert problem is not None and "parameters and layer outputs" in problem.tensor
+
+
+def test_the_keys_of_a_tensor_are_those_whose_values_are_its_dimensions() -> None:
+    from mxtrain.graph_sizes import keys_of
+
+    sizes = {"model.num_embed": 1_048_576, "data.train.buckets": [5, 13], "model.flag": True}
+    assert keys_of((8, 13, 1_048_576), sizes) == ["model.num_embed", "data.train.buckets"]
+
+
+SIZE_KEYS = [
+    "data.train.batch_size",
+    "data.train.batch_tokens",
+    "data.train.num_buckets",
+    "data.train.max_vocab",
+    "model.num_embed",
+    "model.num_hidden",
+    "model.num_layers",
+    "context.omp_threads",
+    "context.engine_threads",
+    "context.count",
+    "fit.num_epoch",
+    "fit.max_batches_per_epoch",
+]
+NUMBERS = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([2**31 - 1, 2**31, 2**63 - 1, 2**63, 1024, 1025, 100_000, 100_001]),
+)
+
+
+@settings(derandomize=True, deadline=None, database=None, max_examples=300)
+@given(st.lists(st.tuples(st.sampled_from(SIZE_KEYS), NUMBERS), min_size=1, max_size=3))
+def test_any_number_for_a_size_loads_within_the_limits_or_is_refused_cleanly(
+    settings_: list[tuple[str, Any]],
+) -> None:
+    overrides = [f"{key}={value!r}" for key, value in settings_]
+    overrides = [o.replace("=nan", "=.nan").replace("=inf", "=.inf") for o in overrides]
+    overrides = [o.replace("=-inf", "=-.inf") for o in overrides]
+    try:
+        config = parse_config(BASE, source="c.yaml", base_dir=Path("."), overrides=overrides)
+    except ConfigError as exc:
+        assert str(exc).startswith("--set "), str(exc)
+        return
+    train = config.data.train.options
+    assert 1 <= train.batch_size * max(train.buckets) <= 2**31 - 1
+    for key in ("omp_threads", "engine_threads"):
+        assert getattr(config.context, key) == "auto" or 1 <= getattr(config.context, key) <= 1024
