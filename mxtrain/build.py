@@ -215,6 +215,7 @@ def build_module(
         sym_gen = _training_variant(config, sym_gen, reads_loss)
     work_load = config.context.work_load
     with explained_model_errors(config, data_iter, data_where):
+        check_graph_sizes(config, sym_gen, data_iter, data_where, for_training=for_training)
         try:
             module = BucketingModule(
                 sym_gen,
@@ -238,6 +239,56 @@ def build_module(
         except ParamPatternError as exc:  # a config key, not the model
             raise param_pattern_error(config, exc) from exc
     return module
+
+
+def _option_sizes(prefix: str, options: Any) -> dict[str, Any]:
+    """``{"prefix.key": value}`` of a section's options (a dataclass or a mapping)."""
+    if dataclasses.is_dataclass(options) and not isinstance(options, type):
+        items = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    else:
+        items = dict(options or {})
+    return {f"{prefix}.{key}": value for key, value in items.items()}
+
+
+def check_graph_sizes(
+    config: Any, sym_gen: Any, data_iter: Any, data_where: str, *, for_training: bool
+) -> None:
+    """Refuse, before binding, a largest-bucket graph with a tensor MXNet's 32-bit shapes
+    cannot hold or that the machine's memory cannot (:mod:`mxtrain.graph_sizes`), naming the
+    keys whose values are its dimensions."""
+    from mxtrain.graph_sizes import graph_problem, keys_of
+
+    descs = [*data_iter.provide_data, *(getattr(data_iter, "provide_label", None) or [])]
+    shapes = {d.name: tuple(d.shape) for d in descs}
+    symbol = sym_gen(data_iter.default_bucket_key)[0]
+    on_cpu = config.context.devices == "cpu"
+    problem = graph_problem(symbol, shapes, activations_in_memory=for_training and on_cpu)
+    if problem is None:
+        return
+    section = config.data.eval if data_where == "data.eval" else config.data.train
+    sizes = {
+        **_option_sizes("model", config.model.options),
+        **_option_sizes(data_where, section.options if section is not None else None),
+    }
+    batch = int(descs[0].shape[0]) if descs and descs[0].shape else None
+    if batch is not None and sizes.get(f"{data_where}.batch_size") not in (None, batch):
+        del sizes[f"{data_where}.batch_size"]  # score/predict --batch-size replaced it
+        sizes[f"--batch-size {batch}"] = batch
+    keys = keys_of(problem.shape, sizes)
+    info = data_iter.data_info
+    vocab = {getattr(info, "vocab_size", None), getattr(info, "num_classes", None)} - {None}
+    if any(n in problem.shape for n in vocab):
+        keys.append("the vocabulary (max_vocab or min_count of data.train bound it)")
+    where = config.source
+    if keys and keys[0].startswith("--"):
+        where = keys[0]
+    elif keys and "." in keys[0]:
+        where = config.where(*keys[0].split("."))
+    raise ConfigError(
+        f"{where}: {problem.describe()} (model {config.model.name!r} on the largest "
+        f"batch of {data_where}, {', '.join(f'{n} {s}' for n, s in shapes.items())}).",
+        hint=f"Reduce {', '.join(keys)}." if keys else "Reduce the model's or the batch's sizes.",
+    )
 
 
 def _training_variant(config: Any, sym_gen: Any, metrics_read_the_loss: bool) -> Any:

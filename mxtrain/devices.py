@@ -110,6 +110,8 @@ def configure_threads(
     """
     global _THREAD_CHOICES
     before = os.environ.get("OMP_NUM_THREADS")
+    if context_cfg.omp_threads == "auto":
+        _check_exported_threads(before)
     omp = context_cfg.omp_threads
     policy = getattr(context_cfg, "omp_wait_policy", "auto")
     chosen = ""
@@ -156,6 +158,22 @@ def configure_threads(
             f"OMP_NUM_THREADS={before}" if before else "its default (MXNet's: half the cores)",
         )
     return threads_now
+
+
+def _check_exported_threads(exported: str | None) -> None:
+    """An exported OMP_NUM_THREADS that ``omp_threads: auto`` would keep must be a count the
+    config could hold too (a larger one crashes MXNet natively); OpenMP's own forms (lists
+    such as ``4,2``) pass unchecked."""
+    from mxtrain.option_checks import MAX_THREADS
+
+    if exported is not None and exported.strip().isdigit() and int(exported) > MAX_THREADS:
+        raise ConfigError(
+            f"OMP_NUM_THREADS={exported} (exported) asks for more than the {MAX_THREADS:,} "
+            "threads mxtrain allows: more threads than the largest machines have cores only "
+            "add switching, and MXNet crashes when it cannot start them.",
+            hint="Export a smaller OMP_NUM_THREADS, unset it (omp_threads: auto then picks the "
+            "free cores), or set context.omp_threads.",
+        )
 
 
 def auto_omp_threads(cores: int, busy: float) -> int:

@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import math
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -301,6 +302,10 @@ def _describe(tp: Any, plural: bool = False) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+_INT_RANGE_HINT = "Integers must lie between -2**63 and 2**63 - 1; no size or count needs more."
+_LARGEST_FLOAT = sys.float_info.max
+
+
 class _Mismatch(Exception):
     """A value of the wrong type; becomes a ConfigError once its location is known."""
 
@@ -323,14 +328,27 @@ class Locations:
     def __init__(self, default: str) -> None:
         self.default = default
         self._where: dict[KeyPath, str] = {}
+        # the paths one level below each path that lead to a location: forgetting a subtree
+        # then visits that subtree only, so N ``--set`` overrides cost O(N), not O(N²)
+        self._below: dict[KeyPath, set[KeyPath]] = {}
 
     def set(self, path: KeyPath, where: str) -> None:
         self._where[path] = where
+        for depth in range(len(path), 0, -1):
+            below = self._below.setdefault(path[: depth - 1], set())
+            if path[:depth] in below:  # its ancestors are linked already
+                break
+            below.add(path[:depth])
 
     def drop_under(self, path: KeyPath) -> None:
-        n = len(path)
-        for key in [k for k in self._where if k[:n] == path]:
-            del self._where[key]
+        """Forget the location of ``path`` and of every key below it."""
+        pending = [path]
+        while pending:
+            key = pending.pop()
+            self._where.pop(key, None)
+            pending.extend(self._below.pop(key, ()))
+        if path:
+            self._below.get(path[:-1], set()).discard(path)
 
     def where(self, path: KeyPath) -> str:
         for i in range(len(path), -1, -1):
@@ -707,13 +725,17 @@ class _Builder:
                 hint = "Write true or false (unquoted)."
             raise _Mismatch(path, "true or false", raw, hint)
         if tp is int:
-            if isinstance(raw, int) and not isinstance(raw, bool):
-                return raw
-            if isinstance(raw, float) and raw.is_integer():
-                return int(raw)
-            raise _Mismatch(path, "an integer", raw)
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+                raise _Mismatch(path, "an integer", raw)
+            if isinstance(raw, float) and not raw.is_integer():  # 1.5, .inf, .nan
+                raise _Mismatch(path, "an integer", raw, "Write a whole number such as 32.")
+            if not -(2**63) <= raw < 2**63:  # nothing larger fits the 64-bit sizes numpy uses
+                raise _Mismatch(path, "an integer that fits 64 bits", raw, _INT_RANGE_HINT)
+            return int(raw)
         if tp is float:
             if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+                if isinstance(raw, int) and not -_LARGEST_FLOAT <= raw <= _LARGEST_FLOAT:
+                    raise _Mismatch(path, "a number", raw, "It is beyond the range of floats.")
                 return float(raw)
             raise _Mismatch(path, "a number", raw)
         if tp is str:

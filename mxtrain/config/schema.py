@@ -24,7 +24,12 @@ from typing import Any, ClassVar, Literal
 
 from mxtrain.config.names import run_name_problem
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_at_least, check_choice, check_greater_than_zero
+from mxtrain.option_checks import (
+    check_at_least,
+    check_choice,
+    check_greater_than_zero,
+    check_thread_count,
+)
 
 
 class _Required:
@@ -228,7 +233,7 @@ class ContextSection:
             "doc": "OpenMP threads per operator; auto: an exported OMP_NUM_THREADS, else the "
             "fastest count measured once per machine (cached, like the other kernel choices), "
             "at most the usable cores less those other processes keep busy at start (logged; "
-            "MXNet itself would use half the cores)"
+            "MXNet itself would use half the cores); at most 1024"
         },
     )
     omp_wait_policy: Literal["auto", "active", "passive"] = field(
@@ -243,7 +248,7 @@ class ContextSection:
         default="auto",
         metadata={
             "doc": "MXNet engine worker threads per device (MXNET_CPU_WORKER_NTHREADS / "
-            "MXNET_GPU_WORKER_NTHREADS); auto: MXNet's default"
+            "MXNET_GPU_WORKER_NTHREADS), at most 1024; auto: MXNet's default"
         },
     )
     large_buffers: Literal["auto", "reuse", "release"] = field(
@@ -286,10 +291,9 @@ class ContextSection:
                 raise InvalidValue(
                     "work_load", f"must be positive numbers, got {list(self.work_load)}."
                 )
-        if self.omp_threads != "auto":
-            check_at_least("omp_threads", self.omp_threads, 1)
-        if self.engine_threads != "auto":
-            check_at_least("engine_threads", self.engine_threads, 1)
+        for key in ("omp_threads", "engine_threads"):
+            if getattr(self, key) != "auto":
+                check_thread_count(key, getattr(self, key))
         check_choice("large_buffers", self.large_buffers, ("auto", "reuse", "release"))
         check_choice("omp_wait_policy", self.omp_wait_policy, ("auto", "active", "passive"))
 

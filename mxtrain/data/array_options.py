@@ -18,6 +18,7 @@ from mxtrain.data.base import DataInfo
 from mxtrain.data.source_options import (
     SourceOptions,
     batch_size_field,
+    check_batch,
     check_input_names,
     check_num_classes,
     check_optional_positive_int,
@@ -29,7 +30,7 @@ from mxtrain.data.source_options import (
     shuffle_field,
 )
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_choice, check_positive_int, check_sharding
+from mxtrain.option_checks import check_choice, check_positive_int, check_sharding, check_tensor
 
 TASK_CLASSIFY = "classify"  # a softmax over num_classes per row; labels are class ids
 TASK_REGRESS = "regress"  # real-valued outputs per row; labels are float targets
@@ -104,6 +105,8 @@ class RowOptions(SourceOptions):
         check_num_classes(self.num_classes)
         if self.num_classes is not None and self.task != TASK_CLASSIFY:
             raise InvalidValue("num_classes", "is only meaningful with task: classify")
+        classes = [("num_classes", self.num_classes)] if self.num_classes is not None else []
+        check_batch("the class probabilities of a batch", self.batch_size, *classes)
         check_input_names(self.data_name, self.label_name)
 
 
@@ -161,6 +164,7 @@ class NDArrayOptions(RowOptions):
             check_positive_int("vocab_size", self.vocab_size)
             if self.vocab_size < 2:
                 raise InvalidValue("vocab_size", "must be at least 2 (pad id 0 and a token)")
+            check_tensor("vocab_size", "a one-hot row of the ids", [self.vocab_size])
 
 
 @dataclass(frozen=True)

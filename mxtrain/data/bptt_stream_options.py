@@ -12,8 +12,10 @@ from mxtrain.data.bucket_sentence_options import (
     check_specials,
 )
 from mxtrain.data.source_options import (
+    MAX_SEQUENCE_LENGTH,
     SourceOptions,
     batch_size_field,
+    check_batch,
     check_max_vocab,
     check_optional_positive_int,
     check_source,
@@ -33,7 +35,7 @@ from mxtrain.errors import InvalidValue
 from mxtrain.option_checks import check_choice, check_positive_int, check_sharding
 
 #: longest ``bptt`` a config may ask for (a batch of that many steps is one bucket)
-MAX_BPTT = 100_000
+MAX_BPTT = MAX_SEQUENCE_LENGTH
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,10 @@ class BpttStreamOptions(SourceOptions):
                 "length_step",
                 f"({self.length_step}) must not exceed bptt ({self.bptt}) with random_length",
             )
+        longest = longest_random_length(self.bptt, self.length_step)
+        check_batch(
+            "a batch", self.batch_size, ("bptt", longest if self.random_length else self.bptt)
+        )
         check_positive_int("min_count", self.min_count)
         check_optional_positive_int("max_sentences", self.max_sentences)
         check_vocab_file(self.vocab)

@@ -11,6 +11,7 @@ from mxtrain.data.source_options import (
     batch_size_field,
     buckets_field,
     check_auto_buckets,
+    check_bucketed_batch,
     check_buckets,
     check_long_sentences,
     check_max_vocab,
@@ -33,7 +34,7 @@ from mxtrain.data.source_options import (
     vocab_file_field,
 )
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_choice, check_positive_int, check_sharding
+from mxtrain.option_checks import check_choice, check_positive_int, check_sharding, check_tensor
 
 TREEBANK_PREFIX = "treebank:"
 LEVELS = ("word", "char")
@@ -111,6 +112,9 @@ class BucketSentenceOptions(SourceOptions):
         check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS) + len(self.specials))
         check_sharding(self.num_parts, self.part_index)
         check_buckets(self.buckets)
+        check_bucketed_batch(self.batch_size, self.buckets)
+        if self.batch_tokens is not None:
+            check_tensor("batch_tokens", "a batch", [self.batch_tokens])
 
     def _validate_specials(self) -> None:
         check_specials(self.specials)

@@ -17,10 +17,20 @@ from itertools import pairwise
 from typing import Any
 
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import CheckedOptions, check_choice, check_positive_int, not_int
+from mxtrain.option_checks import (
+    CheckedOptions,
+    check_choice,
+    check_positive_int,
+    check_tensor,
+    not_int,
+)
 
 #: what bucketed iterators do with a sentence longer than the largest bucket
 LONG_POLICIES = ("split", "truncate", "drop")
+#: Longest sequence (bucket length, bptt, exported bucket) a run may ask for: a bucket is
+#: one graph, and an unfused recurrent layer builds a node per step of it, so a length of
+#: 2**30 never finished building while its batch still fit a tensor.
+MAX_SEQUENCE_LENGTH = 100_000
 #: how ``buckets: auto`` places boundaries
 AUTO_BUCKET_RULES = ("quantile", "padding")
 
@@ -276,11 +286,35 @@ def check_buckets(buckets: object) -> None:
         raise InvalidValue("buckets", "must not be empty: give lengths like [10, 20, 40] or 'auto'")
     if any(not_int(b) or b < 1 for b in lengths):
         raise InvalidValue("buckets", f"must be positive integers, got {lengths}")
+    if max(lengths) > MAX_SEQUENCE_LENGTH:
+        raise InvalidValue(
+            "buckets",
+            f"must be at most {MAX_SEQUENCE_LENGTH:,} long, got {max(lengths):,} (an unfused "
+            "recurrent layer builds one node per step; longer sentences are split)",
+        )
     if any(a >= b for a, b in pairwise(lengths)):
         raise InvalidValue(
             "buckets",
             f"must be strictly increasing, got {lengths} (did you mean {sorted(set(lengths))}?)",
         )
+
+
+def check_batch(what: str, batch_size: int, *row: tuple[str, int]) -> None:
+    """The array of one batch, ``batch_size`` rows of the sizes ``row`` gives as (key, size),
+    must fit MXNet and the machine (:func:`check_tensor`); the key named is the largest
+    factor's, the one to reduce."""
+    factors = [("batch_size", batch_size), *row]
+    key = max(factors, key=lambda factor: factor[1])[0]
+    check_tensor(key, what, [size for _, size in factors])
+
+
+def check_bucketed_batch(batch_size: int, buckets: object) -> None:
+    """A batch of the largest of the explicit ``buckets`` (``auto``: the batch size alone;
+    the lengths come from the data and are checked when the model is bound)."""
+    if isinstance(buckets, list | tuple):
+        check_batch("a batch of the largest bucket", batch_size, ("buckets", max(buckets)))
+    else:
+        check_batch("a batch", batch_size)
 
 
 def check_vocab_file(value: object) -> None:

@@ -19,6 +19,7 @@ from mxtrain.data.array_options import TASK_CLASSIFY, RowOptions
 from mxtrain.data.source_options import (
     SourceOptions,
     batch_size_field,
+    check_batch,
     check_input_names,
     check_num_classes,
     check_optional_positive_int,
@@ -30,7 +31,13 @@ from mxtrain.data.source_options import (
     shuffle_field,
 )
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_bool, check_positive_int, check_sharding, not_int
+from mxtrain.option_checks import (
+    check_bool,
+    check_positive_int,
+    check_sharding,
+    check_thread_count,
+    not_int,
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,8 @@ class LibsvmOptions(RowOptions):
         super().validate()
         check_bool("zero_based", self.zero_based)
         check_optional_positive_int("num_features", self.num_features)
+        if self.num_features is not None:
+            check_batch("a densified batch", self.batch_size, ("num_features", self.num_features))
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,8 @@ class ImageRecordOptions(SourceOptions):
     )
     part_index: int = part_index_field()
     preprocess_threads: int = field(
-        default=1, metadata={"doc": "decoding/augmentation threads of ImageRecordIter"}
+        default=1,
+        metadata={"doc": "decoding/augmentation threads of ImageRecordIter (at most 1024)"},
     )
     data_name: str = data_name_field()
     label_name: str = label_name_field()
@@ -140,8 +150,15 @@ class ImageRecordOptions(SourceOptions):
             raise InvalidValue("task", f"must be classify, not {self.task!r}")
         check_num_classes(self.num_classes)
         check_positive_int("batch_size", self.batch_size)
+        check_batch("a batch of images", self.batch_size, *(("data_shape", d) for d in shape))
+        if self.num_classes is not None:
+            check_batch(
+                "the class probabilities of a batch",
+                self.batch_size,
+                ("num_classes", self.num_classes),
+            )
         check_sharding(self.num_parts, self.part_index)
-        check_positive_int("preprocess_threads", self.preprocess_threads)
+        check_thread_count("preprocess_threads", self.preprocess_threads)
         if not_int(self.resize) or (self.resize < 1 and self.resize != -1):
             raise InvalidValue("resize", f"must be a positive integer or -1, not {self.resize!r}")
         for name in ("std_r", "std_g", "std_b"):

@@ -12,6 +12,7 @@ from mxtrain.data.source_options import (
     batch_size_field,
     buckets_field,
     check_auto_buckets,
+    check_bucketed_batch,
     check_buckets,
     check_long_sentences,
     check_max_vocab,
@@ -147,6 +148,7 @@ class TaggedSequencesOptions(SourceOptions):
         check_optional_positive_int("max_sentences", self.max_sentences)
         check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS))
         check_buckets(self.buckets)
+        check_bucketed_batch(self.batch_size, self.buckets)
         check_vocab_file(self.vocab)
 
     def columns(self, fmt: str) -> tuple[int, int]:

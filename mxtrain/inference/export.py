@@ -186,11 +186,21 @@ def _export_keys(
 ) -> list[ExportedGraph]:
     import mxnet as mx
 
+    from mxtrain.data.source_options import MAX_SEQUENCE_LENGTH
+    from mxtrain.graph_sizes import graph_problem, input_problem
+
     exported = []
     for key in keys:
+        if isinstance(key, int) and not 1 <= key <= MAX_SEQUENCE_LENGTH:
+            raise ConfigError(
+                f"--bucket {key}: a bucket is a sequence length from 1 to {MAX_SEQUENCE_LENGTH:,}.",
+                hint="Export a bucket the run trained with (`mxtrain show RUN` lists them).",
+            )
+        shapes = _key_shapes(saved, key, batch_size)
+        _check_sizes(key, batch_size, input_problem(shapes))  # before unrolling the graph
         symbol, _, label_names = sym_gen(key)
         graph, dropped = inference_symbol(symbol, list(label_names))
-        shapes = _key_shapes(saved, key, batch_size)
+        _check_sizes(key, batch_size, graph_problem(graph, shapes, activations_in_memory=False))
         states = getattr(sym_gen, "states", None) or {}
         arg_shapes, out_shapes, _ = graph.infer_shape_partial(**shapes)
         inputs = {
@@ -291,6 +301,15 @@ def write_onnx(
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return [output.name for output in model.graph.output]
+
+
+def _check_sizes(key: Any, batch_size: int, problem: Any) -> None:
+    """A ConfigError naming the arguments when ``problem`` (a graph_sizes.SizeProblem) is."""
+    if problem is not None:
+        raise ConfigError(
+            f"--bucket {_key_text(key)} --batch-size {batch_size}: {problem.describe()}.",
+            hint="Export a shorter bucket or a smaller --batch-size.",
+        )
 
 
 def _key_text(key: Any) -> str:

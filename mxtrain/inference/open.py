@@ -24,7 +24,7 @@ from typing import Any
 from mxtrain.config import Config, load_config
 from mxtrain.data.base import DataContext
 from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX
-from mxtrain.errors import ConfigError, DataError, RunFolderError
+from mxtrain.errors import ConfigError, DataError, InvalidValue, RunFolderError
 from mxtrain.run.layout import (
     CONFIG_FILE,
     PARAMS_FILE,
@@ -309,6 +309,13 @@ def _with_options(section: Any, where: str, **changes: Any) -> Any:
             new_options: Any = {**options, **usable}
         else:
             new_options = dataclasses.replace(options, **usable)
+    except InvalidValue as exc:
+        if exc.key == "batch_size" and "batch_size" in usable:  # the argument, not the file
+            raise ConfigError(
+                f"--batch-size {usable['batch_size']}: {where}.{exc}.",
+                hint="Give a smaller --batch-size.",
+            ) from exc
+        raise ConfigError(f"{where}: {exc}") from exc
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
     return dataclasses.replace(section, options=new_options)
