@@ -171,8 +171,8 @@ def _check_exported_threads(exported: str | None) -> None:
             f"OMP_NUM_THREADS={exported} (exported) asks for more than the {MAX_THREADS:,} "
             "threads mxtrain allows: more threads than the largest machines have cores only "
             "add switching, and MXNet crashes when it cannot start them.",
-            hint="Export a smaller OMP_NUM_THREADS, unset it (omp_threads: auto then picks the "
-            "free cores), or set context.omp_threads.",
+            hint="Export a smaller OMP_NUM_THREADS, unset it (omp_threads: auto then takes the "
+            "count measured for this machine), or set context.omp_threads.",
         )
 
 

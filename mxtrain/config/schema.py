@@ -231,9 +231,10 @@ class ContextSection:
         default="auto",
         metadata={
             "doc": "OpenMP threads per operator; auto: an exported OMP_NUM_THREADS, else the "
-            "fastest count measured once per machine (cached, like the other kernel choices), "
-            "at most the usable cores less those other processes keep busy at start (logged; "
-            "MXNet itself would use half the cores); at most 1024"
+            "fastest count measured once per machine and kept, like the other kernel choices "
+            "(the count changes float rounding, so it does not follow the load; distributed "
+            "processes take the free cores; MXNet itself would use half the cores); at most "
+            "1024"
         },
     )
     omp_wait_policy: Literal["auto", "active", "passive"] = field(
