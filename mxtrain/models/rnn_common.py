@@ -40,7 +40,8 @@ LOSS_DOC = (
     "how the softmax loss is computed (all give the same gradients, softmax - onehot, to float "
     "rounding): softmax: -log(pick(softmax)); log_softmax (old name nll): -pick(log_softmax); "
     "softmax_output: MXNet's classic SoftmaxOutput layer; auto: the fastest on this machine, "
-    "measured once per CPU and cached (the run folder's kernels.json says which and why)"
+    "measured once per CPU and kept, so runs on one machine round alike (the run folder's "
+    "kernels.json says which and why; `mxtrain kernels --measure` measures again)"
 )
 SAMPLED_SOFTMAX_DOC = (
     "0: train with the full softmax; N: train with a sampled softmax over each position's label "
@@ -313,7 +314,8 @@ class LmOptions(RecurrentOptions):
         default="auto",
         metadata={
             "doc": "fused: one RNN operator (CPU and GPU); unfused: one cell per layer and "
-            "step; auto: the faster on this machine, measured once per CPU and cached (a run "
+            "step; auto: the faster on this machine, measured once per CPU and kept (the two "
+            "round differently: runs on one machine match, runs on two CPUs may not; a run "
             "that skipped the measurement: fused)"
         },
     )
