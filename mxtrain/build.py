@@ -15,7 +15,12 @@ from typing import Any
 
 from mxtrain.data.base import DataContext, DataInfo
 from mxtrain.errors import ConfigError, DataError, InvalidValue, MxtrainError
-from mxtrain.registry import ITERATORS, METRICS, MODELS, Entry, is_plugin_reference
+from mxtrain.registry import (
+    ITERATORS,
+    METRICS,
+    MODELS,
+    Entry,
+)
 
 
 def _call_factory(
@@ -30,21 +35,23 @@ def _call_factory(
     Built-ins and plugins with an options dataclass are called as ``factory(options, first)``;
     plugins whose options are plain keywords as ``factory(first, **options)``. ``locate``
     gives the ``file:line`` of a key of the section, for an ``InvalidValue`` the factory raises
-    once it sees the data (a size that the vocabulary rules out).
+    once it sees the data (a size that the vocabulary rules out). Any other exception from a
+    plugin's factory is reported as the plugin's (:meth:`Entry.calling`).
     """
     factory = entry.load()
-    try:
-        if dataclasses.is_dataclass(options):
-            return factory(options, first)
-        return factory(first, **dict(options or {}))
-    except (ConfigError, DataError):
-        raise
-    except InvalidValue as exc:
-        if locate is None:
+    with entry.calling(f"creating the {entry.kind}", where):
+        try:
+            if dataclasses.is_dataclass(options):
+                return factory(options, first)
+            return factory(first, **dict(options or {}))
+        except (ConfigError, DataError):
+            raise
+        except InvalidValue as exc:
+            if locate is None:
+                raise ConfigError(f"{where}: {exc}") from exc
+            raise ConfigError(f"{locate(exc.key)}: {where}.{exc.key} {exc.problem}.") from exc
+        except ValueError as exc:
             raise ConfigError(f"{where}: {exc}") from exc
-        raise ConfigError(f"{locate(exc.key)}: {where}.{exc.key} {exc.problem}.") from exc
-    except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from exc
 
 
 def build_data_iter(section: Any, context: DataContext, base_dir: Path, where: str) -> Any:
@@ -78,18 +85,6 @@ def build_sym_gen(
     return sym_gen
 
 
-def _model_label(model_section: Any, base_dir: Path) -> str:
-    """``model 'lenet'`` or ``model 'x.py:f' (plugin file /abs/x.py)``."""
-    name = model_section.name
-    module_part = name.rpartition(":")[0]
-    if module_part.endswith(".py"):
-        path = Path(module_part).expanduser()
-        return f"model {name!r} (plugin file {path if path.is_absolute() else base_dir / path})"
-    if is_plugin_reference(name):
-        return f"model {name!r} (plugin module {module_part})"
-    return f"model {name!r}"
-
-
 def _bind_reason(exc: BaseException) -> str:
     """What an MXNet bind error says failed: "operator pool2: kernel size (2) exceeds input".
 
@@ -121,7 +116,7 @@ def _model_build_error(
     differ from the iterator's, or a model whose layers do not fit the data shape, is named
     as such (and not as some unrelated config key).
     """
-    model = _model_label(config.model, config.base_dir)
+    model = MODELS.get(config.model.name, base_dir=config.base_dir).label
     reason = _bind_reason(exc)
     given = (
         f"{data_where} ({_descs(data_iter.provide_data)}; labels "
@@ -145,36 +140,21 @@ def _model_build_error(
     )
 
 
-def _plugin_model_error(config: Any, exc: BaseException) -> ConfigError | None:
-    """A ConfigError naming the plugin when a plugin model's own code failed while the model
-    was built (any exception: a KeyError in its sym_gen is the plugin's to fix), else None
-    (a built-in model's failure is a bug of mxtrain's and stays an internal error)."""
-    if isinstance(exc, ConfigError) or not is_plugin_reference(config.model.name):
-        return None
-    model = _model_label(config.model, config.base_dir)
-    return ConfigError(
-        f"{config.source}: model: the {model} failed while the model was built: "
-        f"{type(exc).__name__}: {exc}.",
-        hint="This is an error in the plugin's code; `mxtrain --debug ...` shows its traceback.",
-    )
-
-
 @contextmanager
 def explained_model_errors(config: Any, data_iter: Any, data_where: str) -> Iterator[None]:
     """Around building and binding the module: a model that does not fit ``data_iter``'s
     batches (ValueError, or MXNet's RuntimeError) and any failure of a plugin model's own
-    code become ConfigErrors that name the model; mxtrain's own errors pass unchanged."""
-    try:
-        yield
-    except MxtrainError:
-        raise
-    except (ValueError, RuntimeError) as exc:
-        raise _model_build_error(config, data_iter, data_where, exc) from exc
-    except Exception as exc:
-        error = _plugin_model_error(config, exc)
-        if error is None:
+    code (a KeyError in its sym_gen is the plugin's to fix) become ConfigErrors that name the
+    model; mxtrain's own errors pass unchanged, and so does any other failure of a built-in
+    model (a bug of mxtrain's, an internal error)."""
+    model = MODELS.get(config.model.name, base_dir=config.base_dir)
+    with model.calling("the model was built", f"{config.source}: model"):
+        try:
+            yield
+        except MxtrainError:
             raise
-        raise error from exc
+        except (ValueError, RuntimeError) as exc:
+            raise _model_build_error(config, data_iter, data_where, exc) from exc
 
 
 def build_module(
@@ -353,13 +333,38 @@ def build_metric(name: str, data_info: DataInfo, base_dir: Path) -> Any:
         accepts_pad = "pad_id" in inspect.signature(factory).parameters
     except (TypeError, ValueError):
         accepts_pad = False
-    if accepts_pad and data_info.pad_id is not None:
-        metric = factory(pad_id=data_info.pad_id)
-    else:
-        metric = factory()
+    with entry.calling("creating the metric"):
+        if accepts_pad and data_info.pad_id is not None:
+            metric = factory(pad_id=data_info.pad_id)
+        else:
+            metric = factory()
     if isinstance(metric, mx.metric.EvalMetric):  # e.g. mxnet.metric:Accuracy
         return StockMetric(metric, name)
+    if not entry.is_plugin:
+        return metric
+    missing = [m for m in METRIC_METHODS if not callable(getattr(metric, m, None))]
+    if not isinstance(getattr(metric, "name", None), str):
+        missing.insert(0, "a name (str)")
+    if missing:  # found now, not as an AttributeError of mxtrain's in the middle of training
+        raise ConfigError(
+            f"fit.metrics: the {entry.label} made a {type(metric).__name__} that lacks "
+            f"{', '.join(missing)}.",
+            hint=f"A metric needs a name and the methods {', '.join(METRIC_METHODS)} (see "
+            "the README's Plugins section), or derive it from mx.metric.EvalMetric.",
+        )
     return metric
+
+
+#: what mxtrain calls on a metric object (the README's plugin contract)
+METRIC_METHODS = (
+    "update",
+    "get",
+    "get_interval",
+    "reset",
+    "reset_interval",
+    "get_state",
+    "set_state",
+)
 
 
 _SCHEDULER_CLASSES = {

@@ -30,11 +30,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mxtrain.errors import ConfigError
 
+if TYPE_CHECKING:
+    from mxtrain.registry import Entry
+
 log = logging.getLogger("mxtrain")
+
+_KEPT = (
+    "The checkpoints saved so far stay: after the fix, `mxtrain resume` continues from the "
+    "last one."
+)
 
 EVENTS = ("on_batch_end", "on_interval", "on_eval_end", "on_checkpoint", "on_epoch_end")
 
@@ -104,25 +112,23 @@ class CallbackRunner:
         self.rank = rank
         self.stop_reason: str | None = None
         self.current = ""  # the callback being called, for stop requests and errors
-        self.callbacks: list[tuple[str, Any]] = []
+        #: (where, entry, callback): where names the entry (``fit.callbacks[0] (x.py:C)``)
+        self.callbacks: list[tuple[str, Entry, Any]] = []
         for i, section in enumerate(sections):
             where = f"fit.callbacks[{i}] ({section.name})"
-            factory = CALLBACKS.get(section.name, base_dir=base_dir, where=where).load()
-            try:
+            entry = CALLBACKS.get(section.name, base_dir=base_dir, where=where)
+            factory = entry.load()
+            with entry.calling("it was created", f"fit.callbacks[{i}]"):
                 callback = factory(**dict(section.options or {}))
-            except Exception as exc:  # the plugin's own failure, named with the plugin
-                raise ConfigError(
-                    f"{where} could not be created: {type(exc).__name__}: {exc}."
-                ) from None
             if not any(callable(getattr(callback, e, None)) for e in EVENTS):
                 raise ConfigError(
                     f"{where} defines none of the callback methods {', '.join(EVENTS)}.",
                     hint="Give it at least one, e.g. def on_epoch_end(self, ctx): ...",
                 )
             if rank == 0 or getattr(callback, "all_ranks", False):
-                self.callbacks.append((where, callback))
+                self.callbacks.append((where, entry, callback))
         self.wants = {
-            e: any(callable(getattr(c, e, None)) for _, c in self.callbacks) for e in EVENTS
+            e: any(callable(getattr(c, e, None)) for _, _, c in self.callbacks) for e in EVENTS
         }
 
     def request_stop(self, who: str, reason: str) -> None:
@@ -136,17 +142,14 @@ class CallbackRunner:
     def call(self, event: str, **values: Any) -> None:
         if not self.wants[event]:
             return
-        for where, callback in self.callbacks:
+        for where, entry, callback in self.callbacks:
             method = getattr(callback, event, None)
             if not callable(method):
                 continue
             self.current = where
-            try:
+            doing = (
+                f"calling {event} (epoch {values.get('epoch', 0)}, batch {values.get('batch', 0)})"
+            )
+            # a bug in the callback: named, and what was saved is kept
+            with entry.calling(doing, where.partition(" ")[0], hint=_KEPT):
                 method(CallbackContext(self, event, **values))
-            except Exception as exc:  # a bug in the callback: name it, keep what was saved
-                raise ConfigError(
-                    f"{where} failed in {event} (epoch {values.get('epoch', 0)}, batch "
-                    f"{values.get('batch', 0)}): {type(exc).__name__}: {exc}.",
-                    hint="Fix the callback; the run folder keeps its checkpoints, so "
-                    "`mxtrain resume` continues from the last one.",
-                ) from exc

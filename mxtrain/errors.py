@@ -72,6 +72,12 @@ class PreemptedError(MxtrainError):
     exit_code = ExitCode.PREEMPTED
 
 
+class PluginError(ConfigError):
+    """A user plugin's own code raised (while imported, created or called): exit code 2,
+    like every other mistake in what the config names. Built by
+    :func:`mxtrain.registry.plugin_failure`, which names the plugin and its file."""
+
+
 class InvalidValue(ValueError):
     """A value an options class cannot accept; ``key`` is its dotted path inside the section.
 

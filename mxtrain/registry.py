@@ -16,16 +16,103 @@ import importlib.util
 import inspect
 import os
 import sys
+import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mxtrain.errors import ConfigError
+from mxtrain.errors import ConfigError, MxtrainError, PluginError
 
 # Plugin files whose imports go to another file: the copies a run folder keeps of the files
 # it was trained with (absolute original path -> kept copy; see mxtrain.run.plugin_files).
 _redirected_files: dict[str, Path] = {}
+
+# The source files of the plugins imported by this process (absolute path -> the plugins it
+# provides, "iterator 'x.py:lines'"), so that an exception raised inside one while training
+# or predicting is reported as that plugin's (plugin_failures_named).
+_plugin_files: dict[str, list[str]] = {}
+
+#: top-level packages whose modules are never counted as plugin code, even when named as a
+#: plugin ("mxnet.metric:Accuracy"): a failure inside them is mxtrain's or MXNet's bug
+_NOT_PLUGIN_CODE = ("mxtrain", "mxnet")
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of an exception's text, shortened: the message stays one paragraph."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def plugin_label(kind: str, reference: str, file: Path | str | None) -> str:
+    """How messages name a plugin: ``model 'x.py:f' (plugin file /abs/x.py)``."""
+    if file:
+        return f"{kind} {reference!r} (plugin file {file})"
+    return f"{kind} {reference!r} (plugin module {reference.rpartition(':')[0]})"
+
+
+def plugin_failure(
+    plugin: str, doing: str, exc: BaseException, where: str = "", hint: str = ""
+) -> PluginError:
+    """The error for plugin code that raised ``exc`` while ``doing`` something: names the
+    plugin (a :func:`plugin_label`) and the exception's one-line text.
+
+    Every plugin kind and every moment (import, options, creation, calls) reports through
+    this, so the message reads the same whatever failed; ``where`` (``config.yaml: model``)
+    starts it, ``hint`` is added to the advice.
+    """
+    text = _one_line(exc)
+    return PluginError(
+        f"{where + ': ' if where else ''}the {plugin} failed while {doing}: "
+        f"{type(exc).__name__}{': ' + text if text else ''}.",
+        hint="This is an error in the plugin's code or in the options it was given; "
+        f"`mxtrain --debug ...` shows its traceback.{' ' + hint if hint else ''}",
+    )
+
+
+def _remember_plugin_file(file: str | None, plugin: str) -> None:
+    if not file:
+        return
+    plugins = _plugin_files.setdefault(os.path.abspath(file), [])
+    if plugin not in plugins:
+        plugins.append(plugin)
+
+
+def _plugin_frames_failure(exc: BaseException) -> PluginError | None:
+    """A PluginError when ``exc`` was raised inside the code of an imported plugin file (its
+    traceback passes through one), else None. Names the first plugin function mxtrain called
+    (``SpiralIter.next``) and the plugin line the failure came from."""
+    inside = [
+        (frame.f_code, line)
+        for frame, line in traceback.walk_tb(exc.__traceback__)
+        if os.path.abspath(frame.f_code.co_filename) in _plugin_files
+    ]
+    if not inside:
+        return None
+    called, _ = inside[0]
+    last_code, last_line = inside[-1]
+    file = os.path.abspath(called.co_filename)
+    plugin = f"plugin code in {file} ({', '.join(_plugin_files[file])})"
+    doing = f"running {called.co_qualname} (line {last_line} of {Path(last_code.co_filename).name})"
+    return plugin_failure(plugin, doing, exc)
+
+
+@contextlib.contextmanager
+def plugin_failures_named() -> Iterator[None]:
+    """Around a whole command: an exception raised inside plugin code that mxtrain calls
+    while it runs (an iterator's ``next``, a metric's ``update``, a sym_gen for a new bucket)
+    becomes a PluginError naming the plugin. SystemExit counts; Ctrl-C and mxtrain's own
+    errors (a plugin's DataError included) pass unchanged."""
+    try:
+        yield
+    except (KeyboardInterrupt, MxtrainError):
+        raise
+    except BaseException as exc:
+        error = _plugin_frames_failure(exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
 @contextlib.contextmanager
@@ -80,10 +167,13 @@ def _import_target(target: str, base_dir: Path | None, what: str) -> Any:
             sys.modules[module_name] = module
             try:
                 spec.loader.exec_module(module)
-            except Exception as exc:
+            except (KeyboardInterrupt, MxtrainError):
                 del sys.modules[module_name]
-                raise ConfigError(
-                    f"{what} {target!r}: importing {path} failed with {type(exc).__name__}: {exc}."
+                raise
+            except BaseException as exc:  # SystemExit too: the plugin's, not the process's
+                del sys.modules[module_name]
+                raise plugin_failure(
+                    plugin_label(what, target, path), "its file was imported", exc
                 ) from exc
     else:
         try:
@@ -93,11 +183,12 @@ def _import_target(target: str, base_dir: Path | None, what: str) -> Any:
                 f"{what} {target!r}: cannot import module {module_part!r} ({exc}).",
                 hint="Check the spelling and that the package is installed in this environment.",
             ) from exc
-        except Exception as exc:  # the module's own code failed while importing
-            raise ConfigError(
-                f"{what} {target!r}: importing module {module_part!r} failed with "
-                f"{type(exc).__name__}: {exc}."
-            ) from exc
+        except (KeyboardInterrupt, MxtrainError):
+            raise
+        except BaseException as exc:  # the module's own code failed while importing
+            raise plugin_failure(plugin_label(what, target, None), "it was imported", exc) from exc
+    if is_file or module_part.partition(".")[0] not in _NOT_PLUGIN_CODE:
+        _remember_plugin_file(getattr(module, "__file__", None), f"{what} {target!r}")
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -131,6 +222,42 @@ class Entry:
     def load(self) -> Callable[..., Any]:
         """Import and return the factory (this may import MXNet)."""
         return _import_target(self.target, self.base_dir, f"{self.kind}")
+
+    @property
+    def is_plugin(self) -> bool:
+        return is_plugin_reference(self.name)
+
+    def source_file(self) -> Path | None:
+        """The file the plugin's code comes from (a run's kept copy when redirected)."""
+        module_part = self.target.rpartition(":")[0]
+        if module_part.endswith(".py"):
+            path = plugin_file_path(module_part, self.base_dir)
+            return _redirected_files.get(str(path), path)
+        file = getattr(sys.modules.get(module_part), "__file__", None)
+        return Path(file) if file else None
+
+    @property
+    def label(self) -> str:
+        """``model 'lenet'``, or for a plugin ``model 'x.py:f' (plugin file /abs/x.py)``."""
+        if not self.is_plugin:
+            return f"{self.kind} {self.name!r}"
+        return plugin_label(self.kind, self.name, self.source_file())
+
+    @contextlib.contextmanager
+    def calling(self, doing: str, where: str = "", hint: str = "") -> Iterator[None]:
+        """Around a call into this plugin's code: any exception it raises (SystemExit
+        included) becomes a :func:`plugin_failure` naming the plugin and what it was
+        ``doing``. Ctrl-C and mxtrain's own errors pass unchanged, and so does everything
+        for a built-in (its failure is a bug of mxtrain's, an internal error)."""
+        if not self.is_plugin:
+            yield
+            return
+        try:
+            yield
+        except (KeyboardInterrupt, MxtrainError):
+            raise
+        except BaseException as exc:
+            raise plugin_failure(self.label, doing, exc, where, hint) from exc
 
     def options_class(self) -> type | None:
         """The options dataclass, or None when options are checked against the signature."""

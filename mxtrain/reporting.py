@@ -209,6 +209,7 @@ class Reporter:
         and the ``exit_code`` the process is about to return. Exceptions propagate.
         """
         from mxtrain.errors import ExitCode, MxtrainError, PreemptedError
+        from mxtrain.registry import plugin_failures_named
 
         started = time.time()
 
@@ -224,7 +225,8 @@ class Reporter:
             )
 
         try:
-            yield self
+            with plugin_failures_named():  # reported as the plugin's error, not an internal one
+                yield self
         except PreemptedError as exc:
             end("preempted", int(exc.exit_code))
             raise

@@ -106,13 +106,10 @@ def _read_loader(source: str, base_dir: Path, where: str) -> dict[str, Any]:
 
     from mxtrain.registry import Registry
 
-    loader = Registry("weights loader").get(source, base_dir=base_dir, where=where).load()
-    try:
+    entry = Registry("weights loader").get(source, base_dir=base_dir, where=where)
+    loader = entry.load()
+    with entry.calling("it was called for the weights", f"{where}: {KEY}"):
         arrays = loader()
-    except Exception as exc:  # the plugin's own failure, named with the plugin
-        raise ConfigError(
-            f"{where}: {KEY}: the loader {source!r} failed: {type(exc).__name__}: {exc}."
-        ) from None
     if not isinstance(arrays, Mapping) or not arrays:
         raise ConfigError(
             f"{where}: {KEY}: the loader {source!r} returned {type(arrays).__name__}, not a "

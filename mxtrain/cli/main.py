@@ -30,7 +30,8 @@ Examples:
 
 Shell completion (bash): eval "$(_MXTRAIN_COMPLETE=bash_source mxtrain)"
 
-Exit codes: 0 done, 1 internal error, 2 config/usage error, 3 data error,
+Exit codes: 0 done, 1 internal error, 2 config/usage error or a plugin's failure,
+3 data error,
 4 training diverged, 5 run folder problem, 70 distributed job stuck (watchdog),
 71 launch: a process of the job was killed or a server/scheduler failed,
 75 preempted (resumable), 130 interrupted.

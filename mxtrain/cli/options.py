@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from mxtrain.errors import ExitCode, MxtrainError
+from mxtrain.registry import plugin_failures_named
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,7 +63,8 @@ def handle_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         debug = bool(click.get_current_context().find_root().obj.get("debug"))
         try:
-            return func(*args, **kwargs)
+            with plugin_failures_named():  # a plugin's exception is the plugin's, not a bug
+                return func(*args, **kwargs)
         except MxtrainError as exc:
             if debug:
                 traceback.print_exc()

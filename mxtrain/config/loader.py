@@ -923,10 +923,12 @@ class _Builder:
             raise ConfigError(f"{where}: {exc.message}", hint=exc.hint) from None
         rest = {k: v for k, v in section.items() if k != selector}
         if options_cls is not None and dataclasses.is_dataclass(options_cls):
-            specs = _field_specs(options_cls, where)
-            synonyms = getattr(options_cls, "key_synonyms", None)
-            self.check_keys(rest, path, [selector, *(s.name for s in specs)], synonyms=synonyms)
-            options = self.instantiate(options_cls, self.convert(specs, rest, path), path)
+            # a plugin's options class is its code too: its failure is named as the plugin's
+            with entry.calling("its options were checked", where):
+                specs = _field_specs(options_cls, where)
+                synonyms = getattr(options_cls, "key_synonyms", None)
+                self.check_keys(rest, path, [selector, *(s.name for s in specs)], synonyms=synonyms)
+                options = self.instantiate(options_cls, self.convert(specs, rest, path), path)
         else:
             try:
                 accepted = entry.accepted_keywords()

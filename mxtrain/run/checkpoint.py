@@ -13,11 +13,13 @@ Layout::
             optimizer.json          optimizer counters and state layout (see BucketingModule)
             state.json              the caller's training state, bucket keys, versions
             manifest.json           written last: size and sha256 of every file above
+        damaged-e0003-b000000-1/    a damaged checkpoint, kept aside when its tag was saved again
 
 A checkpoint is built in ``checkpoints/.tmp-<tag>-<pid>/`` (every file fsynced), then renamed
 into place. A folder without a manifest whose own checksum and file checksums all match is
 never used, so a crash at any point leaves the previous checkpoints intact and nothing
-half-written that looks usable. Optimizer state is NDArrays plus JSON because MXNet's own
+half-written that looks usable. A damaged checkpoint is never deleted by a save over its tag
+(:func:`_keep_damaged_aside`). Optimizer state is NDArrays plus JSON because MXNet's own
 ``.states`` file is a pickle: loading one from elsewhere could run arbitrary code.
 """
 
@@ -59,6 +61,7 @@ from mxtrain.run.layout import (
     WORK_FOLDER,
     RunFolder,
     checkpoint_tag,
+    damaged_folder_name,
     parse_tag,
     work_folder_name,
 )
@@ -270,6 +273,8 @@ def save_checkpoint(
     top_tmp = temporary_name(top) if top is not None else None
     created = time.time()
     try:
+        if os.path.lexists(final):
+            _keep_damaged_aside(root, tag)
         tmp.mkdir()
         crash_point("checkpoint.tmp-created", tag=tag)
         _save_nd(tmp / PARAMS_FILE, params)
@@ -335,6 +340,33 @@ def save_checkpoint(
             ) from exc
         raise
     return Checkpoint(tag, epoch, batch, final, created)
+
+
+def _keep_damaged_aside(root: Path, tag: str) -> None:
+    """Before ``root/tag`` is written again: if what is there is not a usable checkpoint (the
+    one a resume skipped and trains again), rename it ``damaged-<tag>-<n>`` instead of letting
+    the save replace it. A skipped checkpoint is never deleted, and under that name no
+    listing, choice, tidying or retention sees it."""
+    position = parse_tag(tag)
+    assert position is not None
+    try:
+        load_checkpoint(Checkpoint(tag, position[0], position[1], root / tag))
+        return  # a valid checkpoint: replaced as usual
+    except CheckpointError as exc:
+        reason = exc.reason
+    number = 1
+    while os.path.lexists(root / damaged_folder_name(tag, number)):
+        number += 1
+    aside = root / damaged_folder_name(tag, number)
+    os.rename(root / tag, aside)
+    fsync_dir(root)
+    log.warning(
+        "checkpoint %s is damaged (%s): kept as %s, and a new %s is saved in its place",
+        tag,
+        reason,
+        aside,
+        tag,
+    )
 
 
 def tidy_checkpoints(run: RunFolder, prefix: str) -> None:

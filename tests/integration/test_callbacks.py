@@ -175,7 +175,8 @@ def test_callbacks_see_copies_and_change_nothing(tmp_path: Path) -> None:
 def test_a_failing_callback_is_named_and_the_checkpoints_stay(tmp_path: Path) -> None:
     code, output = _run(tmp_path, "broken", "hooks.py:broken")
     assert code == 2, output
-    assert "fit.callbacks[0] (hooks.py:broken) failed in on_epoch_end (epoch 2" in output
+    assert "fit.callbacks[0]: the callback 'hooks.py:broken' (plugin file" in output
+    assert "failed while calling on_epoch_end (epoch 2" in output
     assert "ZeroDivisionError: oops" in output and "Traceback" not in output
     assert (tmp_path / "runs/broken/checkpoints/e0002-b000000").is_dir()
     code, output = _run(tmp_path, "nothing", "hooks.py:Nothing")
