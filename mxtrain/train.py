@@ -211,6 +211,8 @@ def _resume(
     stops: StopRequests,
 ) -> FitSummary:
     run = _existing_run(run_path)
+    # read (and checked) before anything in the folder changes; rewritten from this below
+    records = read_metrics(run.metrics_file) if run.metrics_file.exists() else None
     status = run.read_status()
     config_dir = run.config_dir()
     saved = load_config(run.config_file, base_dir=config_dir)
@@ -295,7 +297,7 @@ def _resume(
         atomic_write_bytes(previous, run.config_file.read_bytes())
         atomic_write_text(run.config_file, dump_config(config))
         log.info("saved config updated; the previous one is kept as %s", previous.name)
-    _truncate_metrics(run, position)
+    _truncate_metrics(run, position, records)
     facts = environment.collect(
         contexts=setup.contexts, seed=config.experiment.seed, threads=threads
     )
@@ -464,6 +466,7 @@ def _existing_run(path: Path) -> RunFolder:
             f"{path} is not a run folder (it does not exist).",
             hint="Give the folder `mxtrain fit` created, e.g. runs/ptb_lstm.",
         )
+    run.check_entries()
     if not run.config_file.is_file():
         raise RunFolderError(
             f"{path} has no {run.config_file.name}, so it is not a complete mxtrain run folder.",
@@ -472,10 +475,10 @@ def _existing_run(path: Path) -> RunFolder:
     return run
 
 
-def _truncate_metrics(run: RunFolder, position: Any) -> None:
-    """Drop metrics records past the resume point (None: the beginning): they will be
-    produced again."""
-    if not run.metrics_file.exists():
+def _truncate_metrics(run: RunFolder, position: Any, records: list[dict[str, Any]] | None) -> None:
+    """Drop the metrics ``records`` (None: there is no metrics file) past the resume point
+    (``position`` None: the beginning): they will be produced again."""
+    if records is None:
         return
     if position is None:
         from mxtrain.engine.loop import Position
@@ -495,7 +498,7 @@ def _truncate_metrics(run: RunFolder, position: Any) -> None:
 
     import json
 
-    kept = [r for r in read_metrics(run.metrics_file) if keep(r)]
+    kept = [r for r in records if keep(r)]
     atomic_write_text(run.metrics_file, "".join(json.dumps(r) + "\n" for r in kept))
 
 

@@ -109,6 +109,7 @@ def open_run_folder(path: Path) -> RunFolder:
             f"optionally with :EPOCH, e.g. {_EXAMPLE}:3.",
         )
     run = RunFolder(path)
+    run.check_entries()
     if not run.config_file.is_file():
         raise RunFolderError(
             f"The run folder {path} is incomplete: it has no {CONFIG_FILE}.",

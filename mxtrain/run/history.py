@@ -21,6 +21,7 @@ from mxtrain.errors import ConfigError, RunFolderError
 from mxtrain.metric_tracker import MetricTracker, lower_is_better
 from mxtrain.run.folder import read_metrics
 from mxtrain.run.layout import CONFIG_FILE, METRICS_FILE, RUN_FILE, RunFolder
+from mxtrain.user_files import UnusableFile, read_regular
 
 UNREADABLE = "unreadable"
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
@@ -201,7 +202,12 @@ def _read_run(
     config, config_problem = _read_config(path)
     if config_problem and not (path / RUN_FILE).exists():
         problems.append(config_problem)
-    records = read_metrics(path / METRICS_FILE) if (path / METRICS_FILE).is_file() else []
+    records: list[dict[str, Any]] = []
+    if (path / METRICS_FILE).exists():
+        try:
+            records = read_metrics(path / METRICS_FILE)
+        except RunFolderError as exc:
+            problems.append(exc.message)
     epochs = epoch_rows(records)
     summary = RunSummary(
         name=path.name,
@@ -226,8 +232,11 @@ def _read_status(path: Path, problems: list[str]) -> dict[str, Any]:
         problems.append(f"no {RUN_FILE}")
         return {}
     try:
-        data = json.loads(run_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_regular(run_file))
+    except UnusableFile as exc:
+        problems.append(f"{RUN_FILE} {exc.problem}")
+        return {}
+    except ValueError as exc:
         problems.append(f"{RUN_FILE} is not valid JSON ({exc})")
         return {}
     if not isinstance(data, dict):
