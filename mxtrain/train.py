@@ -44,6 +44,7 @@ from mxtrain.run.folder import (
 from mxtrain.run.layout import RunFolder
 from mxtrain.run.plugin_files import keep_plugin_files, uses_kept_plugins
 from mxtrain.signals import StopRequests
+from mxtrain.user_files import require_usable_path
 
 log = logging.getLogger("mxtrain")
 
@@ -87,6 +88,12 @@ def fit_experiment(
     threads = configure_threads(config.context, measure=True)  # before MXNet is imported
     config = _with_thread_settings(config)
     runs_dir, run_name = run_folder_for(config, name)
+    require_usable_path(
+        runs_dir / run_name,
+        "run folder",
+        error=RunFolderError,
+        hint="Choose a shorter experiment.runs_dir or name.",
+    )
     with StopRequests() as stops:
         if (runs_dir / run_name).exists() and not force:
             create_run_folder(runs_dir, run_name, force=False)  # raises the explanatory error
@@ -460,6 +467,7 @@ def _check_writable(run: RunFolder) -> None:
 
 
 def _existing_run(path: Path) -> RunFolder:
+    require_usable_path(path, "run folder", error=RunFolderError)
     run = RunFolder(path)
     if not path.is_dir():
         raise RunFolderError(

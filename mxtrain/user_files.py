@@ -213,3 +213,34 @@ def open_file(
     if encoding is None:
         return handle
     return io.TextIOWrapper(handle, encoding=encoding, newline=newline)
+
+
+def require_usable_path(
+    path: Path, what: str, *, error: type[MxtrainError] = DataError, hint: str = ""
+) -> None:
+    """``error`` naming ``path`` as "the <what>" when it cannot even be looked up (a name
+    longer than the file system allows, a loop of links, a folder that may not be searched);
+    a path that does not exist passes: the caller says what that means."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except ValueError:  # a NUL byte in the path
+        raise error(f"The {what} {os.fspath(path)!r} has a NUL byte in its name.") from None
+    except OSError as exc:
+        problem = UnusableFile.from_os_error(path, exc)
+        raise error(f"The {what} {path} {problem.problem}.", hint=problem.hint or hint) from None
+
+
+def make_folder(path: Path, what: str, *, error: type[MxtrainError], hint: str) -> None:
+    """Create the folder ``path`` and its parents (it may exist), else ``error`` naming it as
+    "the <what>" and saying why (a parent that is a file, a read-only or virtual file system,
+    no permission, a name too long)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if isinstance(exc, FileExistsError | NotADirectoryError):
+            reason = "a file stands where it or one of its parents would be"
+        else:  # ENOENT here: a file system that takes no new folders, such as /proc
+            reason = exc.strerror or str(exc)
+        raise error(f"The {what} {path} cannot be created: {reason}.", hint=hint) from None

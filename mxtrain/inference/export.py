@@ -35,7 +35,7 @@ import numpy as np
 
 from mxtrain.errors import ConfigError, RunFolderError
 from mxtrain.run.layout import RunFolder
-from mxtrain.user_files import read_file
+from mxtrain.user_files import make_folder, read_file, require_usable_path
 
 log = logging.getLogger("mxtrain")
 
@@ -159,7 +159,12 @@ def export_run(
     keys = trained if all_buckets else [as_tuples(k) for k in buckets] if buckets else [default]
     _check_out_dir(out_dir, force)
     created = not out_dir.exists()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(
+        out_dir,
+        "export folder",
+        error=ConfigError,
+        hint="Choose an -o folder on a file system you can write to.",
+    )
     try:
         return _export_keys(
             keys, sym_gen, saved, batch_size, arg_params, aux_params, chosen, run, out_dir, fmt
@@ -322,6 +327,7 @@ def _read_model_inputs(run: RunFolder) -> dict[str, Any]:
 
 
 def _check_out_dir(out_dir: Path, force: bool) -> None:
+    require_usable_path(out_dir, "export folder", error=ConfigError, hint="Choose another -o.")
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"The export folder {out_dir} is a file.", hint="Choose another -o.")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:

@@ -129,8 +129,11 @@ def run_folder_of(ref: Any) -> Path | None:
     """The run folder named by ``RUN`` or ``RUN:SUFFIX`` (an epoch, a tag), if it exists."""
     text = os.fspath(ref)
     for candidate in (text, text.rpartition(":")[0]):
-        if candidate and (Path(candidate) / RUN_FILE).is_file():
-            return Path(candidate)
+        try:
+            if candidate and (Path(candidate) / RUN_FILE).is_file():
+                return Path(candidate)
+        except (OSError, ValueError):  # a name too long, ...: the command itself says so
+            continue
     return None
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mxtrain.data import arrays
 from mxtrain.data.text_files import read_data_text
@@ -28,10 +30,14 @@ from mxtrain.run.layout import RunFolder
 from mxtrain.user_files import (
     UnusableFile,
     entry_problem,
+    make_folder,
     open_regular,
     os_error_problem,
     read_file,
+    require_usable_path,
 )
+
+LONG = "x" * 300  # one name longer than any usual file system allows (255 bytes)
 
 # Each reader of a user-named or run-folder file, called on the path P in a child process.
 READERS = {
@@ -223,7 +229,7 @@ def test_os_errors_are_named(code: int, phrase: str) -> None:
 
 def test_a_name_too_long_is_said(tmp_path: Path) -> None:
     with pytest.raises(UnusableFile, match="longer than the file system allows"):
-        open_regular(tmp_path / ("x" * 300))
+        open_regular(tmp_path / LONG)
 
 
 # ------------------------------------------------------------------ run-folder files (C7)
@@ -314,3 +320,80 @@ def test_config_too_large_is_still_refused_after_a_bounded_read(tmp_path: Path) 
     path.write_text(textwrap.dedent("# x\n") * (MAX_CONFIG_BYTES // 4 + 10))
     with pytest.raises(ConfigError, match="too large for a config file"):
         load_config(path)
+
+
+# ------------------------------------------- C8/C10: paths too long, folders not creatable
+
+
+def test_usable_path_names_what_cannot_be_looked_up(tmp_path: Path) -> None:
+    require_usable_path(tmp_path / "missing" / "deeper", "run folder")  # missing: passes
+    with pytest.raises(RunFolderError, match="longer than the file system allows") as info:
+        require_usable_path(tmp_path / LONG, "run folder", error=RunFolderError)
+    assert info.value.exit_code == 5 and LONG in str(info.value)
+
+
+def test_run_references_too_long_are_run_folder_errors(tmp_path: Path) -> None:
+    from mxtrain.inference.open import parse_checkpoint_ref
+    from mxtrain.run.history import resolve_run
+    from mxtrain.run.plugin_files import run_folder_of
+
+    for text in (f"{tmp_path}/{LONG}", f"{tmp_path}/{LONG}:3"):
+        with pytest.raises(RunFolderError, match="longer than the file system allows"):
+            parse_checkpoint_ref(text)
+        assert run_folder_of(text) is None  # the command's own check says why
+    with pytest.raises(RunFolderError, match="longer than the file system allows"):
+        resolve_run(f"{tmp_path}/{LONG}")
+
+
+def test_folders_that_cannot_be_created(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigError, match="cannot be created: a file stands where"):
+        make_folder(blocker / "below", "export folder", error=ConfigError, hint="Choose -o.")
+    with pytest.raises(ConfigError, match="cannot be created"):
+        make_folder(tmp_path / LONG / "x", "export folder", error=ConfigError, hint="")
+    if Path("/proc/self").is_dir():
+        with pytest.raises(ConfigError, match="/proc/mxtrain-x cannot be created"):
+            make_folder(Path("/proc/mxtrain-x"), "export folder", error=ConfigError, hint="")
+    make_folder(tmp_path / "a" / "b", "export folder", error=ConfigError, hint="")
+    assert (tmp_path / "a" / "b").is_dir()
+
+
+# ------------------------------------------ property: any bytes in a run folder's files
+
+
+RUN_FOLDER_BYTES = st.one_of(
+    st.binary(max_size=300),
+    st.lists(
+        st.sampled_from(
+            [b'{"event": "epoch", "epoch": 1}', b"\xff\xfe", b"\xe2\x82", b"{", b"[]", b"null"]
+        ),
+        max_size=6,
+    ).map(b"\n".join),
+)
+
+
+@settings(derandomize=True, deadline=None, database=None, max_examples=300)
+@given(metrics=RUN_FOLDER_BYTES, inputs=RUN_FOLDER_BYTES, best=RUN_FOLDER_BYTES)
+def test_any_bytes_in_run_folder_files_are_read_or_refused_cleanly(
+    tmp_path_factory: pytest.TempPathFactory, metrics: bytes, inputs: bytes, best: bytes
+) -> None:
+    """Whatever bytes metrics.jsonl, model_inputs.json and checkpoints/best hold, their readers
+    return or raise RunFolderError (never another exception), and change nothing."""
+    from mxtrain.inference.export import _read_model_inputs
+    from mxtrain.run.checkpoint import best_tag
+
+    run = RunFolder(tmp_path_factory.mktemp("run"))
+    run.checkpoints_dir.mkdir()
+    run.metrics_file.write_bytes(metrics)
+    run.model_inputs_file.write_bytes(inputs)
+    run.best_file.write_bytes(best)
+    run.check_entries()
+    for read in (read_metrics, lambda _: _read_model_inputs(run), lambda _: best_tag(run)):
+        try:
+            read(run.metrics_file)
+        except RunFolderError as exc:
+            assert exc.exit_code == 5 and str(run.path) in str(exc)
+    assert run.metrics_file.read_bytes() == metrics
+    assert run.model_inputs_file.read_bytes() == inputs
+    assert run.best_file.read_bytes() == best
