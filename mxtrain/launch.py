@@ -59,6 +59,7 @@ from typing import IO, Any
 
 from mxtrain.errors import ConfigError, ExitCode, MxtrainError
 from mxtrain.run.layout import CONFIG_FILE
+from mxtrain.user_files import UnusableFile, read_regular
 
 log = logging.getLogger("mxtrain")
 
@@ -261,10 +262,11 @@ def local_processes(job: JobSpec, port: int | None = None) -> list[ProcessSpec]:
 def read_hosts(path: str | Path) -> list[str]:
     """Host names from a hosts file: one per line, ``#`` comments and blank lines skipped."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
+        text = read_regular(path).decode("utf-8")
+    except (UnusableFile, UnicodeDecodeError) as exc:
+        problem = exc.problem if isinstance(exc, UnusableFile) else "is not UTF-8 text"
         raise ConfigError(
-            f"--hosts {path}: cannot read the hosts file ({exc.strerror or exc}).",
+            f"--hosts {path}: the hosts file {problem}.",
             hint="Give a file with one host name or address per line.",
         ) from None
     hosts = [line.split("#", 1)[0].strip() for line in text.splitlines()]

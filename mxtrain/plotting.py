@@ -15,6 +15,7 @@ from typing import Any
 from mxtrain.errors import ConfigError, MxtrainError
 from mxtrain.run.atomic import atomic_write_bytes
 from mxtrain.run.history import Curve, epoch_rows, logged_metrics, main_metric, metric_curves
+from mxtrain.user_files import make_folder, require_usable_path
 
 DPI = 100
 
@@ -68,6 +69,7 @@ def plot_runs(
         raise ConfigError(
             f"--width/--height must be between 50 and 10000 pixels, got {width}x{height}."
         )
+    require_usable_path(output, "plot file", error=ConfigError, hint="Choose another -o path.")
     if output.exists() and not force:
         raise ConfigError(
             f"{output} already exists; mxtrain does not overwrite it.",
@@ -131,6 +133,11 @@ def plot_runs(
         figure.savefig(buffer, format="png", dpi=DPI)
     finally:
         plt.close(figure)
-    output.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(
+        output.parent,
+        "folder of the plot",
+        error=ConfigError,
+        hint="Choose an -o path on a file system you can write to.",
+    )
     atomic_write_bytes(output, buffer.getvalue())
     return metric, plotted

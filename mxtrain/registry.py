@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain.errors import ConfigError, MxtrainError, PluginError
+from mxtrain.user_files import UnusableFile, check_regular
 
 # Plugin files whose imports go to another file: the copies a run folder keeps of the files
 # it was trained with (absolute original path -> kept copy; see mxtrain.run.plugin_files).
@@ -152,11 +153,14 @@ def _import_target(target: str, base_dir: Path | None, what: str) -> Any:
     if module_part.endswith(".py"):
         path = plugin_file_path(module_part, base_dir)
         path = _redirected_files.get(str(path), path)
-        if not path.is_file():
+        try:
+            check_regular(path)
+        except UnusableFile as exc:
             raise ConfigError(
-                f"{what} {target!r}: the file {path} does not exist.",
-                hint="Give a path relative to the config file's folder, or an absolute path.",
-            )
+                f"{what} {target!r}: the file {path} {exc.problem}.",
+                hint=exc.hint
+                or "Give a path relative to the config file's folder, or an absolute path.",
+            ) from None
         module_name = f"mxtrain_plugin_{abs(hash(str(path.resolve())))}"
         module = sys.modules.get(module_name)
         if module is None:

@@ -44,6 +44,7 @@ from mxtrain.run.folder import (
 from mxtrain.run.layout import RunFolder
 from mxtrain.run.plugin_files import keep_plugin_files, uses_kept_plugins
 from mxtrain.signals import StopRequests
+from mxtrain.user_files import require_usable_path
 
 log = logging.getLogger("mxtrain")
 
@@ -87,6 +88,12 @@ def fit_experiment(
     threads = configure_threads(config.context, measure=True)  # before MXNet is imported
     config = _with_thread_settings(config)
     runs_dir, run_name = run_folder_for(config, name)
+    require_usable_path(
+        runs_dir / run_name,
+        "run folder",
+        error=RunFolderError,
+        hint="Choose a shorter experiment.runs_dir or name.",
+    )
     with StopRequests() as stops:
         if (runs_dir / run_name).exists() and not force:
             create_run_folder(runs_dir, run_name, force=False)  # raises the explanatory error
@@ -211,6 +218,8 @@ def _resume(
     stops: StopRequests,
 ) -> FitSummary:
     run = _existing_run(run_path)
+    # read (and checked) before anything in the folder changes; rewritten from this below
+    records = read_metrics(run.metrics_file) if run.metrics_file.exists() else None
     status = run.read_status()
     config_dir = run.config_dir()
     saved = load_config(run.config_file, base_dir=config_dir)
@@ -295,7 +304,7 @@ def _resume(
         atomic_write_bytes(previous, run.config_file.read_bytes())
         atomic_write_text(run.config_file, dump_config(config))
         log.info("saved config updated; the previous one is kept as %s", previous.name)
-    _truncate_metrics(run, position)
+    _truncate_metrics(run, position, records)
     facts = environment.collect(
         contexts=setup.contexts, seed=config.experiment.seed, threads=threads
     )
@@ -458,12 +467,14 @@ def _check_writable(run: RunFolder) -> None:
 
 
 def _existing_run(path: Path) -> RunFolder:
+    require_usable_path(path, "run folder", error=RunFolderError)
     run = RunFolder(path)
     if not path.is_dir():
         raise RunFolderError(
             f"{path} is not a run folder (it does not exist).",
             hint="Give the folder `mxtrain fit` created, e.g. runs/ptb_lstm.",
         )
+    run.check_entries()
     if not run.config_file.is_file():
         raise RunFolderError(
             f"{path} has no {run.config_file.name}, so it is not a complete mxtrain run folder.",
@@ -472,10 +483,10 @@ def _existing_run(path: Path) -> RunFolder:
     return run
 
 
-def _truncate_metrics(run: RunFolder, position: Any) -> None:
-    """Drop metrics records past the resume point (None: the beginning): they will be
-    produced again."""
-    if not run.metrics_file.exists():
+def _truncate_metrics(run: RunFolder, position: Any, records: list[dict[str, Any]] | None) -> None:
+    """Drop the metrics ``records`` (None: there is no metrics file) past the resume point
+    (``position`` None: the beginning): they will be produced again."""
+    if records is None:
         return
     if position is None:
         from mxtrain.engine.loop import Position
@@ -495,7 +506,7 @@ def _truncate_metrics(run: RunFolder, position: Any) -> None:
 
     import json
 
-    kept = [r for r in read_metrics(run.metrics_file) if keep(r)]
+    kept = [r for r in records if keep(r)]
     atomic_write_text(run.metrics_file, "".join(json.dumps(r) + "\n" for r in kept))
 
 

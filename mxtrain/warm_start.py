@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain.errors import ConfigError, DataError
+from mxtrain.user_files import require_usable_path
 
 log = logging.getLogger("mxtrain")
 
@@ -132,6 +133,7 @@ def read_source(spec: Any, base_dir: Path, where: str) -> tuple[dict[str, Any], 
     if _is_loader(source):
         return _read_loader(source, base_dir, where), source, None
     path = Path(source).expanduser()
+    require_usable_path(path, f"{KEY} source", error=DataError)
     if path.is_file():
         return _read_file(path.absolute(), where), str(path.absolute()), None
     if source.endswith(".params") and not path.exists():

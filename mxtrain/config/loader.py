@@ -66,6 +66,7 @@ from mxtrain.config.schema import (
 )
 from mxtrain.errors import ConfigError, InvalidValue
 from mxtrain.registry import CALLBACKS, ITERATORS, METRICS, MODELS, Registry
+from mxtrain.user_files import read_file
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -1307,19 +1308,13 @@ def load_config(
     """
     path = Path(path)
     source = str(path)
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise ConfigError(
-            f"config file {source} does not exist.",
-            hint="Check the path; it is relative to the current directory.",
-        ) from None
-    except IsADirectoryError:
-        raise ConfigError(f"{source} is a folder, not a config file.") from None
-    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        reason = getattr(exc, "strerror", None) or exc
-        raise ConfigError(f"cannot read config file {source!r}: {reason}.") from None
+    data = read_file(
+        path,
+        "config file",
+        error=ConfigError,
+        missing_hint="Check the path; it is relative to the current directory.",
+        limit=MAX_CONFIG_BYTES,
+    )
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(
             f"{source} is larger than {MAX_CONFIG_BYTES // 1024} KiB, too large for a config file.",

@@ -12,6 +12,7 @@ from typing import Any
 
 from mxtrain.config.loader import Locations, TreeBuilder, compose_yaml
 from mxtrain.errors import ConfigError
+from mxtrain.user_files import read_file
 
 
 def read_config_tree(path: str | Path) -> dict[str, Any]:
@@ -21,11 +22,10 @@ def read_config_tree(path: str | Path) -> dict[str, Any]:
     YAML or not a mapping.
     """
     source = str(path)
+    data = read_file(Path(path), "config file", error=ConfigError)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file {source} does not exist.") from None
-    except (OSError, UnicodeDecodeError) as exc:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"cannot read config file {source}: {exc}.") from None
     node = compose_yaml(text, source)
     if node is None:

@@ -59,7 +59,16 @@ from mxtrain.data.array_options import (
     RowOptions,
 )
 from mxtrain.data.base import DataContext
-from mxtrain.errors import DataError
+from mxtrain.errors import DataError, MxtrainError
+from mxtrain.user_files import (
+    RELATIVE_TO_CONFIG,
+    UnusableFile,
+    as_error,
+    open_file,
+    read_file,
+    read_regular,
+)
+from mxtrain.user_files import require_file as require_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +122,8 @@ class RowMeta:
     def load(cls, path: str | Path) -> RowMeta:
         """Read a file written by :meth:`save`; DataError if it is anything else."""
         try:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DataError(f"The data description {path} does not exist.") from None
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raw = json.loads(read_file(Path(path), "data description").decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
             raise DataError(f"The data description {path} cannot be read: {exc}.") from None
         if not isinstance(raw, dict) or raw.get("kind") != META_KIND:
             raise DataError(
@@ -322,22 +329,18 @@ def resolve_source(name: str, base_dir: Path) -> Path:
 
 
 def require_file(path: Path, what: str) -> None:
-    if not path.exists():
-        raise DataError(
-            f"The {what} {path} does not exist.",
-            hint="Relative paths are resolved against the config file's folder; fix the path.",
-        )
-    if not path.is_file():
-        raise DataError(f"The {what} {path} is not a file.")
+    """DataError unless the data file ``path`` is a regular file we may read."""
+    require_regular_file(path, what, missing_hint=RELATIVE_TO_CONFIG)
 
 
-def _load_error(path: Path, what: str, exc: BaseException) -> DataError:
+def _load_error(path: Path, what: str, exc: BaseException) -> MxtrainError:
+    if isinstance(exc, OSError) and exc.errno is not None:  # not the content: say what it is
+        return as_error(UnusableFile.from_os_error(path, exc), what)
     text = str(exc)
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(6)
-    except OSError:
-        head = b""
+        head = read_regular(path, limit=5)
+    except UnusableFile as problem:
+        return as_error(problem, what)
     if head != b"\x93NUMPY" and not head.startswith(b"PK"):
         return DataError(
             f"The {what} {path} is not a NumPy file: it starts with neither the .npy header "
@@ -621,11 +624,9 @@ def _read_csv(
     max_rows: int | None,
 ) -> tuple[np.ndarray, np.ndarray | None, list[int], tuple[str, ...]]:
     """(features float64 (rows, F), labels float64 or None, file line of each row, names)."""
-    require_file(path, "CSV file")
-    try:
-        handle = open(path, encoding="utf-8-sig", newline="")  # noqa: SIM115
-    except OSError as exc:
-        raise DataError(f"The CSV file {path} cannot be read: {exc.strerror or exc}.") from None
+    handle = open_file(
+        path, "CSV file", missing_hint=RELATIVE_TO_CONFIG, encoding="utf-8-sig", newline=""
+    )
     cells: list[list[str]] = []
     labels_raw: list[str] = []
     lines: list[int] = []

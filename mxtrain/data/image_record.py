@@ -41,6 +41,7 @@ from mxtrain.data.arrays import RowMeta, prior_meta, require_file, resolve_sourc
 from mxtrain.data.base import DataContext
 from mxtrain.data.sparse_image_options import ImageRecordOptions
 from mxtrain.errors import DataError
+from mxtrain.user_files import open_file
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def _index_file(options: ImageRecordOptions, rec: Path, base_dir: Path) -> Path 
 def count_records(rec: Path, index: Path | None) -> int:
     """Records in ``rec``: the lines of its index, else a scan of the file."""
     if index is not None:
-        with open(index, encoding="utf-8") as handle:
+        with open_file(index, "RecordIO index file", encoding="utf-8") as handle:
             return sum(1 for line in handle if line.strip())
     reader = mx.recordio.MXRecordIO(str(rec), "r")
     count = 0

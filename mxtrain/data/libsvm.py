@@ -39,13 +39,13 @@ from mxtrain.data.arrays import (
     num_classes_of,
     prior_meta,
     regression_targets,
-    require_file,
     resolve_source,
     row_iter_settings,
 )
 from mxtrain.data.base import DataContext
 from mxtrain.data.sparse_image_options import LibsvmOptions
 from mxtrain.errors import DataError
+from mxtrain.user_files import RELATIVE_TO_CONFIG, open_file
 
 # The largest feature index a file may hold: MXNet (built without large-tensor support) sizes
 # every dimension with a 32-bit integer, and Python would otherwise parse 10**30 happily.
@@ -99,17 +99,13 @@ def read_libsvm(
     With ``need_label`` false (predicting) a line's first token may be a feature instead of a
     label; labels that are there are then skipped, not returned.
     """
-    require_file(path, "LibSVM file")
     indptr = [0]
     indices: list[int] = []
     values: list[float] = []
     labels: list[float] = []
     lines: list[int] = []
     first_index = 0 if zero_based else 1
-    try:
-        handle = open(path, encoding="utf-8")  # noqa: SIM115
-    except OSError as exc:
-        raise DataError(f"The LibSVM file {path} cannot be read: {exc.strerror or exc}.") from None
+    handle = open_file(path, "LibSVM file", missing_hint=RELATIVE_TO_CONFIG, encoding="utf-8")
     with handle:
         line_no = 0
         try:

@@ -5,6 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from mxtrain.errors import DataError
+from mxtrain.user_files import (
+    DIRECTORY,
+    MISSING,
+    RELATIVE_TO_CONFIG,
+    UnusableFile,
+    read_regular,
+)
 
 
 def read_data_text(path: Path, source: str, *, expected: str, fix_path: str = "") -> str:
@@ -16,22 +23,16 @@ def read_data_text(path: Path, source: str, *, expected: str, fix_path: str = ""
     does not exist ("or use treebank:train|valid|test").
     """
     named = f" (source {source!r})" if str(path) != source else ""
-    where = f"The data file {path}{named}"
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DataError(
-            f"{where} does not exist.",
-            hint="Relative paths are resolved against the config file's folder; fix the path"
-            + (f" {fix_path}." if fix_path else "."),
-        ) from None
-    except IsADirectoryError:
-        raise DataError(f"{where} is a directory.", hint=f"Point source at {expected}.") from None
-    except OSError as exc:
-        raise DataError(
-            f"{where} cannot be read: {exc.strerror or exc}.",
-            hint="Check that the file exists and that you may read it.",
-        ) from None
+        raw = read_regular(path)
+    except UnusableFile as exc:
+        if exc.problem == MISSING:
+            hint = f"{RELATIVE_TO_CONFIG[:-1]} {fix_path}." if fix_path else RELATIVE_TO_CONFIG
+        elif exc.problem == DIRECTORY:
+            hint = f"Point source at {expected}."
+        else:
+            hint = exc.hint
+        raise DataError(f"The data file {path}{named} {exc.problem}.", hint=hint or None) from None
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -11,6 +11,7 @@ from typing import Any
 
 from mxtrain.errors import DataError
 from mxtrain.run.atomic import atomic_write_text
+from mxtrain.user_files import UnusableFile, read_regular
 
 PAD = "<pad>"
 UNK = "<unk>"
@@ -208,15 +209,11 @@ def read_versioned_json(
         return DataError(f"The {kind} file {path} {what}.", hint=hint)
 
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise bad("does not exist") from None
-    except IsADirectoryError:
-        raise bad("is a directory, not a file") from None
+        text = read_regular(path).decode("utf-8")
+    except UnusableFile as exc:
+        raise DataError(f"The {kind} file {path} {exc.problem}.", hint=exc.hint or hint) from None
     except UnicodeDecodeError as exc:
         raise bad(f"is not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise bad(f"cannot be read ({exc.strerror or exc})") from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -34,8 +34,13 @@ from typing import Any
 import numpy as np
 
 from mxtrain.errors import ConfigError, RunFolderError
+from mxtrain.run.layout import RunFolder
+from mxtrain.user_files import make_folder, read_file, require_usable_path
 
 log = logging.getLogger("mxtrain")
+
+#: what model_inputs.json must hold for export to rebuild the model
+_MODEL_INPUTS_KEYS = ("data_info", "default_bucket_key", "provide_data")
 
 #: loss-head operators and the forward computation that replaces them
 _HEADS = ("SoftmaxOutput", "LinearRegressionOutput", "LogisticRegressionOutput",
@@ -142,14 +147,7 @@ def export_run(
 
     path, choice = parse_checkpoint_ref(ref)
     run = open_run_folder(path)
-    if not run.model_inputs_file.is_file():
-        raise RunFolderError(
-            f"The run folder {run.path} has no {run.model_inputs_file.name}: it was trained "
-            "by an mxtrain older than export, which rebuilds the model from that file.",
-            hint="Train the run again (or resume it: resume writes nothing new here) with "
-            "this mxtrain.",
-        )
-    saved = json.loads(run.model_inputs_file.read_text(encoding="utf-8"))
+    saved = _read_model_inputs(run)
     with kept_plugins(run.path):
         config = load_config(run.config_file, base_dir=run.config_dir())
         data_info = data_info_from(saved)
@@ -161,7 +159,12 @@ def export_run(
     keys = trained if all_buckets else [as_tuples(k) for k in buckets] if buckets else [default]
     _check_out_dir(out_dir, force)
     created = not out_dir.exists()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(
+        out_dir,
+        "export folder",
+        error=ConfigError,
+        hint="Choose an -o folder on a file system you can write to.",
+    )
     try:
         return _export_keys(
             keys, sym_gen, saved, batch_size, arg_params, aux_params, chosen, run, out_dir, fmt
@@ -316,7 +319,34 @@ def _key_text(key: Any) -> str:
     return "x".join(str(k) for k in key) if isinstance(key, tuple) else str(key)
 
 
+def _read_model_inputs(run: RunFolder) -> dict[str, Any]:
+    """The run's model_inputs.json (what rebuilds the model), or a RunFolderError naming the
+    file and its fault."""
+    path = run.model_inputs_file
+    if not path.exists():
+        raise RunFolderError(
+            f"The run folder {run.path} has no {path.name}: it was trained "
+            "by an mxtrain older than export, which rebuilds the model from that file.",
+            hint="Train the run again (or resume it: resume writes nothing new here) with "
+            "this mxtrain.",
+        )
+    data = read_file(path, "model description", error=RunFolderError)
+    try:
+        saved = json.loads(data.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError included
+        saved, problem = None, f"is not UTF-8 JSON ({exc})"
+    else:
+        problem = f"does not describe the model's inputs (it needs {', '.join(_MODEL_INPUTS_KEYS)})"
+    if not isinstance(saved, dict) or not all(k in saved for k in _MODEL_INPUTS_KEYS):
+        raise RunFolderError(
+            f"The model description {path} {problem}.",
+            hint="Restore it from a copy of the run folder; `mxtrain fit` writes it.",
+        )
+    return saved
+
+
 def _check_out_dir(out_dir: Path, force: bool) -> None:
+    require_usable_path(out_dir, "export folder", error=ConfigError, hint="Choose another -o.")
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"The export folder {out_dir} is a file.", hint="Choose another -o.")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:

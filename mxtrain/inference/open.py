@@ -34,6 +34,7 @@ from mxtrain.run.layout import (
 )
 from mxtrain.run.params import ParamsFileError, read_params
 from mxtrain.run.plugin_files import uses_kept_plugins
+from mxtrain.user_files import require_file, require_usable_path
 
 log = logging.getLogger("mxtrain")
 
@@ -63,6 +64,7 @@ def parse_checkpoint_ref(ref: str | os.PathLike[str]) -> tuple[Path, int | str |
             "The checkpoint reference is empty.",
             hint=f"Give a run folder such as {_EXAMPLE}, or {_EXAMPLE}:3 for epoch 3.",
         )
+    require_usable_path(Path(text), "run folder", error=RunFolderError)
     head, sep, tail = text.rpartition(":")
     if not sep or not head or Path(text).exists():
         return Path(text), None
@@ -109,6 +111,7 @@ def open_run_folder(path: Path) -> RunFolder:
             f"optionally with :EPOCH, e.g. {_EXAMPLE}:3.",
         )
     run = RunFolder(path)
+    run.check_entries()
     if not run.config_file.is_file():
         raise RunFolderError(
             f"The run folder {path} is incomplete: it has no {CONFIG_FILE}.",
@@ -248,15 +251,13 @@ def input_file(path: str | os.PathLike[str], what: str) -> Path:
     file = Path(path).expanduser()
     if not file.is_absolute():
         file = Path.cwd() / file
-    if not file.exists():
-        raise DataError(
-            f"The {what} {path} does not exist.",
-            hint="Paths on the command line are relative to the current folder; give a file "
-            "the run's data iterator reads (a language model: UTF-8 text, one sentence per "
-            "line; a classifier: .npy/.npz/.csv rows).",
-        )
-    if not file.is_file():
-        raise DataError(f"The {what} {path} is not a file.", hint="Give a file, not a folder.")
+    require_file(
+        file,
+        what,
+        missing_hint="Paths on the command line are relative to the current folder; give a "
+        "file the run's data iterator reads (a language model: UTF-8 text, one sentence per "
+        "line; a classifier: .npy/.npz/.csv rows).",
+    )
     return file
 
 

@@ -66,6 +66,7 @@ from mxtrain.run.layout import (
     work_folder_name,
 )
 from mxtrain.run.params import ParamsFileError, load_named_arrays, read_params
+from mxtrain.user_files import MISSING, UnusableFile, open_regular, read_regular
 
 __all__ = [
     "Checkpoint",
@@ -164,7 +165,7 @@ def _copy_file(src: Path, dst: Path) -> None:
 def _digest(path: Path) -> dict[str, Any]:
     sha = hashlib.sha256()
     size = 0
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         while chunk := handle.read(_CHUNK):
             sha.update(chunk)
             size += len(chunk)
@@ -404,8 +405,8 @@ def _tidy(root: Path, run: RunFolder, prefix: str) -> None:
 
 def _read_created(path: Path) -> float | None:
     try:
-        created = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8")).get("created")
-    except (OSError, ValueError, AttributeError):
+        created = json.loads(read_regular(path / MANIFEST_FILE)).get("created")
+    except (UnusableFile, OSError, ValueError, AttributeError):
         return None
     return float(created) if isinstance(created, int | float) else None
 
@@ -457,13 +458,13 @@ def _read_manifest(ckpt: Checkpoint) -> dict[str, Any]:
     if not ckpt.path.is_dir():
         raise _broken(ckpt, "", "is missing")
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise _broken(
-            ckpt, MANIFEST_FILE, "is missing (the checkpoint was never completely written)"
-        ) from None
-    except OSError as exc:
-        raise _broken(ckpt, MANIFEST_FILE, f"cannot be read ({exc.strerror})") from exc
+        raw = read_regular(path)
+    except UnusableFile as exc:
+        if exc.problem == MISSING:
+            raise _broken(
+                ckpt, MANIFEST_FILE, "is missing (the checkpoint was never completely written)"
+            ) from None
+        raise _broken(ckpt, MANIFEST_FILE, exc.problem) from None
     try:
         manifest = json.loads(raw)
     except ValueError as exc:
@@ -504,8 +505,10 @@ def verify_checkpoint(ckpt: Checkpoint) -> None:
         expected = files[name]
         try:
             actual = _digest(path)
-        except FileNotFoundError:
-            raise _broken(ckpt, name, "is missing") from None
+        except UnusableFile as exc:
+            raise _broken(
+                ckpt, name, "is missing" if exc.problem == MISSING else exc.problem
+            ) from None
         except OSError as exc:
             raise _broken(ckpt, name, f"cannot be read ({exc.strerror})") from exc
         if actual["size"] != expected.get("size"):
@@ -519,7 +522,9 @@ def verify_checkpoint(ckpt: Checkpoint) -> None:
             raise _broken(ckpt, name, "is corrupted: its sha256 differs from the manifest's")
     for name in (OPTIMIZER_META_FILE, STATE_FILE):
         try:
-            data = json.loads((ckpt.path / name).read_bytes())
+            data = json.loads(read_regular(ckpt.path / name))
+        except UnusableFile as exc:
+            raise _broken(ckpt, name, exc.problem) from None
         except ValueError as exc:
             raise _broken(ckpt, name, f"is not valid JSON ({exc})") from exc
         if name == STATE_FILE and not (
@@ -558,8 +563,8 @@ def _check_position(ckpt: Checkpoint, position: Any) -> None:
 def best_tag(run: RunFolder) -> str | None:
     """The tag recorded in ``checkpoints/best`` (written with ``checkpoint.best_metric``)."""
     try:
-        tag = (run.best_file).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
+        tag = read_regular(run.best_file).decode("utf-8").strip()
+    except (UnusableFile, UnicodeDecodeError):
         return None
     return tag or None
 
@@ -745,8 +750,9 @@ def load_checkpoint(ckpt: Checkpoint, *, optimizer: bool = True) -> LoadedCheckp
         for k in list(opt_arrays)
         if k.startswith(RECURRENT_STATE)
     }
-    opt_meta = json.loads((ckpt.path / OPTIMIZER_META_FILE).read_bytes()) if optimizer else None
-    saved = json.loads((ckpt.path / STATE_FILE).read_bytes())
+    # verified just now: regular files of valid JSON
+    opt_meta = json.loads(read_regular(ckpt.path / OPTIMIZER_META_FILE)) if optimizer else None
+    saved = json.loads(read_regular(ckpt.path / STATE_FILE))
     keys = saved.get("bucket_keys")
     return LoadedCheckpoint(
         checkpoint=ckpt,

@@ -22,6 +22,7 @@ from mxtrain.run.layout import (
     staging_folder_name,
     staging_folder_pid,
 )
+from mxtrain.user_files import read_file
 
 
 def check_name_option(name: str | None) -> None:
@@ -149,12 +150,26 @@ class MetricsLog:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """All records of a metrics.jsonl file (a torn last line from a crash is skipped)."""
+    """All records of a metrics.jsonl file (a torn last line from a crash is skipped).
+
+    A file that cannot be read, or a complete line that is not UTF-8 (mxtrain writes ASCII),
+    is a RunFolderError: resume rewrites the file from what is read here, so nothing may be
+    skipped silently but a torn last line.
+    """
+    data = read_file(path, "metrics file", error=RunFolderError)
     records = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                records.append(json.loads(line))
-            except ValueError:
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line.decode("utf-8")))
+        except UnicodeDecodeError as exc:
+            if number == len(lines):  # torn by a crash mid-write
                 continue
+            raise RunFolderError(
+                f"{path}:{number}: not UTF-8 text (the byte {line[exc.start : exc.start + 1]!r}); "
+                "mxtrain writes its metrics as ASCII JSON lines.",
+                hint=f"Restore {path} from a copy, or delete line {number}.",
+            ) from None
+        except ValueError:
+            continue
     return records

@@ -21,6 +21,7 @@ from mxtrain.errors import ConfigError, RunFolderError
 from mxtrain.metric_tracker import MetricTracker, lower_is_better
 from mxtrain.run.folder import read_metrics
 from mxtrain.run.layout import CONFIG_FILE, METRICS_FILE, RUN_FILE, RunFolder
+from mxtrain.user_files import UnusableFile, read_regular, require_usable_path
 
 UNREADABLE = "unreadable"
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
@@ -120,6 +121,7 @@ def is_run_folder(path: Path) -> bool:
 def resolve_run(argument: str, runs_dir: Path = Path("runs")) -> Path:
     """The run folder a command-line RUN names: a path, or a run's name under ``runs_dir``."""
     path = Path(argument)
+    require_usable_path(path, "run folder", error=RunFolderError)
     if is_run_folder(path):
         return path
     by_name = runs_dir / argument
@@ -145,6 +147,7 @@ def find_runs(folder: Path) -> list[RunSummary]:
     ``fit --force``) are skipped; a folder whose files cannot be read is listed as
     ``unreadable`` with the reason.
     """
+    require_usable_path(folder, "runs folder", error=RunFolderError)
     if not folder.is_dir():
         raise RunFolderError(
             f"{folder} does not exist or is not a folder, so there are no runs to list.",
@@ -201,7 +204,12 @@ def _read_run(
     config, config_problem = _read_config(path)
     if config_problem and not (path / RUN_FILE).exists():
         problems.append(config_problem)
-    records = read_metrics(path / METRICS_FILE) if (path / METRICS_FILE).is_file() else []
+    records: list[dict[str, Any]] = []
+    if (path / METRICS_FILE).exists():
+        try:
+            records = read_metrics(path / METRICS_FILE)
+        except RunFolderError as exc:
+            problems.append(exc.message)
     epochs = epoch_rows(records)
     summary = RunSummary(
         name=path.name,
@@ -226,8 +234,11 @@ def _read_status(path: Path, problems: list[str]) -> dict[str, Any]:
         problems.append(f"no {RUN_FILE}")
         return {}
     try:
-        data = json.loads(run_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_regular(run_file))
+    except UnusableFile as exc:
+        problems.append(f"{RUN_FILE} {exc.problem}")
+        return {}
+    except ValueError as exc:
         problems.append(f"{RUN_FILE} is not valid JSON ({exc})")
         return {}
     if not isinstance(data, dict):
@@ -511,6 +522,7 @@ def config_for_diff(
     from mxtrain.config.saved import read_config_tree
 
     path = Path(target)
+    require_usable_path(path, "run folder or config file", error=RunFolderError)
     if path.is_file():
         return str(path), config_to_dict(load_config(path))
     run = resolve_run(str(target), runs_dir)

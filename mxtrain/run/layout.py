@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mxtrain.errors import RunFolderError
 from mxtrain.run.atomic import atomic_write_text
+from mxtrain.user_files import UnusableFile, entry_problem, read_regular
 
 CONFIG_FILE = "config.yaml"
 RUN_FILE = "run.json"
@@ -175,11 +177,39 @@ class RunFolder:
     def params_file(self, prefix: str, epoch: int) -> Path:
         return self.path / params_file_name(prefix, epoch)
 
+    def check_entries(self) -> None:
+        """RunFolderError naming the first entry of the layout that exists with the wrong type
+        (``checkpoints`` a file, ``train.log`` a folder, ``run.json`` a named pipe, ...), so
+        that resume, score, predict and export refuse the folder before they read or change
+        anything in it."""
+        entries = [(self.checkpoints_dir, True)]
+        entries += [
+            (path, False)
+            for path in (
+                self.config_file,
+                self.run_file,
+                self.vocab_file,
+                self.model_inputs_file,
+                self.metrics_file,
+                self.log_file,
+                self.best_file,
+            )
+        ]
+        for path, folder in entries:
+            problem = entry_problem(path, folder=folder)
+            if problem is not None:
+                raise RunFolderError(
+                    f"The run folder {self.path} cannot be used: {path} {problem}; mxtrain "
+                    f"writes it as a {'folder' if folder else 'regular file'}.",
+                    hint=f"Move {path} out of the way if it is not needed, or restore the "
+                    "run folder from a copy; nothing in it was changed.",
+                )
+
     def read_status(self) -> dict[str, Any]:
         """The contents of run.json, or an empty dict if it is missing or unreadable."""
         try:
-            data = json.loads(self.run_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = json.loads(read_regular(self.run_file))
+        except (UnusableFile, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from mxtrain.user_files import UnusableFile, check_regular
+
 
 class ParamsFileError(ValueError):
     """A parameter file that cannot be used; ``problem`` completes "the file ...".
@@ -38,6 +40,10 @@ def load_named_arrays(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Every array of an ``mx.nd.save`` file by name (``{}`` for a saved empty dict)."""
     import mxnet as mx
 
+    try:
+        check_regular(path)  # MXNet would hang on a FIFO and call unreadable files damaged
+    except UnusableFile as exc:
+        raise ParamsFileError("unreadable", exc.problem, exc.problem) from None
     try:
         loaded = mx.nd.load(os.fspath(path))
     except (mx.base.MXNetError, OSError) as exc:

@@ -25,10 +25,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mxtrain.errors import DataError, RunFolderError
+from mxtrain.errors import ConfigError, DataError, RunFolderError
 from mxtrain.registry import plugin_file_path, redirected_plugin_files
 from mxtrain.run.atomic import atomic_write_bytes, atomic_write_text
 from mxtrain.run.layout import PLUGINS_DIR, PLUGINS_MANIFEST, RUN_FILE, RunFolder
+from mxtrain.user_files import UnusableFile, read_regular
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 
@@ -71,7 +72,10 @@ def keep_plugin_files(config: Any, run_path: Path) -> list[Path]:
             name = f"{original.stem}-{counter}{original.suffix}"
         copy = folder / name
         try:
-            content = original.read_bytes()
+            content = read_regular(original)
+        except UnusableFile as exc:
+            raise ConfigError(f"The plugin file {original} {exc.problem}.", hint=exc.hint) from None
+        try:
             atomic_write_bytes(copy, content)
         except OSError as exc:
             raise RunFolderError(
@@ -99,7 +103,7 @@ def kept_plugin_redirects(run_path: Path, config_dir: Path) -> dict[str, Path]:
     if not manifest.exists():
         return {}
     try:
-        entries = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        entries = json.loads(read_regular(manifest))["files"]
         redirects = {}
         for entry in entries:
             copy = run_path / PLUGINS_DIR / str(entry["kept"])
@@ -111,6 +115,8 @@ def kept_plugin_redirects(run_path: Path, config_dir: Path) -> dict[str, Path]:
                 )
             original = plugin_file_path(str(entry["reference"]), config_dir)
             redirects[str(original)] = copy
+    except UnusableFile as exc:
+        raise RunFolderError(f"The plugin manifest {manifest} {exc.problem}.") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RunFolderError(
             f"The plugin manifest {manifest} is damaged ({exc}).",
@@ -123,8 +129,11 @@ def run_folder_of(ref: Any) -> Path | None:
     """The run folder named by ``RUN`` or ``RUN:SUFFIX`` (an epoch, a tag), if it exists."""
     text = os.fspath(ref)
     for candidate in (text, text.rpartition(":")[0]):
-        if candidate and (Path(candidate) / RUN_FILE).is_file():
-            return Path(candidate)
+        try:
+            if candidate and (Path(candidate) / RUN_FILE).is_file():
+                return Path(candidate)
+        except (OSError, ValueError):  # a name too long, ...: the command itself says so
+            continue
     return None
 
 

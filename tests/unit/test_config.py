@@ -223,7 +223,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_folder_instead_of_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="is a folder"):
+    with pytest.raises(ConfigError, match="is a directory, not a file"):
         load_config(tmp_path, registries=REG)
 
 
