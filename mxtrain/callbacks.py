@@ -33,6 +33,7 @@ from types import MappingProxyType
 from typing import Any
 
 from mxtrain.errors import ConfigError
+from mxtrain.mxnet_errors import exception_summary
 
 log = logging.getLogger("mxtrain")
 
@@ -112,7 +113,7 @@ class CallbackRunner:
                 callback = factory(**dict(section.options or {}))
             except Exception as exc:  # the plugin's own failure, named with the plugin
                 raise ConfigError(
-                    f"{where} could not be created: {type(exc).__name__}: {exc}."
+                    f"{where} could not be created: {exception_summary(exc)}."
                 ) from None
             if not any(callable(getattr(callback, e, None)) for e in EVENTS):
                 raise ConfigError(
@@ -146,7 +147,7 @@ class CallbackRunner:
             except Exception as exc:  # a bug in the callback: name it, keep what was saved
                 raise ConfigError(
                     f"{where} failed in {event} (epoch {values.get('epoch', 0)}, batch "
-                    f"{values.get('batch', 0)}): {type(exc).__name__}: {exc}.",
+                    f"{values.get('batch', 0)}): {exception_summary(exc)}.",
                     hint="Fix the callback; the run folder keeps its checkpoints, so "
                     "`mxtrain resume` continues from the last one.",
                 ) from exc

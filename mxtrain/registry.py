@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain.errors import ConfigError
+from mxtrain.mxnet_errors import exception_summary
 
 # Plugin files whose imports go to another file: the copies a run folder keeps of the files
 # it was trained with (absolute original path -> kept copy; see mxtrain.run.plugin_files).
@@ -83,7 +84,7 @@ def _import_target(target: str, base_dir: Path | None, what: str) -> Any:
             except Exception as exc:
                 del sys.modules[module_name]
                 raise ConfigError(
-                    f"{what} {target!r}: importing {path} failed with {type(exc).__name__}: {exc}."
+                    f"{what} {target!r}: importing {path} failed with {exception_summary(exc)}."
                 ) from exc
     else:
         try:
@@ -96,7 +97,7 @@ def _import_target(target: str, base_dir: Path | None, what: str) -> Any:
         except Exception as exc:  # the module's own code failed while importing
             raise ConfigError(
                 f"{what} {target!r}: importing module {module_part!r} failed with "
-                f"{type(exc).__name__}: {exc}."
+                f"{exception_summary(exc)}."
             ) from exc
     try:
         return getattr(module, attr)

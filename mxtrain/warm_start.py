@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain.errors import ConfigError, DataError
+from mxtrain.mxnet_errors import exception_summary
 
 log = logging.getLogger("mxtrain")
 
@@ -111,7 +112,7 @@ def _read_loader(source: str, base_dir: Path, where: str) -> dict[str, Any]:
         arrays = loader()
     except Exception as exc:  # the plugin's own failure, named with the plugin
         raise ConfigError(
-            f"{where}: {KEY}: the loader {source!r} failed: {type(exc).__name__}: {exc}."
+            f"{where}: {KEY}: the loader {source!r} failed: {exception_summary(exc)}."
         ) from None
     if not isinstance(arrays, Mapping) or not arrays:
         raise ConfigError(
