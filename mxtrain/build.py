@@ -7,7 +7,6 @@ import copy
 import dataclasses
 import inspect
 import logging
-import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 from mxtrain.data.base import DataContext, DataInfo
 from mxtrain.errors import ConfigError, DataError, InvalidValue, MxtrainError
+from mxtrain.mxnet_errors import mxnet_reason
 from mxtrain.registry import (
     ITERATORS,
     METRICS,
@@ -85,23 +85,6 @@ def build_sym_gen(
     return sym_gen
 
 
-def _bind_reason(exc: BaseException) -> str:
-    """What an MXNet bind error says failed: "operator pool2: kernel size (2) exceeds input".
-
-    simple_bind's message lists every argument shape and then MXNet's check, prefixed with
-    a timestamp, the C++ source line and the failed expression; only the operator and the
-    check's own words are kept.
-    """
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    for line in lines:
-        operator = re.search(r"Error in operator (\S+):", line)
-        _, failed, check = line.partition("Check failed: ")
-        if failed:
-            words = check.partition(": ")[2] or check
-            return f"operator {operator.group(1)}: {words}" if operator else words
-    return lines[0].removeprefix("MXNetError: ") if lines else type(exc).__name__
-
-
 def _descs(descs: Any) -> str:
     return ", ".join(f"{d.name} {tuple(d.shape)}" for d in descs or []) or "none"
 
@@ -117,7 +100,7 @@ def _model_build_error(
     as such (and not as some unrelated config key).
     """
     model = MODELS.get(config.model.name, base_dir=config.base_dir).label
-    reason = _bind_reason(exc)
+    reason = mxnet_reason(exc)
     given = (
         f"{data_where} ({_descs(data_iter.provide_data)}; labels "
         f"{_descs(getattr(data_iter, 'provide_label', None))})"
@@ -127,6 +110,11 @@ def _model_build_error(
             "The model's sym_gen must return the iterator's data and label names as its "
             "data_names and label_names and use them as its input Variables; rename them in "
             "the model or set data_name / label_name in the data section."
+        )
+    elif "2^31 elements" in reason:  # MXNet 1.9.1 without int64 tensor sizes
+        hint = (
+            "A batch is too large for one MXNet array (2**31 elements): give a smaller batch "
+            "size (--batch-size, or batch_size in the data section)."
         )
     else:
         hint = (

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain.errors import ConfigError, MxtrainError, PluginError
+from mxtrain.mxnet_errors import mxnet_reason
 from mxtrain.user_files import UnusableFile, check_regular
 
 # Plugin files whose imports go to another file: the copies a run folder keeps of the files
@@ -40,9 +41,9 @@ _NOT_PLUGIN_CODE = ("mxtrain", "mxnet")
 
 
 def _one_line(exc: BaseException) -> str:
-    """The first line of an exception's text, shortened: the message stays one paragraph."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = lines[0] if lines else ""
+    """The exception's one-line reason (MXNet's traceback left out: mxnet_reason), shortened:
+    the message stays one paragraph; empty when it says nothing but its type."""
+    text = "" if not str(exc).strip() else mxnet_reason(exc)
     return text if len(text) <= 300 else text[:297] + "..."
 
 

@@ -33,6 +33,7 @@ from mxtrain.metric_tracker import MetricTracker, declared_direction, lower_is_b
 from mxtrain.reporting import Reporter
 from mxtrain.run import environment
 from mxtrain.run.atomic import atomic_write_bytes, atomic_write_text, remove_stale_temporaries
+from mxtrain.run.bucket_keys import checkpoint_keys
 from mxtrain.run.folder import (
     MetricsLog,
     create_run_folder,
@@ -42,6 +43,7 @@ from mxtrain.run.folder import (
     stage_run_folder,
 )
 from mxtrain.run.layout import RunFolder
+from mxtrain.run.params import ParamsMismatchError, params_mismatch_error
 from mxtrain.run.plugin_files import keep_plugin_files, uses_kept_plugins
 from mxtrain.signals import StopRequests
 from mxtrain.user_files import require_usable_path
@@ -254,6 +256,7 @@ def _resume(
             run, epoch, accept=lambda loaded: Position.from_json(loaded.state.get("position"))
         )
         found = loaded.checkpoint
+        checkpoint_keys(loaded, run)  # edited keys are refused before the model is bound for them
         for bad, reason in skipped:
             log.warning(
                 "checkpoint %s is not usable (%s); falling back to an older one", bad.tag, reason
@@ -287,6 +290,12 @@ def _resume(
         config = setup.config
         if loaded is not None:
             checkpoint.restore_module(setup.module, loaded, parameters=False)
+    except ParamsMismatchError as exc:
+        reporter.close()
+        # a forced --set model.* is why the checkpoint no longer fits: say so
+        raise params_mismatch_error(
+            exc.params_file, run.config_file, exc.problems, overrides
+        ) from None
     except BaseException:
         reporter.close()
         raise

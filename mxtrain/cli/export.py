@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from mxtrain.cli.options import handle_errors
+from mxtrain.cli.options import BATCH_SIZE, SEQUENCE_LENGTH, handle_errors
 
 
 @click.command(
@@ -31,14 +31,14 @@ Examples:
 @click.option(
     "--bucket",
     "buckets",
-    type=int,
+    type=SEQUENCE_LENGTH,
     multiple=True,
     help="A sequence length (bucket key) to unroll the graph for; repeatable.",
 )
 @click.option("--all-buckets", is_flag=True, help="Every bucket the run trained with.")
 @click.option(
     "--batch-size",
-    type=click.IntRange(min=1),
+    type=BATCH_SIZE,
     default=1,
     show_default=True,
     help="The batch axis written in export.json's shapes (the graph itself takes any).",

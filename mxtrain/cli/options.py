@@ -17,6 +17,7 @@ import click
 
 from mxtrain.errors import ExitCode, MxtrainError
 from mxtrain.registry import plugin_failures_named
+from mxtrain.run.bucket_keys import MAX_ELEMENTS, MAX_SEQUENCE_LENGTH
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,6 +50,14 @@ json_option = click.option(
     "interval, eval, checkpoint, epoch_end, early_stop, error, end; see the README); the "
     "human output goes to stderr.",
 )
+
+
+#: ``--batch-size``: rows of one array, which MXNet 1.9.1 caps at 2**31 - 1 elements
+BATCH_SIZE = click.IntRange(min=1, max=MAX_ELEMENTS)
+#: ``--bucket``: a sequence length to unroll a model for (mxtrain.run.bucket_keys)
+SEQUENCE_LENGTH = click.IntRange(min=1, max=MAX_SEQUENCE_LENGTH)
+#: ``--epoch``: epochs completed (0: the checkpoint before training, where one was kept)
+EPOCH = click.IntRange(min=0)
 
 
 def progress_mode(progress: str, quiet: bool) -> str:

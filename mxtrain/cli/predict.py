@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from mxtrain.cli.options import handle_errors, set_option
+from mxtrain.cli.options import BATCH_SIZE, EPOCH, handle_errors, set_option
 
 
 @click.command(
@@ -65,11 +65,9 @@ likely tokens after the whole line. Blank lines get a record with null values.""
     "raw): one array per output.",
 )
 @click.option(
-    "--epoch", type=int, default=None, help="The end of this epoch (instead of RUN:EPOCH)."
+    "--epoch", type=EPOCH, default=None, help="The end of this epoch (instead of RUN:EPOCH)."
 )
-@click.option(
-    "--batch-size", type=click.IntRange(min=1), default=None, help="Inputs (rows) per batch."
-)
+@click.option("--batch-size", type=BATCH_SIZE, default=None, help="Inputs (rows) per batch.")
 @click.option(
     "--top-k",
     type=click.IntRange(min=0),

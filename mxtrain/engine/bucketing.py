@@ -35,7 +35,7 @@ import numpy as np
 
 from mxtrain.engine.allocator import return_freed_memory, trim_heaps
 from mxtrain.run.atomic import save_atomically
-from mxtrain.run.params import ParamsFileError, read_params
+from mxtrain.run.params import ParamsFileError, ParamShapes, param_problems, read_params
 
 __all__ = ["BucketingModule", "key_fits", "largest_key", "split_batch"]
 
@@ -686,6 +686,15 @@ class BucketingModule:
     @property
     def aux_names(self) -> list[str]:
         return list(self._aux_names)
+
+    def param_shapes(self) -> ParamShapes:
+        """(parameter shapes, auxiliary-state shapes) by name, as bound: what
+        :meth:`set_params` accepts (see :func:`mxtrain.run.params.param_problems`)."""
+        self._require_bucket()
+        return (
+            {n: tuple(a[0].shape) for n, a in self._params.items()},
+            {n: tuple(a[0].shape) for n, a in self._auxs.items()},
+        )
 
     def param_array(self, name: str, device: int = 0) -> Any:
         """The live weight array of ``name`` on one device (no copy: do not write to it)."""
@@ -1354,6 +1363,16 @@ class BucketingModule:
             if extra:
                 raise ValueError(f"parameters not in the network: {extra}")
 
+        # a shape that differs is said in words here: MXNet's copyto says it in a C++ traceback
+        mismatched = param_problems(
+            self.param_shapes(),
+            (arg_params or {}, aux_params or {}),
+            source="the given values",
+            allow_missing=True,
+            allow_extra=True,
+        )
+        if mismatched:
+            raise ValueError("; ".join(mismatched))
         attrs = self._default_symbol.attr_dict()
 
         def fill(name: str, arr: Any, given: Mapping[str, Any] | None) -> bool:

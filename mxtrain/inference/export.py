@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,14 +34,16 @@ from typing import Any
 
 import numpy as np
 
-from mxtrain.errors import ConfigError, RunFolderError
-from mxtrain.run.layout import RunFolder
-from mxtrain.user_files import make_folder, read_file, require_usable_path
+from mxtrain.errors import ConfigError, InvalidValue, RunFolderError
+from mxtrain.mxnet_errors import mxnet_reason
+from mxtrain.run.atomic import temporary_name
+from mxtrain.run.bucket_keys import key_problem, read_model_inputs, trained_keys
+from mxtrain.run.params import ParamsMismatchError, param_problems, params_mismatch_error
+from mxtrain.user_files import os_error_problem, require_usable_path
 
 log = logging.getLogger("mxtrain")
 
 #: what model_inputs.json must hold for export to rebuild the model
-_MODEL_INPUTS_KEYS = ("data_info", "default_bucket_key", "provide_data")
 
 #: loss-head operators and the forward computation that replaces them
 _HEADS = ("SoftmaxOutput", "LinearRegressionOutput", "LogisticRegressionOutput",
@@ -132,7 +135,12 @@ def export_run(
 
     ``buckets``: the bucket keys (sequence lengths) to export; ``all_buckets``: every
     training bucket; neither: the default (largest) bucket. ``batch_size`` is the batch
-    axis of the recorded shapes (any batch size runs: MXNet infers shapes at bind)."""
+    axis of the recorded shapes (any batch size runs: MXNet infers shapes at bind).
+
+    The checkpoint is verified against the model built from config.yaml first, as score
+    does; the files are written into a staging folder beside ``out_dir`` and moved in when
+    all of them are complete, so a failed (or killed) export leaves nothing under ``out_dir``.
+    """
 
     from mxtrain.build import build_sym_gen
     from mxtrain.config import load_config
@@ -147,32 +155,128 @@ def export_run(
 
     path, choice = parse_checkpoint_ref(ref)
     run = open_run_folder(path)
-    saved = _read_model_inputs(run)
+    saved = read_model_inputs(run)
+    if saved is None:
+        raise RunFolderError(
+            f"The run folder {run.path} has no {run.model_inputs_file.name}: it was trained "
+            "by an mxtrain older than export, which rebuilds the model from that file.",
+            hint="Train the run again (or resume it: resume writes nothing new here) with "
+            "this mxtrain.",
+        )
     with kept_plugins(run.path):
         config = load_config(run.config_file, base_dir=run.config_dir())
         data_info = data_info_from(saved)
         sym_gen = build_sym_gen(config.model, data_info, config.base_dir)
     chosen = resolve_checkpoint(run, config.checkpoint.prefix, _merge_epochs(choice, None, ref))
     arg_params, aux_params = chosen.arrays()
-    trained = [as_tuples(k) for k in saved.get("buckets") or [saved["default_bucket_key"]]]
     default = as_tuples(saved["default_bucket_key"])
-    keys = trained if all_buckets else [as_tuples(k) for k in buckets] if buckets else [default]
+    if all_buckets:
+        keys = trained_keys(saved)
+    else:
+        keys = _requested_keys(buckets, default) if buckets else [default]
     _check_out_dir(out_dir, force)
-    created = not out_dir.exists()
-    make_folder(
-        out_dir,
-        "export folder",
-        error=ConfigError,
-        hint="Choose an -o folder on a file system you can write to.",
-    )
+    _verify_checkpoint(sym_gen, saved, default, (arg_params, aux_params), chosen, run)
+    staging = temporary_name(Path(os.path.abspath(out_dir)))  # "-o ." has no name of its own
+    shutil.rmtree(staging, ignore_errors=True)  # left by a killed export of this process id
     try:
-        return _export_keys(
-            keys, sym_gen, saved, batch_size, arg_params, aux_params, chosen, run, out_dir, fmt
+        staging.mkdir(parents=True)
+    except OSError as exc:  # a parent that is a file, a file system taking no folders (/proc)
+        raise ConfigError(
+            f"The export folder {out_dir} cannot be created (its staging folder {staging} "
+            f"{os_error_problem(exc)[0]}).",
+            hint="Choose an -o folder on a file system you can write to.",
+        ) from None
+    try:
+        exported = _export_keys(
+            keys, sym_gen, saved, batch_size, arg_params, aux_params, chosen, run, staging, fmt
         )
-    except BaseException:
-        if created:  # a failed export leaves nothing behind (a folder given with --force stays)
-            shutil.rmtree(out_dir, ignore_errors=True)
-        raise
+        _move_into(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return exported
+
+
+def _requested_keys(buckets: list[Any], default: Any) -> list[Any]:
+    """``--bucket`` values as bucket keys: sequence lengths, for a model keyed by them."""
+    if not isinstance(default, int):
+        raise ConfigError(
+            f"--bucket takes sequence lengths, but this model's buckets are keyed by "
+            f"{default!r} (a shape), which export takes from the run.",
+            hint="Leave --bucket out (or give --all-buckets).",
+        )
+    for key in buckets:
+        problem = key_problem(key)
+        if problem is not None or not isinstance(key, int):
+            raise ConfigError(
+                f"--bucket {key!r}: {problem or 'a sequence length is an integer'}.",
+                hint=f"Give the sequence length to unroll the model for, e.g. --bucket {default} "
+                "(the run's largest training bucket).",
+            )
+    return list(buckets)
+
+
+def _verify_checkpoint(
+    sym_gen: Any,
+    saved: dict[str, Any],
+    default: Any,
+    arrays: tuple[dict[str, Any], dict[str, Any]],
+    chosen: Any,
+    run: Any,
+) -> None:
+    """The checkpoint's arrays against the model config.yaml builds, checked as score checks
+    them (:func:`mxtrain.run.params.param_problems`): a config.yaml edited after training
+    builds a model the exported weights would not load into."""
+    symbol, data_names, label_names = _symbol_for(sym_gen, default, run.model_inputs_file)
+    recorded = [*saved["provide_data"], *(saved.get("provide_label") or [])]
+    inputs = {str(name): tuple(shape) for name, shape in recorded}
+    arguments = symbol.list_arguments()
+    try:
+        arg_shapes, _, aux_shapes = symbol.infer_shape_partial(
+            **{n: s for n, s in inputs.items() if n in arguments}
+        )
+    except Exception as exc:  # MXNet raises RuntimeError, and a bare Exception for sizes
+        raise ParamsMismatchError(
+            f"The model built from {run.config_file} does not take the inputs recorded in "
+            f"{run.model_inputs_file} ({mxnet_reason(exc)}).",
+            hint="config.yaml or model_inputs.json was changed after training; use the run "
+            "folder exactly as `mxtrain fit` wrote it.",
+            params_file=chosen.params_file,
+            problems=[],
+        ) from None
+    states = getattr(sym_gen, "states", None) or {}
+    not_params = {*inputs, *data_names, *(label_names or ()), *states}
+
+    def known(shapes: Any, names: list[str]) -> dict[str, tuple[int, ...] | None]:
+        pairs = zip(names, shapes or [None] * len(names), strict=True)
+        return {n: tuple(s) if s and 0 not in s else None for n, s in pairs if n not in not_params}
+
+    model = (known(arg_shapes, arguments), known(aux_shapes, symbol.list_auxiliary_states()))
+    problems = param_problems(model, arrays, source="the checkpoint")
+    if problems:
+        raise params_mismatch_error(chosen.params_file, run.config_file, problems, ())
+
+
+def _symbol_for(sym_gen: Any, key: Any, model_inputs_file: Path) -> tuple[Any, Any, Any]:
+    """``sym_gen(key)``; a model that refuses a key of the run folder names the file."""
+    try:
+        return sym_gen(key)
+    except InvalidValue as exc:
+        raise RunFolderError(
+            f"{model_inputs_file}: the model refuses the bucket key {key!r}: {exc.problem}.",
+            hint="The file was changed after training; restore it or train the run again.",
+        ) from None
+
+
+def _move_into(staging: Path, out_dir: Path) -> None:
+    """The complete export from ``staging`` into ``out_dir``: one rename for a new folder;
+    into an existing one (empty, or --force), file by file, replacing those of the same
+    names."""
+    if not out_dir.exists():
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(staging, out_dir)
+        return
+    for entry in sorted(staging.iterdir()):
+        os.replace(entry, out_dir / entry.name)
 
 
 def _export_keys(
@@ -189,23 +293,31 @@ def _export_keys(
 ) -> list[ExportedGraph]:
     import mxnet as mx
 
-    from mxtrain.data.source_options import MAX_SEQUENCE_LENGTH
     from mxtrain.graph_sizes import graph_problem, input_problem
 
     exported = []
     for key in keys:
-        if isinstance(key, int) and not 1 <= key <= MAX_SEQUENCE_LENGTH:
-            raise ConfigError(
-                f"--bucket {key}: a bucket is a sequence length from 1 to {MAX_SEQUENCE_LENGTH:,}.",
-                hint="Export a bucket the run trained with (`mxtrain show RUN` lists them).",
-            )
         shapes = _key_shapes(saved, key, batch_size)
         _check_sizes(key, batch_size, input_problem(shapes))  # before unrolling the graph
-        symbol, _, label_names = sym_gen(key)
+        try:
+            symbol, _, label_names = sym_gen(key)
+        except InvalidValue as exc:  # a plugin model that refuses some lengths
+            raise ConfigError(
+                f"The model cannot be unrolled for bucket {key!r}: {exc.problem}.",
+                hint="Export the buckets it takes (--bucket, or --all-buckets for the run's).",
+            ) from None
         graph, dropped = inference_symbol(symbol, list(label_names))
         _check_sizes(key, batch_size, graph_problem(graph, shapes, activations_in_memory=False))
         states = getattr(sym_gen, "states", None) or {}
-        arg_shapes, out_shapes, _ = graph.infer_shape_partial(**shapes)
+        try:
+            arg_shapes, out_shapes, _ = graph.infer_shape_partial(**shapes)
+        except Exception as exc:  # MXNet: a bare Exception for arrays over 2**31 elements
+            raise ConfigError(
+                f"The graph of bucket {key!r} with --batch-size {batch_size} cannot be built: "
+                f"{mxnet_reason(exc)}.",
+                hint="Give a smaller --batch-size (the exported graph takes any batch size "
+                "when it is bound) or a shorter --bucket.",
+            ) from None
         inputs = {
             n: list(s)
             for n, s in zip(graph.list_arguments(), arg_shapes, strict=True)
@@ -317,32 +429,6 @@ def _check_sizes(key: Any, batch_size: int, problem: Any) -> None:
 
 def _key_text(key: Any) -> str:
     return "x".join(str(k) for k in key) if isinstance(key, tuple) else str(key)
-
-
-def _read_model_inputs(run: RunFolder) -> dict[str, Any]:
-    """The run's model_inputs.json (what rebuilds the model), or a RunFolderError naming the
-    file and its fault."""
-    path = run.model_inputs_file
-    if not path.exists():
-        raise RunFolderError(
-            f"The run folder {run.path} has no {path.name}: it was trained "
-            "by an mxtrain older than export, which rebuilds the model from that file.",
-            hint="Train the run again (or resume it: resume writes nothing new here) with "
-            "this mxtrain.",
-        )
-    data = read_file(path, "model description", error=RunFolderError)
-    try:
-        saved = json.loads(data.decode("utf-8"))
-    except ValueError as exc:  # UnicodeDecodeError included
-        saved, problem = None, f"is not UTF-8 JSON ({exc})"
-    else:
-        problem = f"does not describe the model's inputs (it needs {', '.join(_MODEL_INPUTS_KEYS)})"
-    if not isinstance(saved, dict) or not all(k in saved for k in _MODEL_INPUTS_KEYS):
-        raise RunFolderError(
-            f"The model description {path} {problem}.",
-            hint="Restore it from a copy of the run folder; `mxtrain fit` writes it.",
-        )
-    return saved
 
 
 def _check_out_dir(out_dir: Path, force: bool) -> None:

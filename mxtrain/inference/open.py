@@ -25,6 +25,7 @@ from mxtrain.config import Config, load_config
 from mxtrain.data.base import DataContext
 from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX
 from mxtrain.errors import ConfigError, DataError, InvalidValue, RunFolderError
+from mxtrain.run.bucket_keys import checkpoint_keys
 from mxtrain.run.layout import (
     CONFIG_FILE,
     PARAMS_FILE,
@@ -32,7 +33,12 @@ from mxtrain.run.layout import (
     checkpoint_tag,
     params_file_epoch,
 )
-from mxtrain.run.params import ParamsFileError, read_params
+from mxtrain.run.params import (
+    ParamsFileError,
+    param_problems,
+    params_mismatch_error,
+    read_params,
+)
 from mxtrain.run.plugin_files import uses_kept_plugins
 from mxtrain.user_files import require_file, require_usable_path
 
@@ -347,17 +353,20 @@ def _data_section(
     return _with_options(section, where, **changes), where
 
 
-def _recorded_buckets(chosen: ChosenCheckpoint) -> tuple[int, ...] | None:
+def _recorded_buckets(run: RunFolder, chosen: ChosenCheckpoint) -> tuple[int, ...] | None:
     """Bucket keys saved in the chosen checkpoint's state.json (see mxtrain.run.checkpoint), if
-    it has them and they are plain lengths."""
-    keys = chosen.loaded.bucket_keys if chosen.loaded is not None else None
-    if isinstance(keys, list) and keys and all(type(k) is int and k > 0 for k in keys):
+    it has them and they are plain lengths; keys that cannot be the training buckets (edited)
+    are a RunFolderError naming the file, before anything is unrolled for them."""
+    if chosen.loaded is None:
+        return None
+    keys = checkpoint_keys(chosen.loaded, run)
+    if keys and all(type(k) is int for k in keys):
         return tuple(sorted(keys))
     return None
 
 
 def _training_buckets(
-    config: Config, chosen: ChosenCheckpoint, *, read_data: bool
+    run: RunFolder, config: Config, chosen: ChosenCheckpoint, *, read_data: bool
 ) -> tuple[int, ...] | None:
     """The bucket keys the model was trained with, when they can be known.
 
@@ -367,7 +376,7 @@ def _training_buckets(
     training buckets; long sentences are split at the largest one). Predictions do not depend
     on them: without them the input's own buckets are used.
     """
-    recorded = _recorded_buckets(chosen)
+    recorded = _recorded_buckets(run, chosen)
     if recorded is not None:
         return recorded
     train = config.data.train
@@ -429,43 +438,9 @@ def _load_params(opened: OpenedRun, overrides: Sequence[str]) -> None:
     module, path = opened.module, opened.params_file
     chosen = opened.checkpoint
     args, auxs = chosen.arrays() if chosen is not None else _read_params(path)
-    data_iter = opened.data_iter
-    shapes = {d[0]: tuple(d[1]) for d in [*data_iter.provide_data, *data_iter.provide_label]}
-    symbol = module.symbol
-    arg_shapes, _, aux_shapes = symbol.infer_shape(**shapes)
-    expected = dict(zip(symbol.list_arguments(), arg_shapes or [], strict=True))
-    expected.update(zip(symbol.list_auxiliary_states(), aux_shapes or [], strict=True))
-    problems = []
-    for kind, given, names in (
-        ("parameter", args, module.param_names),
-        ("auxiliary state", auxs, module.aux_names),
-    ):
-        missing = [n for n in names if n not in given]
-        extra = sorted(set(given) - set(names))
-        if missing:
-            problems.append(f"the model's {kind}s {', '.join(missing)} are not in the file")
-        if extra:
-            problems.append(f"the file has {kind}s the model lacks: {', '.join(extra)}")
-        for name in names:
-            if name in given and name in expected:
-                have, want = tuple(given[name].shape), tuple(expected[name])
-                if have != want:
-                    problems.append(f"{name} is {have} in the file but the model needs {want}")
+    problems = param_problems(module.param_shapes(), (args, auxs), source="the checkpoint")
     if problems:
-        model_overrides = [o for o in overrides if o.strip().startswith("model.")]
-        if model_overrides:
-            raise ConfigError(
-                f"The checkpoint {path} does not fit the model: " + "; ".join(problems) + ".",
-                hint=f"The override(s) {', '.join(model_overrides)} change the model, whose "
-                "shape is fixed by the checkpoint; leave them out.",
-            )
-        raise DataError(
-            f"The checkpoint {path} does not fit the model in {opened.run.config_file}: "
-            + "; ".join(problems)
-            + ".",
-            hint="The params file and config.yaml seem to come from different runs; use the "
-            "run folder exactly as `mxtrain fit` wrote it.",
-        )
+        raise params_mismatch_error(path, opened.run.config_file, problems, overrides)
     module.set_params(args, auxs)
 
 
@@ -529,7 +504,7 @@ def open_run(
         seed=config.experiment.seed,
         base_dir=config.base_dir,
         vocab_file=run.vocab_file.absolute(),  # iterators resolve relative paths elsewhere
-        buckets=_training_buckets(config, chosen, read_data=role == "eval"),
+        buckets=_training_buckets(run, config, chosen, read_data=role == "eval"),
         min_batch=fewest_rows(len(contexts), config.context.work_load),
     )
     data_iter = build_data_iter(section, context, config.base_dir, where)

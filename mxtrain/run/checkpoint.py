@@ -40,6 +40,7 @@ from typing import Any
 from mxtrain import __version__
 from mxtrain.crashpoints import crash_point
 from mxtrain.errors import ExitCode, MxtrainError, RunFolderError
+from mxtrain.mxnet_errors import mxnet_reason
 from mxtrain.run import environment
 from mxtrain.run.atomic import (
     abandoned,
@@ -52,6 +53,7 @@ from mxtrain.run.atomic import (
 )
 from mxtrain.run.layout import (
     BEST_FILE,
+    CONFIG_FILE,
     DATA_FILES,
     MANIFEST_FILE,
     OPTIMIZER_ARRAYS_FILE,
@@ -65,7 +67,13 @@ from mxtrain.run.layout import (
     parse_tag,
     work_folder_name,
 )
-from mxtrain.run.params import ParamsFileError, load_named_arrays, read_params
+from mxtrain.run.params import (
+    ParamsFileError,
+    load_named_arrays,
+    param_problems,
+    params_mismatch_error,
+    read_params,
+)
 from mxtrain.user_files import MISSING, UnusableFile, open_regular, read_regular
 
 __all__ = [
@@ -761,7 +769,8 @@ def load_checkpoint(ckpt: Checkpoint, *, optimizer: bool = True) -> LoadedCheckp
         optimizer_arrays=opt_arrays,
         optimizer_meta=opt_meta,
         state=saved["state"],
-        bucket_keys=None if keys is None else [_decode_key(k) for k in keys],
+        # anything but a list is kept as it is, for the caller's check to name (bucket_keys.py)
+        bucket_keys=[_decode_key(k) for k in keys] if isinstance(keys, list) else keys,
         versions=dict(saved.get("versions") or {}),
         recurrent_states=states,
     )
@@ -774,6 +783,12 @@ def restore_module(module: Any, loaded: LoadedCheckpoint, *, parameters: bool = 
     the optimizer, as a kvstore that updates on its servers requires).
     """
     ckpt = loaded.checkpoint
+    if parameters:
+        given = (loaded.arg_params, loaded.aux_params)
+        problems = param_problems(module.param_shapes(), given, source="the checkpoint")
+        if problems:
+            config_file = ckpt.path.parent.parent / CONFIG_FILE  # RUN/checkpoints/<tag>
+            raise params_mismatch_error(ckpt.path / PARAMS_FILE, config_file, problems, ())
     try:
         if parameters:
             module.set_params(loaded.arg_params, loaded.aux_params)
@@ -789,7 +804,7 @@ def restore_module(module: Any, loaded: LoadedCheckpoint, *, parameters: bool = 
     except (ValueError, RuntimeError) as exc:
         raise CheckpointError(
             f"checkpoint {ckpt.tag} in {ckpt.path} does not fit the model built from the "
-            f"config: {exc}",
+            f"config: {mxnet_reason(exc)}.",
             hint="Resume with the configuration the run was saved with (model and optimizer "
             "settings must match).",
         ) from exc
