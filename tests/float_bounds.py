@@ -105,3 +105,16 @@ def mlp_chain_roundings(features: int, hidden: list[int], classes: int, batch: i
     forward = sum(width + 1 for width in widths[:-1])
     backward = sum(widths[1:])
     return forward + 2 * classes + backward + batch + 8
+
+
+def perplexity_rel_bound(perplexity: float, *, roundings: int, tokens: int) -> float:
+    """Relative bound between two float32 evaluations of one perplexity, exp(mean negative
+    log-likelihood), that round differently (another batch split or device count).
+
+    Each token's likelihood rounds along a chain of ``roundings`` (its magnitudes assumed no
+    larger than the mean's, as for :func:`assert_close_at_scale`) and the sum over ``tokens``
+    rounds in some order: each side's mean, log(perplexity), is off by at most
+    (gamma(roundings) + gamma(tokens)) times itself; exp turns the two sides' absolute
+    difference into a relative one."""
+    mean_nll = abs(math.log(perplexity))
+    return math.expm1(2 * (gamma(roundings) + gamma(tokens)) * mean_nll)
