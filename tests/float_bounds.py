@@ -64,6 +64,17 @@ def assert_close_at_scale(got: object, want: object, *, roundings: int, err_msg:
     )
 
 
+def assert_params_close(got: dict, want: dict, *, roundings: int, context: str = "") -> None:
+    """:func:`assert_close_at_scale` for every array of two trainings' parameters (same
+    names), each at its own scale: ``roundings`` is the whole training's condition factor,
+    typically a step's chain of roundings times the number of update steps."""
+    assert got.keys() == want.keys(), f"{context}: {sorted(got)} != {sorted(want)}"
+    for name in want:
+        assert_close_at_scale(
+            got[name], want[name], roundings=roundings, err_msg=f"{context} {name}".strip()
+        )
+
+
 def rnn_chain_roundings(
     steps: int,
     batch: int,
@@ -81,3 +92,29 @@ def rnn_chain_roundings(
     and softmax over ``classes`` (two passes); a gradient also sums over every position."""
     per_step = 4 * num_hidden + max(num_embed, directions * num_hidden) + 5
     return steps * num_layers * directions * per_step + 2 * classes + steps * batch
+
+
+def mlp_chain_roundings(features: int, hidden: list[int], classes: int, batch: int) -> int:
+    """Roundings along the longest chain of one training step of a small perceptron (the
+    ``mlp`` model, softmax output), the condition factor per update for
+    :func:`assert_close_at_scale`: forward, a dot and a bias per layer over its input width;
+    softmax over ``classes`` (two passes); backward, a dot per layer over its output width;
+    the weight gradient's sum over the ``batch`` rows (however it is split over devices or
+    workers, the partial sums included); then rescaling and a momentum update (~8)."""
+    widths = [features, *hidden, classes]
+    forward = sum(width + 1 for width in widths[:-1])
+    backward = sum(widths[1:])
+    return forward + 2 * classes + backward + batch + 8
+
+
+def perplexity_rel_bound(perplexity: float, *, roundings: int, tokens: int) -> float:
+    """Relative bound between two float32 evaluations of one perplexity, exp(mean negative
+    log-likelihood), that round differently (another batch split or device count).
+
+    Each token's likelihood rounds along a chain of ``roundings`` (its magnitudes assumed no
+    larger than the mean's, as for :func:`assert_close_at_scale`) and the sum over ``tokens``
+    rounds in some order: each side's mean, log(perplexity), is off by at most
+    (gamma(roundings) + gamma(tokens)) times itself; exp turns the two sides' absolute
+    difference into a relative one."""
+    mean_nll = abs(math.log(perplexity))
+    return math.expm1(2 * (gamma(roundings) + gamma(tokens)) * mean_nll)

@@ -14,6 +14,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_TIMEOUT = 90
+# A --grace far beyond what stopping a failed job takes (launch.FAILURE_GRACE, 2 s, then
+# SIGKILL, plus the processes' teardown): peers blocked in ps-lite ignore SIGTERM, so a job that
+# ends in less than this did not wait out --grace, however slow or busy the machine, and the
+# bound also says "does not hang" without timing the machine.
+LONG_GRACE = 60
 
 CONFIG = """\
 experiment: {{name: dist, seed: 5, runs_dir: {runs}}}

@@ -19,9 +19,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
+from float_bounds import assert_params_close, mlp_chain_roundings
 from launch_helpers import (
+    LONG_GRACE,
     alive,
     descendants_of,
     end_all,
@@ -77,10 +78,10 @@ MPI_ARGS = ("--launcher", "mpi", "--scheduler-host", "127.0.0.1")
 
 
 def assert_same_params(got_path: Path, want_path: Path) -> None:
-    got, want = load_params(got_path), load_params(want_path)
-    assert got.keys() == want.keys()
-    for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    """Two workers of 8 rows against one process of 16 for an epoch (96 / 16 = 6 steps): the
+    server sums the halves' gradients, another order than one 16-row sum, at every step."""
+    assert_params_close(load_params(got_path), load_params(want_path),
+                        roundings=6 * mlp_chain_roundings(6, [8], 3, 16))  # fmt: skip
 
 
 def one_process_reference(blobs: Path) -> Path:
@@ -118,7 +119,7 @@ def kill_a_worker_and_wait(
         assert {process_env(p).get("DMLC_NODE_HOST") for p in workers} == {"127.0.0.1"}
     killed_at = time.monotonic()
     os.kill(workers[1], signal.SIGKILL)
-    _, err = launcher.communicate(timeout=30)
+    _, err = launcher.communicate(timeout=2 * LONG_GRACE)
     return err, time.monotonic() - killed_at, started
 
 
@@ -126,13 +127,16 @@ def long_job_with_a_killed_worker(
     blobs: Path, launch_args: list[object], log_name: str, extra_env: dict[str, str] | None = None
 ) -> tuple[int, str, float, list[int]]:
     """A 2-worker job that would train for ever, one worker SIGKILLed once it trains: the
-    launcher's exit code and stderr, the seconds it took to end, the job's processes."""
+    launcher's exit code and stderr, the seconds it took to end, the job's processes. The
+    job runs with --grace LONG_GRACE: ending sooner shows it did not wait out --grace."""
     config = write_config(blobs, "long.yaml", ndarray_train(blobs, 4), epochs=100000)
-    launcher = start_launch("-n", 2, "-s", 1, config, *launch_args, extra_env=extra_env)
+    launcher = start_launch("-n", 2, "-s", 1, config, *launch_args, "--grace", LONG_GRACE,
+                            extra_env=extra_env)  # fmt: skip
     started: list[int] = []
     try:
         err, elapsed, started = kill_a_worker_and_wait(launcher, blobs, log_name)
-        wait_until_gone(started, 10)
+        # an ssh relay that lost its connection stops its command on its own --grace
+        wait_until_gone(started, LONG_GRACE + 10)
     finally:
         end_all(launcher, started)
     return launcher.returncode, err, elapsed, started
@@ -161,7 +165,7 @@ def test_mpi_a_killed_worker_stops_the_job_and_is_named(blobs: Path) -> None:
         blobs, [*MPI_ARGS], "workers.log", MPI_ENV
     )
     assert code == 71, err
-    assert elapsed < 5, elapsed  # a dead peer ends the job in under 5 s by default
+    assert elapsed < LONG_GRACE, elapsed  # a dead peer ends the job without waiting out --grace
     assert re.search(
         r"worker rank \d \(MPI rank \d\) on node \S+ was killed by SIGKILL \(mpirun's report\)", err
     ), err
@@ -300,7 +304,7 @@ def test_ssh_a_killed_worker_stops_the_job_and_nothing_stays_on_the_host(
     code, err, elapsed, started = long_job_with_a_killed_worker(
         blobs, ssh_launch_args(blobs, sshd), "worker-rank-1.log"
     )
-    assert elapsed < 5, elapsed  # a dead peer ends the job in under 5 s by default
+    assert elapsed < LONG_GRACE, elapsed  # a dead peer ends the job without waiting out --grace
     # the relay turns the remote worker's SIGKILL into exit code 137, which ssh passes on
     assert code == 71, err
     assert re.search(r"worker rank \d \(launch #\d\) was killed by SIGKILL on its host", err), err

@@ -74,7 +74,8 @@ def test_trains_sampled_and_evaluates_with_the_full_softmax(tmp_path: Path, tie:
     assert code == 0, out
     scored = json.loads(out.strip().splitlines()[-1])["metrics"]["perplexity"]
     # (eval_interval evaluates inside the epochs too: the evaluations read the live weights)
-    assert scored == pytest.approx(last["eval"]["perplexity"], rel=1e-6)
+    # the saved weights on the same batches through the same full-softmax graph: exactly
+    assert scored == last["eval"]["perplexity"]
     code, out = invoke("export", str(run), "--output", str(tmp_path / "exported"))
     assert code == 0, out
 

@@ -26,6 +26,7 @@ BAR_LINE = re.compile(
     r"^epoch [1-3]/3 [━╺╸ ]+ \d+/\d+ \d+:\d\d:\d\d eta (\d+:\d\d:\d\d|-:--:--)"
     r"( [\d,]+ samples/s [\d,]+ tok/s perplexity=[\d.]+)?\s*$"
 )
+FIT_EXITED = re.compile(r"^fit exited with \d+\s*$", re.MULTILINE)
 LOG_LINE = re.compile(r"^(\[\d\d:\d\d:\d\d\])?\s+(INFO|WARNING)\s")
 
 
@@ -49,7 +50,8 @@ def test_rich_progress_in_tmux_has_no_torn_lines(tmp_path: Path) -> None:
     command = (
         f"cd {shlex.quote(str(tmp_path))} && OMP_NUM_THREADS=1 "
         f"{shlex.quote(sys.executable)} -m mxtrain fit tiny.yaml --progress rich; "
-        f"echo $? > {shlex.quote(str(done_marker))}; sleep 60"
+        f"code=$?; echo $code > {shlex.quote(str(done_marker))}; "
+        'echo "fit exited with $code"; sleep 60'
     )
     socket = f"mxtrain-test-{uuid.uuid4().hex[:12]}"  # a private tmux server
     captures: list[str] = []
@@ -60,12 +62,17 @@ def test_rich_progress_in_tmux_has_no_torn_lines(tmp_path: Path) -> None:
         while not done_marker.exists() and time.monotonic() < deadline:
             captures.append(tmux(socket, "capture-pane", "-p"))
             time.sleep(0.15)
-        time.sleep(0.3)
-        final = tmux(socket, "capture-pane", "-p", "-S", "-200")
+        # The pane shows fit's last output once it shows the line echoed after fit (the
+        # terminal keeps the order): poll for it rather than guess how long tmux takes.
+        final = ""
+        while not FIT_EXITED.search(final) and time.monotonic() < deadline + 60:
+            final = tmux(socket, "capture-pane", "-p", "-S", "-200")
+            time.sleep(0.15)
     finally:
         tmux(socket, "kill-server")
     assert done_marker.exists(), "fit did not finish in time:\n" + (captures or [""])[-1]
     assert done_marker.read_text().strip() == "0", final
+    assert FIT_EXITED.search(final), "the pane never showed fit's end:\n" + final
 
     with_bars = [c for c in captures if any(g in c for g in BAR_GLYPHS)]
     assert with_bars, "no progress bar was ever on screen"
