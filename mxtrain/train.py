@@ -247,6 +247,7 @@ def _resume(
 
     loaded = found = None
     later: list[Any] = []
+    skipped: list[tuple[Any, str]] = []  # damaged checkpoints the choice passed over
     position: Position | None = None
     listed = checkpoint.list_checkpoints(run)
     if listed or epoch is not None:
@@ -276,7 +277,7 @@ def _resume(
             if status.get("status") == "finished":
                 raise _nothing_to_resume(run, config, position, finished)
             # killed after saving its last checkpoint: only the records are incomplete
-            return _complete_records(config, run, reporter, loaded, finished)
+            return _complete_records(config, run, reporter, loaded, skipped, finished)
     else:
         # killed (or stopped) before its first checkpoint: nothing was trained that could
         # be lost, and the initial parameters come from the seed, so start from the top
@@ -303,10 +304,12 @@ def _resume(
     if setup.rank != 0:  # distributed: every worker read rank 0's checkpoint; it alone writes
         return _supervise_worker(config, setup, reporter, state, run.path, stops)
     reporter.attach_log_file(run.log_file)
-    _tidy_run_folder(run, config, state)
+    _tidy_run_folder(run, config, state, skipped)
     for stale in later:
-        checkpoint.remove_checkpoint(run, stale, prefix=config.checkpoint.prefix)
-        log.warning("removed checkpoint %s (newer than the resume point; --force)", stale.tag)
+        if checkpoint.discard_checkpoint(
+            run, stale, prefix=config.checkpoint.prefix, why="resume --force"
+        ):
+            log.warning("removed checkpoint %s (newer than the resume point; --force)", stale.tag)
     if changes:
         previous = run.config_before_resume(int(time.time()))
         # a copy first, then the new file over the old: config.yaml is never missing
@@ -410,7 +413,12 @@ def _nothing_to_resume(run: RunFolder, config: Config, position: Any, limit: str
 
 
 def _complete_records(
-    config: Config, run: RunFolder, reporter: Reporter, loaded: Any, limit: str
+    config: Config,
+    run: RunFolder,
+    reporter: Reporter,
+    loaded: Any,
+    skipped: Sequence[tuple[Any, str]],
+    limit: str,
 ) -> FitSummary:
     """Finish the bookkeeping of a run that was killed after saving its last checkpoint.
 
@@ -419,7 +427,7 @@ def _complete_records(
     """
     try:
         reporter.attach_log_file(run.log_file)
-        _tidy_run_folder(run, config, loaded.state)
+        _tidy_run_folder(run, config, loaded.state, skipped)
         log.warning(
             "%s had saved its last checkpoint %s when it was stopped; marked it finished "
             "(nothing left to train)",
@@ -437,11 +445,19 @@ def _complete_records(
     return FitSummary(run=run, epochs=epochs, stop_reason=None if limit == "num_epoch" else limit)
 
 
-def _tidy_run_folder(run: RunFolder, config: Config, state: dict[str, Any] | None) -> None:
+def _tidy_run_folder(
+    run: RunFolder,
+    config: Config,
+    state: dict[str, Any] | None,
+    skipped: Sequence[tuple[Any, str]],
+) -> None:
     """Undo what a killed process left half-done: temporary files, the checkpoint retention
-    and checkpoints/best as of the checkpoint resumed from (``state``)."""
+    and checkpoints/best as of the checkpoint resumed from (``state``). First the damaged
+    checkpoints the choice ``skipped`` are set aside, out of reach of every later save and
+    retention (and before tidying, which may move an interrupted replacement back)."""
     from mxtrain.run import checkpoint
 
+    checkpoint.keep_damaged_aside(run, skipped)
     for folder in (run.path, run.checkpoints_dir):
         for name in remove_stale_temporaries(folder):
             log.info("removed %s (left by an interrupted write)", folder / name)

@@ -1350,7 +1350,8 @@ class CheckpointSection:
         default=None,
         metadata={
             "doc": "keep only the newest N checkpoints (older ones and their params files "
-            "are deleted; the best one is always kept); null keeps all"
+            "are deleted, a damaged one is set aside as checkpoints/damaged-<tag>-<n>; the "
+            "best one is always kept); null keeps all"
         },
     )
     best_metric: str | None = field(

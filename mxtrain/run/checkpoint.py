@@ -13,14 +13,16 @@ Layout::
             optimizer.json          optimizer counters and state layout (see BucketingModule)
             state.json              the caller's training state, bucket keys, versions
             manifest.json           written last: size and sha256 of every file above
-        damaged-e0003-b000000-1/    a damaged checkpoint, kept aside when its tag was saved again
+        damaged-e0003-b000000-1/    a damaged checkpoint, set aside (resume, a save, retention)
 
 A checkpoint is built in ``checkpoints/.tmp-<tag>-<pid>/`` (every file fsynced), then renamed
 into place. A folder without a manifest whose own checksum and file checksums all match is
 never used, so a crash at any point leaves the previous checkpoints intact and nothing
-half-written that looks usable. A damaged checkpoint is never deleted by a save over its tag
-(:func:`_keep_damaged_aside`). Optimizer state is NDArrays plus JSON because MXNet's own
-``.states`` file is a pickle: loading one from elsewhere could run arbitrary code.
+half-written that looks usable. A damaged checkpoint is never deleted: resume sets aside the
+ones it skipped (:func:`keep_damaged_aside`), a save over a damaged tag sets that one aside
+first, and retention sets aside instead of deleting one that does not verify. Optimizer
+state is NDArrays plus JSON because MXNet's own ``.states`` file is a pickle: loading one
+from elsewhere could run arbitrary code.
 """
 
 from __future__ import annotations
@@ -82,7 +84,9 @@ __all__ = [
     "LoadedCheckpoint",
     "best_tag",
     "checkpoint_tag",
+    "discard_checkpoint",
     "find_checkpoint",
+    "keep_damaged_aside",
     "list_checkpoints",
     "load_checkpoint",
     "parse_tag",
@@ -353,9 +357,8 @@ def save_checkpoint(
 
 def _keep_damaged_aside(root: Path, tag: str) -> None:
     """Before ``root/tag`` is written again: if what is there is not a usable checkpoint (the
-    one a resume skipped and trains again), rename it ``damaged-<tag>-<n>`` instead of letting
-    the save replace it. A skipped checkpoint is never deleted, and under that name no
-    listing, choice, tidying or retention sees it."""
+    one a resume skipped and trains again), set it aside instead of letting the save replace
+    it (see :func:`_set_aside`)."""
     position = parse_tag(tag)
     assert position is not None
     try:
@@ -363,19 +366,34 @@ def _keep_damaged_aside(root: Path, tag: str) -> None:
         return  # a valid checkpoint: replaced as usual
     except CheckpointError as exc:
         reason = exc.reason
+    _set_aside(root, root / tag, tag, reason, f"and a new {tag} is saved in its place")
+
+
+def keep_damaged_aside(run: RunFolder, skipped: Sequence[tuple[Checkpoint, str]]) -> None:
+    """Set aside every checkpoint a choice skipped as unusable (``skipped`` as
+    :func:`find_and_load` returns it), so that no later save or retention can delete it.
+
+    Only for commands that write the run folder (resume): score, predict and export only
+    read it and leave a skipped checkpoint where it is."""
+    for ckpt, reason in skipped:
+        if os.path.lexists(ckpt.path):  # gone meanwhile: nothing left to keep
+            _set_aside(
+                run.checkpoints_dir, ckpt.path, ckpt.tag, reason, "so that nothing deletes it"
+            )
+
+
+def _set_aside(root: Path, path: Path, tag: str, reason: str, outcome: str) -> Path:
+    """Rename the damaged checkpoint ``path`` (of ``tag``) ``damaged-<tag>-<n>``, the first
+    free number, and log both names. A damaged checkpoint is never deleted, and under that
+    name no listing, choice, tidying or retention sees it."""
     number = 1
     while os.path.lexists(root / damaged_folder_name(tag, number)):
         number += 1
     aside = root / damaged_folder_name(tag, number)
-    os.rename(root / tag, aside)
+    os.rename(path, aside)
     fsync_dir(root)
-    log.warning(
-        "checkpoint %s is damaged (%s): kept as %s, and a new %s is saved in its place",
-        tag,
-        reason,
-        aside,
-        tag,
-    )
+    log.warning("checkpoint %s is damaged (%s): kept as %s, %s", tag, reason, aside, outcome)
+    return aside
 
 
 def tidy_checkpoints(run: RunFolder, prefix: str) -> None:
@@ -851,17 +869,32 @@ def prune_checkpoints(
     run: RunFolder, *, prefix: str, keep_last: int | None, protect: Sequence[str] = ()
 ) -> list[Checkpoint]:
     """Remove all but the newest ``keep_last`` checkpoints and those tagged in ``protect``
-    (e.g. the best one); None keeps everything. Returns what was removed."""
+    (e.g. the best one); None keeps everything. One that does not verify is set aside as
+    ``damaged-<tag>-<n>`` instead, never deleted. Returns what was removed."""
     if keep_last is None:
         return []
     if keep_last < 1:
         raise ValueError(f"keep_last must be at least 1 (or None to keep all), not {keep_last}")
     listed = list_checkpoints(run)
     kept = {c.tag for c in listed[-keep_last:]} | set(protect)
-    removed = [c for c in listed if c.tag not in kept]
-    for ckpt in removed:
-        remove_checkpoint(run, ckpt, prefix=prefix)
-    return removed
+    doomed = [c for c in listed if c.tag not in kept]
+    why = "checkpoint.keep_last"
+    return [c for c in doomed if discard_checkpoint(run, c, prefix=prefix, why=why)]
+
+
+def discard_checkpoint(run: RunFolder, ckpt: Checkpoint, *, prefix: str, why: str) -> bool:
+    """Delete ``ckpt`` (:func:`remove_checkpoint`) if it verifies; True when it was deleted.
+
+    One that does not verify is set aside as ``damaged-<tag>-<n>`` instead (logged, naming
+    ``why`` it was to go), and its top-level params file, perhaps the intact copy, is kept:
+    mxtrain deletes only checkpoints whose files verify."""
+    try:
+        verify_checkpoint(ckpt)
+    except CheckpointError as exc:
+        _set_aside(run.checkpoints_dir, ckpt.path, ckpt.tag, exc.reason, f"not deleted by {why}")
+        return False
+    remove_checkpoint(run, ckpt, prefix=prefix)
+    return True
 
 
 # ----------------------------------------------------------------------------- MXNet files

@@ -16,7 +16,7 @@ Layout (``runs/<experiment>/``)::
       e0001-b000000/         end of epoch 1 (eEEEE-bBBBBBB: epochs done, batches of the next)
         params.nd optimizer.nd optimizer.json state.json manifest.json
       best                   the tag of the best checkpoint (checkpoint.best_metric)
-      damaged-e0002-b000000-1/  a damaged checkpoint kept aside when its tag was written again
+      damaged-e0002-b000000-1/  a damaged checkpoint, set aside (never deleted by mxtrain)
 
 Files being written carry ``.<name>.tmp-<pid>`` (:mod:`mxtrain.run.atomic`); checkpoint work
 folders ``.tmp-``/``.old-``/``.del-<tag>-<pid>`` (:mod:`mxtrain.run.checkpoint`).
@@ -60,7 +60,8 @@ WORK_FOLDER = re.compile(r"\.(tmp|old|del)-(e\d{4,}-b\d{6,})-(\d+)")
 
 
 def damaged_folder_name(tag: str, number: int) -> str:
-    """``damaged-<tag>-<n>``: a damaged checkpoint kept aside before its tag is written again.
+    """``damaged-<tag>-<n>``: a damaged checkpoint set aside by resume (which skipped it), by a
+    save over its tag or by retention.
 
     Neither a tag nor a work folder, so nothing lists, chooses, tidies or prunes it."""
     return f"damaged-{tag}-{number}"

@@ -216,7 +216,10 @@ def test_resume_skips_a_checkpoint_with_an_impossible_position(copy: Path, case:
     assert "falling back to an older one" in out + err and "Traceback" not in out + err
     status = json.loads((copy / "run.json").read_text())
     assert status["resumes"][-1]["from"] == "e0002-b000000"
-    assert folder_state(bad) == kept  # the bad one is neither used nor deleted
+    # the bad one is neither used nor deleted: set aside, out of retention's reach
+    assert not bad.exists()
+    assert folder_state(copy / "checkpoints" / "damaged-e0002-b000003-1") == kept
+    assert "kept as" in out + err and "damaged-e0002-b000003-1" in out + err
     assert (copy / "checkpoints" / "e0002-b000004").is_dir()  # 34 + 4 updates
 
 
