@@ -118,3 +118,26 @@ def perplexity_rel_bound(perplexity: float, *, roundings: int, tokens: int) -> f
     difference into a relative one."""
     mean_nll = abs(math.log(perplexity))
     return math.expm1(2 * (gamma(roundings) + gamma(tokens)) * mean_nll)
+
+
+def rescored_rel(
+    run: object, perplexity: float, *, steps: int, batch: int, embed: int, hidden: int, layers: int
+) -> float:
+    """How far a perplexity scored again from ``run``'s checkpoint may be from the one fit
+    logged for it: fit evaluates with the training executors, score binds an inference-only
+    module (MXNet may fuse its operators for inference), so the two may round differently on
+    some CPU even where they agree bit for bit on another. The forward chain of a recurrent
+    LM over ``steps`` and the sum over the run's validation tokens (words and one end of
+    sentence per line of ``valid.txt`` in the run's config folder)."""
+    import json
+    from pathlib import Path
+
+    folder = Path(str(run))
+    config_dir = Path(json.loads((folder / "run.json").read_text())["config_dir"])
+    lines = (config_dir / "valid.txt").read_text().splitlines()
+    tokens = sum(len(line.split()) + 1 for line in lines)
+    vocab = len(json.loads((folder / "vocab.json").read_text())["tokens"])
+    chain = rnn_chain_roundings(
+        steps, batch, vocab, num_embed=embed, num_hidden=hidden, num_layers=layers
+    )
+    return perplexity_rel_bound(perplexity, roundings=chain, tokens=tokens)

@@ -163,6 +163,12 @@ def export_run(
             hint="Train the run again (or resume it: resume writes nothing new here) with "
             "this mxtrain.",
         )
+    if not isinstance(saved.get("data_info"), dict):
+        raise RunFolderError(
+            f"The model description {run.model_inputs_file} has no data_info, which export "
+            "rebuilds the model from.",
+            hint="Restore it from a copy of the run folder; `mxtrain fit` writes it.",
+        )
     with kept_plugins(run.path):
         config = load_config(run.config_file, base_dir=run.config_dir())
         data_info = data_info_from(saved)

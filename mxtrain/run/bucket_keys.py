@@ -25,8 +25,8 @@ from mxtrain.errors import RunFolderError
 from mxtrain.run.layout import STATE_FILE, RunFolder
 from mxtrain.user_files import read_file
 
-#: what a model_inputs.json must hold to rebuild the model
-MODEL_INPUTS_KEYS = {"data_info", "default_bucket_key", "provide_data"}
+#: what every model_inputs.json holds (export needs data_info too)
+MODEL_INPUTS_KEYS = {"default_bucket_key", "provide_data"}
 
 #: the longest sequence (bucket key) a run folder or ``export --bucket`` may ask for, and
 #: the most elements one MXNet 1.9.1 array may hold: the config's own limits

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import assert_same_ending, newest_checkpoint, write_corpus
+from float_bounds import rescored_rel
 
 from mxtrain.cli.main import cli
 from mxtrain.run.folder import read_metrics
@@ -74,8 +75,10 @@ def test_trains_sampled_and_evaluates_with_the_full_softmax(tmp_path: Path, tie:
     assert code == 0, out
     scored = json.loads(out.strip().splitlines()[-1])["metrics"]["perplexity"]
     # (eval_interval evaluates inside the epochs too: the evaluations read the live weights)
-    # the saved weights on the same batches through the same full-softmax graph: exactly
-    assert scored == last["eval"]["perplexity"]
+    logged = last["eval"]["perplexity"]  # fit's evaluation module: fusion off, see rescored_rel
+    assert scored == pytest.approx(
+        logged, rel=rescored_rel(run, logged, steps=9, batch=4, embed=10, hidden=10, layers=1)
+    )
     code, out = invoke("export", str(run), "--output", str(tmp_path / "exported"))
     assert code == 0, out
 
