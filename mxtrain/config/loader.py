@@ -629,6 +629,9 @@ def _field_specs(cls: type, what: str) -> list[_FieldSpec]:
     ]
 
 
+FINITE_HINT = "NaN and infinities are not accepted; a key without a limit takes null."
+
+
 class _Builder:
     def __init__(
         self, locs: Locations, base_dir: Path, registries: Registries, default_name: str
@@ -713,8 +716,16 @@ class _Builder:
                 return int(raw)
             raise _Mismatch(path, "an integer", raw)
         if tp is float:
+            # NaN and infinities reach no consumer that means something by them (a limit
+            # has null for "none"); huge integers would overflow float()
             if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-                return float(raw)
+                try:
+                    number = float(raw)
+                except OverflowError:
+                    number = math.inf
+                if math.isfinite(number):
+                    return number
+                raise _Mismatch(path, "a finite number", raw, FINITE_HINT)
             raise _Mismatch(path, "a number", raw)
         if tp is str:
             if isinstance(raw, str):
@@ -1059,7 +1070,11 @@ class _Builder:
                 )
             sub_name, sub_values = self.initializer_parts(item, item_path, "zero", ["pattern"])
             overrides.append(
-                InitializerOverride(pattern=item["pattern"], name=sub_name, params=sub_values)
+                self.instantiate(
+                    InitializerOverride,
+                    {"pattern": item["pattern"], "name": sub_name, "params": sub_values},
+                    item_path,
+                )
             )
         return typing.cast(
             InitializerSection,
