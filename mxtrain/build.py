@@ -359,9 +359,10 @@ def build_lr_scheduler(spec: Any, base_lr: float) -> Any:
 
 
 def _mxnet_scheduler(spec: Any, base_lr: float, warmup: dict[str, Any]) -> Any:
-    import mxnet as mx
+    import mxtrain.optimizers
 
-    cls = getattr(mx.lr_scheduler, _SCHEDULER_CLASSES[spec.type])
+    # MXNet's schedules whose rates too small for MXNet's operators are 0
+    cls = getattr(mxtrain.optimizers, _SCHEDULER_CLASSES[spec.type])
     if spec.type == "factor":
         return cls(
             step=spec.step,
