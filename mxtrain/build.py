@@ -15,7 +15,15 @@ from typing import Any
 
 from mxtrain.data.base import DataContext, DataInfo
 from mxtrain.errors import ConfigError, DataError, InvalidValue, MxtrainError
-from mxtrain.registry import ITERATORS, METRICS, MODELS, Entry, is_plugin_reference
+from mxtrain.registry import (
+    ITERATORS,
+    METRIC_HINT,
+    METRICS,
+    MODELS,
+    Entry,
+    is_plugin_reference,
+    metric_object_problem,
+)
 
 
 def _call_factory(
@@ -302,12 +310,29 @@ def build_metric(name: str, data_info: DataInfo, base_dir: Path) -> Any:
         accepts_pad = "pad_id" in inspect.signature(factory).parameters
     except (TypeError, ValueError):
         accepts_pad = False
-    if accepts_pad and data_info.pad_id is not None:
-        metric = factory(pad_id=data_info.pad_id)
-    else:
-        metric = factory()
+    try:
+        if accepts_pad and data_info.pad_id is not None:
+            metric = factory(pad_id=data_info.pad_id)
+        else:
+            metric = factory()
+    except MxtrainError:
+        raise
+    except Exception as exc:
+        if not is_plugin_reference(name):
+            raise  # a built-in's failure is mxtrain's bug
+        raise ConfigError(
+            f"fit.metrics: the metric {name!r} failed when created: {type(exc).__name__}: {exc}.",
+            hint="This is an error in the plugin's code; `mxtrain --debug ...` shows its "
+            "traceback.",
+        ) from exc
     if isinstance(metric, mx.metric.EvalMetric):  # e.g. mxnet.metric:Accuracy
         return StockMetric(metric, name)
+    problem = metric_object_problem(metric)
+    if problem is not None:
+        raise ConfigError(
+            f"fit.metrics: the metric {name!r} made a {type(metric).__name__}, which {problem}.",
+            hint=METRIC_HINT.format(builtins=", ".join(METRICS.available())),
+        )
     return metric
 
 
