@@ -14,6 +14,10 @@ from typing import Any
 
 import mxnet as mx
 
+# a kvstore server unpickles these classes while ``import mxnet`` is still running (it serves
+# from inside that import), before ``mx.lr_scheduler`` is set: import the module by name
+from mxnet import lr_scheduler
+
 from mxtrain.config.schema import MIN_RATE
 from mxtrain.option_checks import FLOAT32_TINY
 
@@ -143,27 +147,27 @@ class _FlushesTinyRates:
         return lr if lr >= MIN_RATE else 0.0
 
 
-class FactorScheduler(_FlushesTinyRates, mx.lr_scheduler.FactorScheduler):
-    """``mx.lr_scheduler.FactorScheduler`` whose tiny rates are 0 (see _FlushesTinyRates)."""
+class FactorScheduler(_FlushesTinyRates, lr_scheduler.FactorScheduler):
+    """``lr_scheduler.FactorScheduler`` whose tiny rates are 0 (see _FlushesTinyRates)."""
 
 
-class MultiFactorScheduler(_FlushesTinyRates, mx.lr_scheduler.MultiFactorScheduler):
-    """``mx.lr_scheduler.MultiFactorScheduler`` whose tiny rates are 0."""
+class MultiFactorScheduler(_FlushesTinyRates, lr_scheduler.MultiFactorScheduler):
+    """``lr_scheduler.MultiFactorScheduler`` whose tiny rates are 0."""
 
 
-class PolyScheduler(_FlushesTinyRates, mx.lr_scheduler.PolyScheduler):
-    """``mx.lr_scheduler.PolyScheduler`` whose tiny rates are 0."""
+class PolyScheduler(_FlushesTinyRates, lr_scheduler.PolyScheduler):
+    """``lr_scheduler.PolyScheduler`` whose tiny rates are 0."""
 
 
-class CosineScheduler(_FlushesTinyRates, mx.lr_scheduler.CosineScheduler):
-    """``mx.lr_scheduler.CosineScheduler`` whose tiny rates are 0."""
+class CosineScheduler(_FlushesTinyRates, lr_scheduler.CosineScheduler):
+    """``lr_scheduler.CosineScheduler`` whose tiny rates are 0."""
 
 
 #: EpochSchedule's inner scheduler counts thousandths of an epoch
 EPOCH_SCALE = 1000
 
 
-class EpochSchedule(mx.lr_scheduler.LRScheduler):
+class EpochSchedule(lr_scheduler.LRScheduler):
     """An MXNet learning-rate schedule counted in epochs instead of updates
     (``lr_scheduler.unit: epochs``).
 

@@ -156,3 +156,19 @@ def test_what_check_accepts_starts_training(tiny_config: Path, sets: list[str]) 
     )  # fmt: skip
     assert fitted.exit_code in (ExitCode.OK, ExitCode.DIVERGED), fitted.output
     event(f"fit exit {fitted.exit_code}")
+
+
+def test_dist_async_servers_run_mxtrains_optimizer_and_schedule(blobs: Path, reaper: None) -> None:
+    """With dist_async the servers unpickle the optimizer and its schedule while ``import
+    mxnet`` is still running in them: mxtrain's classes (adamax, the flushing schedules) must
+    import there."""
+    from launch_helpers import mxtrain, ndarray_train, write_config
+
+    config = write_config(blobs, "async.yaml", ndarray_train(blobs, 8), epochs=2)
+    config.write_text(config.read_text().replace(", momentum: 0.9", ""))
+    done = mxtrain("launch", "-n", 2, "-s", 1, config, "--set", "kvstore.type=dist_async",
+                   "--set", "optimizer.name=adamax", "--set", "optimizer.learning_rate=0.01",
+                   "--set", "optimizer.lr_scheduler={type: poly, max_update: 20}",
+                   "--grace", 3)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "finished" in done.stdout + done.stderr
