@@ -981,7 +981,7 @@ class _Builder:
         valid = [s.name for s in own] + [s.name for s in params]
 
         def other_optimizers(key: str) -> str | None:
-            users = [n for n, o in OPTIMIZERS.items() if key in o.params]
+            users = [n for n, o in OPTIMIZERS.items() if key in o.params and o.refusal is None]
             if users:
                 return f"{key!r} is a parameter of {', '.join(users)}, not of {name}."
             return None
