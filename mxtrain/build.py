@@ -321,9 +321,10 @@ def build_metric(name: str, data_info: DataInfo, base_dir: Path) -> Any:
         if not is_plugin_reference(name):
             raise  # a built-in's failure is mxtrain's bug
         raise ConfigError(
-            f"fit.metrics: the metric {name!r} failed when created: {type(exc).__name__}: {exc}.",
-            hint="This is an error in the plugin's code; `mxtrain --debug ...` shows its "
-            "traceback.",
+            f"fit.metrics: the metric {name!r} failed when created with no arguments: "
+            f"{type(exc).__name__}: {exc}.",
+            hint="Name a metric that needs no arguments, or fix the plugin's code; "
+            "`mxtrain --debug ...` shows the traceback.",
         ) from exc
     if isinstance(metric, mx.metric.EvalMetric):  # e.g. mxnet.metric:Accuracy
         return StockMetric(metric, name)

@@ -128,6 +128,8 @@ def overrides(draw: Any) -> list[str]:
                    f"final_lr: {final!r}}}")  # fmt: skip
     if draw(st.booleans()):
         out.append(f"initializer.magnitude={draw(VALUES)!r}")
+    if draw(st.booleans()):
+        out.append(f"fit.bucket_memory={draw(VALUES)!r}")
     return [o.replace("nan", ".nan").replace("inf", ".inf") for o in out]
 
 
@@ -138,7 +140,7 @@ _COUNTER = itertools.count()
     derandomize=True,
     deadline=None,
     database=None,
-    max_examples=20,
+    max_examples=30,
     suppress_health_check=list(HealthCheck),
 )
 @given(sets=overrides())
@@ -172,3 +174,19 @@ def test_dist_async_servers_run_mxtrains_optimizer_and_schedule(blobs: Path, rea
                    "--grace", 3)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "finished" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("attr", sorted(n for n in dir(mx.metric) if not n.startswith("_")))
+def test_any_mxnet_metric_reference_is_refused_or_trains(tiny_config: Path, attr: str) -> None:
+    """Every public name of mxnet.metric as a fit.metrics entry: check refuses what makes no
+    metric, and fit trains with the rest or refuses a stock metric that cannot read a
+    language model's outputs (exit 2 either way, never an internal error)."""
+    metrics = ("--set", f"fit.metrics=[perplexity, 'mxnet.metric:{attr}']")
+    checked = invoke("check", tiny_config, *metrics)
+    if checked.exit_code != 0:
+        assert_refused(checked, f"metric 'mxnet.metric:{attr}'")
+        return
+    fitted = invoke("fit", tiny_config, *metrics, *SHORT, "-q", "--set", "fit.num_epoch=1")
+    assert fitted.exit_code in (ExitCode.OK, ExitCode.CONFIG), fitted.output
+    if fitted.exit_code == ExitCode.CONFIG:
+        assert_refused(fitted, f"'mxnet.metric:{attr}'")
