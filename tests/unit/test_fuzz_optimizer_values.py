@@ -260,7 +260,7 @@ def test_a_factory_that_makes_no_metric_is_a_config_error(tmp_path: Path) -> Non
     info = DataInfo(task="lm", vocab_size=10, pad_id=0)
     with pytest.raises(ConfigError, match="made a float, which lacks the metric method"):
         build_metric("bad.py:makes_a_number", info, tmp_path)
-    with pytest.raises(ConfigError, match="failed when created: KeyError"):
+    with pytest.raises(ConfigError, match="failed when created with no arguments: KeyError"):
         build_metric("bad.py:fails", info, tmp_path)
 
 
