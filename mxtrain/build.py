@@ -17,9 +17,11 @@ from mxtrain.errors import ConfigError, DataError, InvalidValue, MxtrainError
 from mxtrain.mxnet_errors import mxnet_reason
 from mxtrain.registry import (
     ITERATORS,
+    METRIC_HINT,
     METRICS,
     MODELS,
     Entry,
+    metric_object_problem,
 )
 
 
@@ -330,29 +332,15 @@ def build_metric(name: str, data_info: DataInfo, base_dir: Path) -> Any:
         return StockMetric(metric, name)
     if not entry.is_plugin:
         return metric
-    missing = [m for m in METRIC_METHODS if not callable(getattr(metric, m, None))]
-    if not isinstance(getattr(metric, "name", None), str):
-        missing.insert(0, "a name (str)")
-    if missing:  # found now, not as an AttributeError of mxtrain's in the middle of training
+    problem = metric_object_problem(metric)
+    if problem is None and not isinstance(getattr(metric, "name", None), str):
+        problem = "has no name (str)"
+    if problem is not None:  # found now, not as an AttributeError in the middle of training
         raise ConfigError(
-            f"fit.metrics: the {entry.label} made a {type(metric).__name__} that lacks "
-            f"{', '.join(missing)}.",
-            hint=f"A metric needs a name and the methods {', '.join(METRIC_METHODS)} (see "
-            "the README's Plugins section), or derive it from mx.metric.EvalMetric.",
+            f"fit.metrics: the {entry.label} made a {type(metric).__name__}, which {problem}.",
+            hint=METRIC_HINT.format(builtins=", ".join(METRICS.available())),
         )
     return metric
-
-
-#: what mxtrain calls on a metric object (the README's plugin contract)
-METRIC_METHODS = (
-    "update",
-    "get",
-    "get_interval",
-    "reset",
-    "reset_interval",
-    "get_state",
-    "set_state",
-)
 
 
 _SCHEDULER_CLASSES = {
@@ -403,9 +391,10 @@ def build_lr_scheduler(spec: Any, base_lr: float) -> Any:
 
 
 def _mxnet_scheduler(spec: Any, base_lr: float, warmup: dict[str, Any]) -> Any:
-    import mxnet as mx
+    import mxtrain.optimizers
 
-    cls = getattr(mx.lr_scheduler, _SCHEDULER_CLASSES[spec.type])
+    # MXNet's schedules whose rates too small for MXNet's operators are 0
+    cls = getattr(mxtrain.optimizers, _SCHEDULER_CLASSES[spec.type])
     if spec.type == "factor":
         return cls(
             step=spec.step,

@@ -16,6 +16,8 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
+from mxtrain.errors import ConfigError
+
 _Sums = dict[tuple[str, int], list[Any]]  # device -> [numerator, denominator] float64 NDArrays
 
 
@@ -420,8 +422,24 @@ class StockMetric:
         return {str(n): float(v) for n, v in zip(names, values, strict=True)}
 
     def update(self, labels: Sequence[Any], preds: Sequence[Any]) -> None:
-        """Add one batch (lists of NDArrays, one per device), as stock metrics take it."""
-        self.metric.update(list(labels), list(preds))
+        """Add one batch (lists of NDArrays, one per device), as stock metrics take it.
+
+        A stock metric that cannot read this model's outputs (F1 or MAE on a language
+        model's (tokens, vocabulary) probabilities) is the config's mistake: a ConfigError
+        naming it and the shapes, not an internal error."""
+        try:
+            self.metric.update(list(labels), list(preds))
+        except (ValueError, AssertionError, IndexError, TypeError, mx.base.MXNetError) as exc:
+            shapes = ", ".join(
+                f"labels {tuple(label.shape)} / predictions {tuple(pred.shape)}"
+                for label, pred in zip(labels, preds, strict=False)
+            )
+            raise ConfigError(
+                f"fit.metrics: the stock metric {self.name!r} cannot score this model's "
+                f"outputs ({shapes}): {type(exc).__name__}: {exc}.",
+                hint="Use a built-in metric that fits the task (mxtrain list metrics), or a "
+                "stock metric made for these shapes.",
+            ) from exc
 
     def get(self) -> dict[str, float]:
         return self._as_dict(*self.metric.get_global())

@@ -1,7 +1,10 @@
-"""Optimizers mxtrain adds to MXNet's registry (importing this module registers them).
+"""Optimizers mxtrain adds to MXNet's registry (importing this module registers them), and
+the learning-rate schedules it builds.
 
 MXNet 1.9.1 ships the fused AdamW update operator (``mx.nd.contrib.adamw_update``) but no
-optimizer class that uses it, so ``optimizer.name: adamw`` would not exist without this.
+optimizer class that uses it, so ``optimizer.name: adamw`` would not exist without this. Its
+Adamax turns a weight whose gradients were all 0 so far into NaN and its SGLD fails at a
+learning rate of 0: ``adamax`` and ``sgld`` are replaced by classes that do not.
 """
 
 from __future__ import annotations
@@ -10,6 +13,13 @@ import math
 from typing import Any
 
 import mxnet as mx
+
+# a kvstore server unpickles these classes while ``import mxnet`` is still running (it serves
+# from inside that import), before ``mx.lr_scheduler`` is set: import the module by name
+from mxnet import lr_scheduler
+
+from mxtrain.config.schema import MIN_RATE
+from mxtrain.option_checks import FLOAT32_TINY
 
 
 @mx.optimizer.register
@@ -78,11 +88,86 @@ class AdamW(mx.optimizer.Optimizer):
         )
 
 
+class Adamax(mx.optimizer.Adamax):
+    """MXNet's Adamax (the same parameters and states) without its 0 / 0: a weight whose
+    gradients were all 0 so far (an embedding row not yet seen, a dead unit) has a mean and
+    a peak of 0, and MXNet's ``m / u`` makes it NaN at the first update. Wherever the peak is
+    positive the update is MXNet's, operation for operation."""
+
+    def update(self, index: Any, weight: Any, grad: Any, state: Any) -> None:
+        self._update_count(index)
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        lr /= 1.0 - self.beta1 ** self._index_update_count[index]
+        grad = grad * self.rescale_grad + wd * weight
+        if self.clip_gradient is not None:
+            grad = mx.nd.clip(grad, -self.clip_gradient, self.clip_gradient)
+        mean, peak = state
+        mean[:] *= self.beta1
+        mean[:] += (1.0 - self.beta1) * grad
+        peak[:] = mx.nd.maximum(self.beta2 * peak, mx.nd.abs(grad))
+        weight[:] -= lr * mean / mx.nd.maximum(peak, FLOAT32_TINY)
+
+
+class SGLD(mx.optimizer.SGLD):
+    """MXNet's SGLD, which also runs at a learning rate of 0 (a schedule's last update):
+    MXNet draws its noise with a standard deviation of sqrt(lr), and its sampler refuses 0.
+    At any other rate the update is MXNet's, operation for operation."""
+
+    def update(self, index: Any, weight: Any, grad: Any, state: Any) -> None:
+        self._update_count(index)
+        lr = self._get_lr(index)
+        if lr == 0:
+            return  # the step and the noise are both 0
+        wd = self._get_wd(index)
+        grad = grad * self.rescale_grad
+        if self.clip_gradient is not None:
+            grad = mx.nd.clip(grad, -self.clip_gradient, self.clip_gradient)
+        weight[:] += -lr / 2 * (grad + wd * weight)
+        weight[:] += mx.nd.random.normal(
+            0, math.sqrt(lr), shape=weight.shape, dtype=weight.dtype, ctx=weight.context
+        )
+
+
+# MXNet's classes replaced in place (mx.optimizer.register would warn about the override)
+mx.optimizer.Optimizer.opt_registry["adamax"] = Adamax
+mx.optimizer.Optimizer.opt_registry["sgld"] = SGLD
+
+
+class _FlushesTinyRates:
+    """Mixin of the MXNet schedules mxtrain builds: a learning rate below the config's
+    smallest (``MIN_RATE``) is returned as 0. A schedule that decays towards 0 (poly with a
+    high power, a factor schedule without floor, a long linear warmup from 0) passes through
+    rates that, times ``lr_mult`` and a bias correction, fall below what MXNet's operators
+    take as a float32 ("Out of range value for lr") and would stop training there; such a
+    rate moves no float32 weight anyway."""
+
+    def __call__(self, num_update: int) -> float:
+        lr = super().__call__(num_update)  # type: ignore[misc]
+        return lr if lr >= MIN_RATE else 0.0
+
+
+class FactorScheduler(_FlushesTinyRates, lr_scheduler.FactorScheduler):
+    """``lr_scheduler.FactorScheduler`` whose tiny rates are 0 (see _FlushesTinyRates)."""
+
+
+class MultiFactorScheduler(_FlushesTinyRates, lr_scheduler.MultiFactorScheduler):
+    """``lr_scheduler.MultiFactorScheduler`` whose tiny rates are 0."""
+
+
+class PolyScheduler(_FlushesTinyRates, lr_scheduler.PolyScheduler):
+    """``lr_scheduler.PolyScheduler`` whose tiny rates are 0."""
+
+
+class CosineScheduler(_FlushesTinyRates, lr_scheduler.CosineScheduler):
+    """``lr_scheduler.CosineScheduler`` whose tiny rates are 0."""
+
+
 #: EpochSchedule's inner scheduler counts thousandths of an epoch
 EPOCH_SCALE = 1000
 
 
-class EpochSchedule(mx.lr_scheduler.LRScheduler):
+class EpochSchedule(lr_scheduler.LRScheduler):
     """An MXNet learning-rate schedule counted in epochs instead of updates
     (``lr_scheduler.unit: epochs``).
 

@@ -9,8 +9,15 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from mxtrain.errors import InvalidValue
+
+#: the largest and the smallest normal magnitude of a 32-bit float: MXNet's operators read
+#: their float parameters (learning rates, epsilons, scales) as float32 and refuse a value
+#: outside this range ("Out of range value for lr"), 0 aside
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 1.1754943508222875e-38
 
 
 def not_int(value: object) -> bool:
@@ -121,6 +128,67 @@ def check_bool(key: str, value: object) -> None:
     """Refuse anything but true or false (YAML's ``yes``/``1`` are not booleans here)."""
     if not isinstance(value, bool):
         raise InvalidValue(key, f"must be true or false, not {value!r}")
+
+
+def show_number(value: float) -> str:
+    """``value`` for a message: as written, or in exponent notation when it is long."""
+    if isinstance(value, int) and abs(value) > 10**20:  # beyond what a float formats
+        sign = "-" if value < 0 else ""
+        return f"{sign}about 1e+{math.floor(math.log10(abs(value)) + 1e-9)}"
+    text = repr(value)
+    return f"{value:.6g}" if len(text) > 20 else text
+
+
+def check_float32(key: str, value: float | None) -> None:
+    """Refuse a number MXNet's operators cannot take as a float32 parameter: not finite, or a
+    magnitude beyond float32's range (None: not set, accepted)."""
+    if value is None:
+        return
+    if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+        raise InvalidValue(
+            key, f"must be a finite number of magnitude at most 3.4e38, got {value!r}."
+        )
+    if value and abs(value) < FLOAT32_TINY:
+        raise InvalidValue(
+            key,
+            f"must be 0 or of magnitude at least 1.2e-38 (MXNet passes it as a 32-bit float), "
+            f"got {value!r}.",
+        )
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The numbers an option accepts: ``low`` and ``high`` (None: unbounded on that side),
+    each included unless ``low_open`` / ``high_open``."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        if isinstance(value, float) and not math.isfinite(value):  # ints compare exactly
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def describe(self) -> str:
+        """``in [0, 1)``, ``greater than 0``, ``at least 0``, ``at most 1e+06``."""
+        if self.low is not None and self.high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            return f"in {left}{self.low:g}, {self.high:g}{right}"
+        if self.low is not None:
+            return f"{'greater than' if self.low_open else 'at least'} {self.low:g}"
+        if self.high is not None:
+            return f"{'less than' if self.high_open else 'at most'} {self.high:g}"
+        return "a finite number"
+
+
+def check_bounds(key: str, value: float | None, bounds: Bounds) -> None:
+    """Refuse a number outside ``bounds`` (None: not set, accepted)."""
+    if value is not None and value not in bounds:
+        raise InvalidValue(key, f"must be {bounds.describe()}, got {show_number(value)}.")
 
 
 class CheckedOptions:

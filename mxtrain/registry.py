@@ -205,6 +205,84 @@ def _import_target(target: str, base_dir: Path | None, what: str) -> Any:
         ) from None
 
 
+#: what a metric object provides (the README's plugin contract, "Metric")
+METRIC_METHODS = (
+    "update",
+    "get",
+    "get_interval",
+    "reset",
+    "reset_interval",
+    "get_state",
+    "set_state",
+)
+
+
+def _stock_metric_class() -> type | None:
+    """``mx.metric.EvalMetric`` if MXNet is imported (an object can only be one then)."""
+    module = sys.modules.get("mxnet.metric")
+    cls = getattr(module, "EvalMetric", None)
+    return cls if isinstance(cls, type) else None
+
+
+def _required_arguments(factory: Any) -> list[str]:
+    """The arguments ``factory`` cannot be called without (``pad_id`` is passed if taken)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [
+        p.name
+        for p in params
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        and p.name != "pad_id"
+    ]
+
+
+def metric_object_problem(metric: Any) -> str | None:
+    """Why a created metric cannot serve as one (None: it can): it must be an
+    ``mx.metric.EvalMetric`` or have every method of :data:`METRIC_METHODS`."""
+    stock = _stock_metric_class()
+    if stock is not None and isinstance(metric, stock):
+        return None
+    missing = [m for m in METRIC_METHODS if not callable(getattr(metric, m, None))]
+    if missing:
+        return f"lacks the metric method(s) {', '.join(missing)}"
+    return None
+
+
+def metric_problem(target: Any) -> str | None:
+    """Why a ``fit.metrics`` plugin cannot make metrics (None: it can, as far as can be told
+    without calling it): an ``mx.metric.EvalMetric`` instance, or a class or factory called
+    without arguments (``pad_id`` aside); a class must be an EvalMetric or have the methods
+    of :data:`METRIC_METHODS` (what a factory returns is checked when it is called)."""
+    stock = _stock_metric_class()
+    if stock is not None and isinstance(target, stock):
+        return None
+    if not callable(target):
+        return f"is a {type(target).__name__}, not a metric class, instance or factory"
+    required = _required_arguments(target)
+    if required:
+        return (
+            f"cannot be called without the argument(s) {', '.join(required)}: mxtrain creates "
+            "a metric with no arguments (pad_id aside)"
+        )
+    if isinstance(target, type):
+        if stock is not None and issubclass(target, stock):
+            return None
+        missing = [m for m in METRIC_METHODS if not callable(getattr(target, m, None))]
+        if missing:
+            return f"is a class without the metric method(s) {', '.join(missing)}"
+    return None
+
+
+METRIC_HINT = (
+    "Name an mx.metric.EvalMetric class or instance (e.g. 'mxnet.metric:Accuracy'), or a "
+    "class with name, update, get, get_interval, reset, reset_interval, get_state and "
+    "set_state (see the README, Plugins); built-in metrics: {builtins}."
+)
+
+
 def is_plugin_reference(name: str) -> bool:
     """True if ``name`` points at user code rather than a registered built-in."""
     return ":" in name
@@ -299,9 +377,20 @@ class Entry:
 class Registry:
     """Built-ins of one kind (``model``, ``iterator``, ``metric``) and plugin lookup."""
 
-    def __init__(self, kind: str, *, context_arg: bool = True) -> None:
+    def __init__(
+        self,
+        kind: str,
+        *,
+        context_arg: bool = True,
+        plugin_problem: Callable[[Any], str | None] | None = None,
+        plugin_hint: str = "",
+    ) -> None:
         self.kind = kind
         self.context_arg = context_arg  # see Entry.context_arg
+        #: why an imported plugin object cannot be one of this kind (None: it can), and the
+        #: fix ({builtins}: the built-in names)
+        self.plugin_problem = plugin_problem
+        self.plugin_hint = plugin_hint
         self._entries: dict[str, Entry] = {}
 
     def register(
@@ -327,7 +416,13 @@ class Registry:
         """
         if is_plugin_reference(name):
             entry = Entry(self.kind, name, name, None, "plugin", base_dir, self.context_arg)
-            entry.load()  # fail now, with the reference named, if it cannot be imported
+            target = entry.load()  # fail now, with the reference named, if it cannot be imported
+            problem = self.plugin_problem(target) if self.plugin_problem else None
+            if problem is not None:
+                raise ConfigError(
+                    f"{self.kind} {name!r} {problem}.",
+                    hint=self.plugin_hint.format(builtins=", ".join(self.available())),
+                )
             return entry
         try:
             return self._entries[name]
@@ -344,7 +439,7 @@ class Registry:
 
 MODELS = Registry("model")
 ITERATORS = Registry("iterator")
-METRICS = Registry("metric")
+METRICS = Registry("metric", plugin_problem=metric_problem, plugin_hint=METRIC_HINT)
 #: what ``mxtrain export`` can write for each built-in model (``mxtrain list models``);
 #: tests/integration/test_export_onnx.py checks it against MXNet's ONNX exporter
 MODEL_EXPORTS: dict[str, str] = {

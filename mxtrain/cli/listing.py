@@ -18,7 +18,7 @@ KINDS = ["models", "iterators", "metrics", "optimizers", "initializers", "all"]
 def list_command(kind: str) -> None:
     """List what a config can name (KIND: models, iterators, metrics, optimizers,
     initializers or all). MXNet is not imported."""
-    from mxtrain.config.schema import INITIALIZERS, OPTIMIZERS
+    from mxtrain.config.schema import INITIALIZERS, OPTIMIZERS, SUPPORTED_OPTIMIZERS
     from mxtrain.registry import ITERATORS, METRICS, MODEL_EXPORTS, MODELS
 
     def exports(name: str) -> str:
@@ -28,7 +28,7 @@ def list_command(kind: str) -> None:
         "models": [(e.name, e.summary + exports(e.name)) for e in MODELS.entries()],
         "iterators": [(e.name, e.summary) for e in ITERATORS.entries()],
         "metrics": [(e.name, e.summary) for e in METRICS.entries()],
-        "optimizers": [(name, spec.summary) for name, spec in sorted(OPTIMIZERS.items())],
+        "optimizers": [(name, OPTIMIZERS[name].summary) for name in SUPPORTED_OPTIMIZERS],
         "initializers": [(name, spec.summary) for name, spec in sorted(INITIALIZERS.items())],
     }
     for name, rows in sections.items():

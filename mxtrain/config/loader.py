@@ -18,7 +18,6 @@ import dataclasses
 import difflib
 import math
 import re
-import sys
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -304,7 +303,6 @@ def _describe(tp: Any, plural: bool = False) -> str:
 
 
 _INT_RANGE_HINT = "Integers must lie between -2**63 and 2**63 - 1; no size or count needs more."
-_LARGEST_FLOAT = sys.float_info.max
 
 
 class _Mismatch(Exception):
@@ -648,6 +646,9 @@ def _field_specs(cls: type, what: str) -> list[_FieldSpec]:
     ]
 
 
+FINITE_HINT = "NaN and infinities are not accepted; a key without a limit takes null."
+
+
 class _Builder:
     def __init__(
         self, locs: Locations, base_dir: Path, registries: Registries, default_name: str
@@ -734,10 +735,16 @@ class _Builder:
                 raise _Mismatch(path, "an integer that fits 64 bits", raw, _INT_RANGE_HINT)
             return int(raw)
         if tp is float:
+            # NaN and infinities reach no consumer that means something by them (a limit
+            # has null for "none"); huge integers would overflow float()
             if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-                if isinstance(raw, int) and not -_LARGEST_FLOAT <= raw <= _LARGEST_FLOAT:
-                    raise _Mismatch(path, "a number", raw, "It is beyond the range of floats.")
-                return float(raw)
+                try:
+                    number = float(raw)
+                except OverflowError:
+                    number = math.inf
+                if math.isfinite(number):
+                    return number
+                raise _Mismatch(path, "a finite number", raw, FINITE_HINT)
             raise _Mismatch(path, "a number", raw)
         if tp is str:
             if isinstance(raw, str):
@@ -995,7 +1002,7 @@ class _Builder:
         valid = [s.name for s in own] + [s.name for s in params]
 
         def other_optimizers(key: str) -> str | None:
-            users = [n for n, o in OPTIMIZERS.items() if key in o.params]
+            users = [n for n, o in OPTIMIZERS.items() if key in o.params and o.refusal is None]
             if users:
                 return f"{key!r} is a parameter of {', '.join(users)}, not of {name}."
             return None
@@ -1084,7 +1091,11 @@ class _Builder:
                 )
             sub_name, sub_values = self.initializer_parts(item, item_path, "zero", ["pattern"])
             overrides.append(
-                InitializerOverride(pattern=item["pattern"], name=sub_name, params=sub_values)
+                self.instantiate(
+                    InitializerOverride,
+                    {"pattern": item["pattern"], "name": sub_name, "params": sub_values},
+                    item_path,
+                )
             )
         return typing.cast(
             InitializerSection,

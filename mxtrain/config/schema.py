@@ -25,10 +25,14 @@ from typing import Any, ClassVar, Literal
 from mxtrain.config.names import run_name_problem
 from mxtrain.errors import InvalidValue
 from mxtrain.option_checks import (
+    Bounds,
     check_at_least,
+    check_bounds,
     check_choice,
+    check_float32,
     check_greater_than_zero,
     check_thread_count,
+    show_number,
 )
 
 
@@ -440,6 +444,28 @@ class KVStoreSection:
 
 LrSchedulerType = Literal["factor", "multifactor", "poly", "cosine"]
 
+#: learning rates and weight decay (0 aside): MXNet multiplies them by the multipliers, bias
+#: corrections and schedules before its operators take them as 32-bit floats, which refuse
+#: magnitudes below 1.2e-38 or above 3.4e38; within these bounds every product stays
+#: representable (a rate below 1e-20 would not move a float32 weight anyway)
+MIN_RATE = 1e-20
+RATE = Bounds(MIN_RATE, 1e6)
+#: lr_mult / wd_mult values (0 aside), for the same reason
+MULTIPLIER = Bounds(1e-6, 1e6)
+#: update (or epoch) counts of a schedule: MXNet's schedulers compute with them as floats,
+#: which are exact up to 2**53 (about 9e15) and overflow on much larger integers
+MAX_SCHEDULE_COUNT = 10**15
+UNIT_INTERVAL = Bounds(0.0, 1.0, high_open=True)
+POSITIVE = Bounds(0.0, low_open=True)
+NON_NEGATIVE = Bounds(0.0)
+
+
+def check_rate(key: str, value: float | None, bounds: Bounds = RATE) -> None:
+    """Refuse a rate (or multiplier) other than 0 outside ``bounds`` (None: not set)."""
+    if value is not None and value != 0 and value not in bounds:
+        raise InvalidValue(key, f"must be 0 or {bounds.describe()}, got {show_number(value)}.")
+
+
 #: Keys of ``optimizer.lr_scheduler`` that apply to each scheduler type (``type`` aside).
 LR_SCHEDULER_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
@@ -558,16 +584,21 @@ class LrSchedulerSection:
                     "e.g. max_update: 10000.",
                 }[required],
             )
+        for key in ("step", "max_update", "warmup_steps"):
+            check_bounds(key, getattr(self, key), Bounds(high=MAX_SCHEDULE_COUNT))
         if self.step is not None:
             check_at_least("step", self.step, 1)
         if self.steps is not None:
             self._check_steps(self.steps)
+            check_bounds("steps", max(self.steps), Bounds(high=MAX_SCHEDULE_COUNT))
         if self.type in ("factor", "multifactor") and not 0 < self.factor <= 1:
             raise InvalidValue(
                 "factor", f"must be in (0, 1] so the lr decreases, got {self.factor!r}."
             )
         check_at_least("stop_factor_lr", self.stop_factor_lr, 0)
         check_at_least("final_lr", self.final_lr, 0)
+        # a negative power divides by zero when the schedule ends (0 ** pwr)
+        check_bounds("pwr", self.pwr, POSITIVE)
         if self.max_update is not None:
             check_at_least("max_update", self.max_update, 1)
             if self.type in ("poly", "cosine") and self.warmup_steps >= self.max_update:
@@ -578,6 +609,8 @@ class LrSchedulerSection:
                 )
         check_at_least("warmup_steps", self.warmup_steps, 0)
         check_at_least("warmup_begin_lr", self.warmup_begin_lr, 0)
+        for key in ("stop_factor_lr", "final_lr", "warmup_begin_lr"):
+            check_rate(key, getattr(self, key))
 
     def applicable_keys(self) -> tuple[str, ...]:
         """The keys that mean something for this ``type``, in schema order."""
@@ -592,6 +625,9 @@ class ParamSpec:
     type: Any  # annotation the loader checks values against (float, bool, Literal[...], ...)
     default: Any
     doc: str
+    #: the numbers the constructor accepts (None: any the type allows); every float is also
+    #: checked to fit a 32-bit float, as MXNet's operators take it
+    bounds: Bounds | None = None
 
 
 @dataclass(frozen=True)
@@ -601,10 +637,35 @@ class OptimizerSpec:
     learning_rate: float  # the optimizer's own default learning rate
     params: Mapping[str, ParamSpec]
     summary: str
+    #: why mxtrain refuses this optimizer (None: supported); ``mxtrain check`` says it
+    refusal: str | None = None
 
 
-def _params(**specs: tuple[Any, Any, str]) -> Mapping[str, ParamSpec]:
-    return MappingProxyType({k: ParamSpec(t, d, doc) for k, (t, d, doc) in specs.items()})
+def _params(**specs: tuple[Any, ...]) -> Mapping[str, ParamSpec]:
+    """Parameter specs from ``(type, default, doc[, bounds])`` tuples."""
+    return MappingProxyType({k: ParamSpec(*spec) for k, spec in specs.items()})
+
+
+def resolve_params(
+    kind: str, name: str, given: Mapping[str, Any], specs: Mapping[str, ParamSpec]
+) -> Mapping[str, Any]:
+    """Every parameter of optimizer or initializer ``name`` (``kind``), the defaults filled in
+    (so equal configs compare equal), each checked against what the constructor accepts."""
+    unknown = sorted(set(given) - set(specs))
+    if unknown:
+        raise InvalidValue(unknown[0], f"is not a parameter of the {name} {kind}.")
+    resolved = {k: given.get(k, p.default) for k, p in specs.items()}
+    for key, value in resolved.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        bounds = specs[key].bounds
+        if bounds is not None and value not in bounds:
+            raise InvalidValue(
+                key, f"must be {bounds.describe()} for the {name} {kind}, got {show_number(value)}."
+            )
+        if isinstance(value, float):
+            check_float32(key, value)
+    return _frozen_mapping(resolved)
 
 
 _MULTI_PRECISION = (
@@ -613,10 +674,11 @@ _MULTI_PRECISION = (
     "keep float32 master weights and optimizer state for float16 weights",
 )
 _LAZY = (bool, True, "with row_sparse weights and gradients, update only the rows in the gradient")
-_MOMENTUM0 = (float, 0.0, "momentum factor (0 = none)")
-_BETA1 = (float, 0.9, "decay rate of the first-moment (mean) estimate")
-_BETA2 = (float, 0.999, "decay rate of the second-moment (variance) estimate")
-_EPSILON8 = (float, 1e-8, "small constant added to the denominator for stability")
+_MOMENTUM0 = (float, 0.0, "momentum factor (0 = none)", UNIT_INTERVAL)
+_BETA1 = (float, 0.9, "decay rate of the first-moment (mean) estimate", UNIT_INTERVAL)
+_BETA2 = (float, 0.999, "decay rate of the second-moment (variance) estimate", UNIT_INTERVAL)
+# epsilons must be above 0: the first update divides 0 by 0 for a gradient that is still 0
+_EPSILON8 = (float, 1e-8, "small constant added to the denominator for stability", POSITIVE)
 
 #: MXNet 1.9.1 optimizers (registry name -> constructor keywords beyond the common ones that
 #: the schema has its own fields for: learning_rate, wd, clip_gradient, rescale_grad,
@@ -636,8 +698,13 @@ OPTIMIZERS: Mapping[str, OptimizerSpec] = MappingProxyType(
         "signum": OptimizerSpec(
             0.01,
             _params(
-                momentum=(float, 0.9, "momentum factor of the sign of the gradient"),
-                wd_lh=(float, 0.0, "decoupled weight decay applied to the weight directly"),
+                momentum=(float, 0.9, "momentum factor of the sign of the gradient", UNIT_INTERVAL),
+                wd_lh=(
+                    float,
+                    0.0,
+                    "decoupled weight decay applied to the weight directly",
+                    NON_NEGATIVE,
+                ),
                 multi_precision=_MULTI_PRECISION,
             ),
             "signSGD with momentum (updates by the sign of the gradient)",
@@ -645,7 +712,7 @@ OPTIMIZERS: Mapping[str, OptimizerSpec] = MappingProxyType(
         "ftml": OptimizerSpec(
             0.01,
             _params(
-                beta1=(float, 0.6, "decay rate of the first-moment estimate"),
+                beta1=(float, 0.6, "decay rate of the first-moment estimate", UNIT_INTERVAL),
                 beta2=_BETA2,
                 epsilon=_EPSILON8,
                 multi_precision=_MULTI_PRECISION,
@@ -657,8 +724,18 @@ OPTIMIZERS: Mapping[str, OptimizerSpec] = MappingProxyType(
             _params(
                 momentum=_MOMENTUM0,
                 lazy_update=_LAZY,
-                eta=(float, 0.001, "LARS coefficient that scales each layer's learning rate"),
-                eps=(float, 0.0, "added to the norm ratio's denominator for tiny gradients"),
+                eta=(
+                    float,
+                    0.001,
+                    "LARS coefficient that scales each layer's learning rate",
+                    POSITIVE,
+                ),
+                eps=(
+                    float,
+                    0.0,
+                    "added to the norm ratio's denominator for tiny gradients",
+                    NON_NEGATIVE,
+                ),
                 momentum_correction=(
                     bool,
                     True,
@@ -685,15 +762,33 @@ OPTIMIZERS: Mapping[str, OptimizerSpec] = MappingProxyType(
                 num_epochs=(int, 60, "total epochs, used by the lars warmup strategy"),
             ),
             "large-batch SGD with warmup",
+            refusal="it accumulates gradients inside the optimizer object, outside the state "
+            "mxtrain checkpoints, so no checkpoint could be resumed; fit.grad_accumulation, "
+            "optimizer.lr_scheduler.warmup_steps and optimizer.name: lars do what it does.",
         ),
         "lamb": OptimizerSpec(
             0.001,
             _params(
                 beta1=_BETA1,
                 beta2=_BETA2,
-                epsilon=(float, 1e-6, "small constant added to the denominator for stability"),
-                lower_bound=(float | None, None, "lower clip of the trust ratio (null: none)"),
-                upper_bound=(float | None, None, "upper clip of the trust ratio (null: none)"),
+                epsilon=(
+                    float,
+                    1e-6,
+                    "small constant added to the denominator for stability",
+                    POSITIVE,
+                ),
+                lower_bound=(
+                    float | None,
+                    None,
+                    "lower clip of the trust ratio (null: none)",
+                    NON_NEGATIVE,
+                ),
+                upper_bound=(
+                    float | None,
+                    None,
+                    "upper clip of the trust ratio (null: none)",
+                    POSITIVE,
+                ),
                 bias_correction=(bool, True, "correct the moment estimates' bias toward 0"),
                 multi_precision=_MULTI_PRECISION,
             ),
@@ -703,7 +798,7 @@ OPTIMIZERS: Mapping[str, OptimizerSpec] = MappingProxyType(
             0.01,
             _params(
                 momentum=_MOMENTUM0,
-                lamda=(float, 0.04, "strength of the delay compensation"),
+                lamda=(float, 0.04, "strength of the delay compensation", NON_NEGATIVE),
                 multi_precision=_MULTI_PRECISION,
             ),
             "delay-compensated asynchronous SGD",
@@ -738,7 +833,12 @@ OPTIMIZERS: Mapping[str, OptimizerSpec] = MappingProxyType(
         "adagrad": OptimizerSpec(
             0.01,
             _params(
-                eps=(float, 1e-7, "small constant added to the denominator for stability"),
+                eps=(
+                    float,
+                    1e-7,
+                    "small constant added to the denominator for stability",
+                    POSITIVE,
+                ),
                 multi_precision=_MULTI_PRECISION,
             ),
             "adaptive subgradient",
@@ -746,14 +846,20 @@ OPTIMIZERS: Mapping[str, OptimizerSpec] = MappingProxyType(
         "rmsprop": OptimizerSpec(
             0.001,
             _params(
-                gamma1=(float, 0.9, "decay rate of the squared-gradient average"),
-                gamma2=(float, 0.9, "centered only: decay rate of the gradient average"),
+                gamma1=(float, 0.9, "decay rate of the squared-gradient average", UNIT_INTERVAL),
+                gamma2=(
+                    float,
+                    0.9,
+                    "centered only: decay rate of the gradient average",
+                    UNIT_INTERVAL,
+                ),
                 epsilon=_EPSILON8,
                 centered=(bool, False, "centered RMSProp (Graves 2013) instead of Tieleman's"),
                 clip_weights=(
                     float | None,
                     None,
                     "clip weights into [-clip_weights, clip_weights] (null: no clipping)",
+                    POSITIVE,
                 ),
                 multi_precision=_MULTI_PRECISION,
             ),
@@ -762,8 +868,8 @@ OPTIMIZERS: Mapping[str, OptimizerSpec] = MappingProxyType(
         "adadelta": OptimizerSpec(
             0.01,
             _params(
-                rho=(float, 0.9, "decay rate of the running averages"),
-                epsilon=(float, 1e-5, "small constant added for stability"),
+                rho=(float, 0.9, "decay rate of the running averages", UNIT_INTERVAL),
+                epsilon=(float, 1e-5, "small constant added for stability", POSITIVE),
                 multi_precision=_MULTI_PRECISION,
             ),
             "AdaDelta",
@@ -771,8 +877,13 @@ OPTIMIZERS: Mapping[str, OptimizerSpec] = MappingProxyType(
         "ftrl": OptimizerSpec(
             0.1,
             _params(
-                lamda1=(float, 0.01, "L1 regularization strength"),
-                beta=(float, 1.0, "smoothing term of the per-coordinate learning rate"),
+                lamda1=(float, 0.01, "L1 regularization strength", NON_NEGATIVE),
+                beta=(
+                    float,
+                    1.0,
+                    "smoothing term of the per-coordinate learning rate",
+                    POSITIVE,
+                ),
                 multi_precision=_MULTI_PRECISION,
             ),
             "follow the regularized leader (sparse models)",
@@ -788,7 +899,7 @@ OPTIMIZERS: Mapping[str, OptimizerSpec] = MappingProxyType(
                 beta1=_BETA1,
                 beta2=_BETA2,
                 epsilon=_EPSILON8,
-                schedule_decay=(float, 0.004, "decay of the momentum schedule"),
+                schedule_decay=(float, 0.004, "decay of the momentum schedule", NON_NEGATIVE),
                 multi_precision=_MULTI_PRECISION,
             ),
             "Adam with Nesterov momentum",
@@ -796,13 +907,23 @@ OPTIMIZERS: Mapping[str, OptimizerSpec] = MappingProxyType(
         "groupadagrad": OptimizerSpec(
             0.01,
             _params(
-                eps=(float, 1e-5, "small constant added to the denominator for stability"),
+                eps=(
+                    float,
+                    1e-5,
+                    "small constant added to the denominator for stability",
+                    POSITIVE,
+                ),
                 multi_precision=_MULTI_PRECISION,
             ),
             "AdaGrad with one history per row (embeddings); no weight decay",
+            refusal="MXNet's groupadagrad only updates 2-D weights (one history per row, for "
+            "embedding matrices) and stops at the first bias or convolution kernel; use "
+            "adagrad.",
         ),
     }
 )
+#: the optimizers mxtrain trains with (the others say why not when named)
+SUPPORTED_OPTIMIZERS = tuple(sorted(n for n, spec in OPTIMIZERS.items() if spec.refusal is None))
 
 
 @dataclass(frozen=True)
@@ -812,7 +933,7 @@ class OptimizerSection:
     checked and its MXNet default written into the resolved config."""
 
     name: str = field(
-        default="sgd", metadata={"doc": "MXNet optimizer: " + ", ".join(sorted(OPTIMIZERS))}
+        default="sgd", metadata={"doc": "MXNet optimizer: " + ", ".join(SUPPORTED_OPTIMIZERS)}
     )
     learning_rate: float = field(
         default=0.01,
@@ -874,21 +995,27 @@ class OptimizerSection:
             raise InvalidValue(
                 "name", f"must be one of {', '.join(sorted(OPTIMIZERS))}, got {self.name!r}."
             )
-        spec = OPTIMIZERS[self.name].params
-        unknown = sorted(set(self.params) - set(spec))
-        if unknown:
-            raise InvalidValue(unknown[0], f"is not a parameter of the {self.name} optimizer.")
-        # every parameter, MXNet's default where none was given: equal configs compare equal
-        resolved = {k: self.params.get(k, p.default) for k, p in spec.items()}
-        object.__setattr__(self, "params", _frozen_mapping(resolved))
+        refusal = OPTIMIZERS[self.name].refusal
+        if refusal is not None:
+            raise InvalidValue(
+                "name",
+                f"{self.name} cannot be used: {refusal} Supported optimizers: "
+                f"{', '.join(SUPPORTED_OPTIMIZERS)}.",
+            )
+        params = resolve_params("optimizer", self.name, self.params, OPTIMIZERS[self.name].params)
+        object.__setattr__(self, "params", params)
+        _check_optimizer_combinations(self.name, params)
         check_greater_than_zero("learning_rate", self.learning_rate)
+        check_bounds("learning_rate", self.learning_rate, RATE)
         check_at_least("wd", self.wd, 0)
-        if self.name == "groupadagrad" and self.wd != 0:
-            raise InvalidValue("wd", "must be 0 for groupadagrad: it has no weight decay.")
+        check_rate("wd", self.wd)
         check_greater_than_zero("clip_gradient", self.clip_gradient)
+        check_float32("clip_gradient", self.clip_gradient)
         check_greater_than_zero("clip_global_norm", self.clip_global_norm)
+        check_float32("clip_global_norm", self.clip_global_norm)
         if self.rescale_grad != "auto":
             check_greater_than_zero("rescale_grad", self.rescale_grad)
+            check_float32("rescale_grad", self.rescale_grad)
         for key in ("lr_mult", "wd_mult"):
             _check_multipliers(key, getattr(self, key))
         if self.wd_mult and self.wd == 0:
@@ -906,15 +1033,35 @@ class OptimizerSection:
             )
 
 
+def _check_optimizer_combinations(name: str, params: Mapping[str, Any]) -> None:
+    """Parameter values MXNet 1.9.1's optimizer fails with together, each fine alone."""
+    if name == "signum" and params["wd_lh"] and not params["momentum"]:
+        # without momentum MXNet runs signsgd_update, which has no wd_lh
+        raise InvalidValue(
+            "wd_lh", "needs momentum above 0 with signum (without momentum it is not applied)."
+        )
+    if name == "dcasgd" and params["momentum"]:
+        # its update tests ``if mom:`` on the momentum array, which NDArray refuses
+        raise InvalidValue(
+            "momentum",
+            "must be 0 with dcasgd: MXNet 1.9.1's dcasgd fails at its first update with "
+            f"momentum, got {params['momentum']!r}.",
+        )
+    bounds = (params.get("lower_bound"), params.get("upper_bound"))
+    if None not in bounds and bounds[0] > bounds[1]:  # type: ignore[operator]
+        raise InvalidValue("lower_bound", f"must not exceed upper_bound, got {list(bounds)}.")
+
+
 def _check_multipliers(key: str, multipliers: Mapping[str, float]) -> None:
     for pattern, value in multipliers.items():
         if not pattern:
             raise InvalidValue(key, "has an empty glob; write a pattern such as 'embed_*'.")
+        # the glob as the key's last part: the error points at its own line
         if not math.isfinite(value) or value < 0:
-            # the glob as the key's last part: the error points at its own line
             raise InvalidValue(
                 f"{key}.{pattern}", f"must be a finite number >= 0 (a multiplier), got {value!r}."
             )
+        check_rate(f"{key}.{pattern}", value, MULTIPLIER)
 
 
 def worker_update_keys(optimizer: OptimizerSection) -> list[tuple[str, ...]]:
@@ -963,21 +1110,26 @@ INITIALIZERS: Mapping[str, InitializerSpec] = MappingProxyType(
                     "avg",
                     "scale by the average of fan-in and fan-out, by fan-in or by fan-out",
                 ),
-                magnitude=(float, 3.0, "scale of the distribution: sqrt(magnitude / factor)"),
+                magnitude=(
+                    float,
+                    3.0,
+                    "scale of the distribution: sqrt(magnitude / factor)",
+                    POSITIVE,
+                ),
             ),
             "Glorot/Xavier: variance scaled by the layer's fan-in/fan-out",
         ),
         "uniform": InitializerSpec(
-            _params(scale=(float, 0.07, "weights are drawn from U(-scale, scale)")),
+            _params(scale=(float, 0.07, "weights are drawn from U(-scale, scale)", POSITIVE)),
             "uniform distribution",
         ),
         "normal": InitializerSpec(
-            _params(sigma=(float, 0.01, "standard deviation of N(0, sigma^2)")),
+            _params(sigma=(float, 0.01, "standard deviation of N(0, sigma^2)", POSITIVE)),
             "normal distribution",
         ),
         "orthogonal": InitializerSpec(
             _params(
-                scale=(float, 1.414, "the orthogonal matrix is multiplied by this"),
+                scale=(float, 1.414, "the orthogonal matrix is multiplied by this", POSITIVE),
                 rand_type=(
                     Literal["uniform", "normal"],
                     "uniform",
@@ -1007,6 +1159,20 @@ class InitializerOverride:
     def __post_init__(self) -> None:
         if not self.pattern:
             raise InvalidValue("pattern", "must be a non-empty glob such as '*_bias'.")
+        _check_initializer(self)
+
+
+def _check_initializer(section: InitializerOverride | InitializerSection) -> None:
+    """The initializer name and its parameters, defaults filled in (an initializer section
+    and each of its overrides)."""
+    if section.name not in INITIALIZERS:
+        raise InvalidValue(
+            "name", f"must be one of {', '.join(INITIALIZERS)}, got {section.name!r}."
+        )
+    params = resolve_params(
+        "initializer", section.name, section.params, INITIALIZERS[section.name].params
+    )
+    object.__setattr__(section, "params", params)
 
 
 @dataclass(frozen=True)
@@ -1097,19 +1263,7 @@ class InitializerSection:
     )
 
     def __post_init__(self) -> None:
-        if self.name not in INITIALIZERS:
-            raise InvalidValue(
-                "name", f"must be one of {', '.join(INITIALIZERS)}, got {self.name!r}."
-            )
-        spec = INITIALIZERS[self.name].params
-        unknown = sorted(set(self.params) - set(spec))
-        if unknown:
-            raise InvalidValue(unknown[0], f"is not a parameter of the {self.name} initializer.")
-        resolved = {k: self.params.get(k, p.default) for k, p in spec.items()}
-        object.__setattr__(self, "params", _frozen_mapping(resolved))
-        for key in ("scale", "sigma", "magnitude"):
-            if key in self.params:
-                check_greater_than_zero(key, self.params[key])
+        _check_initializer(self)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1169,6 +1323,10 @@ class MonitorSection:
             raise InvalidValue(
                 "pattern", f"is not a valid regular expression ({exc}): {self.pattern!r}."
             ) from None
+
+
+#: the largest fit.bucket_memory: far more buckets than any iterator makes (null: no bound)
+MAX_BUCKET_MEMORY = 1e6
 
 
 @dataclass(frozen=True)
@@ -1299,6 +1457,8 @@ class FitSection:
         check_at_least("num_epoch", self.num_epoch, 1)
         if self.bucket_memory != "auto":
             check_at_least("bucket_memory", self.bucket_memory, 1)
+            # the bound counts input positions in an integer; null is "no bound"
+            check_bounds("bucket_memory", self.bucket_memory, Bounds(high=MAX_BUCKET_MEMORY))
         check_at_least("profile", self.profile, 1)
         check_at_least("eval_interval", self.eval_interval, 1)
         check_at_least("grad_accumulation", self.grad_accumulation, 1)

@@ -85,14 +85,14 @@ def test_existing_run_folder_is_never_overwritten(runner: CliRunner, tiny_config
 
 def test_failed_forced_run_keeps_the_old_one(runner: CliRunner, tiny_config: Path) -> None:
     assert run_cli(runner, "fit", str(tiny_config)).exit_code == 0
-    # Diverge on purpose: an absurd learning rate makes the loss non-finite.
+    # Diverge on purpose: absurdly scaled gradients make the loss non-finite.
     result = run_cli(
         runner,
         "fit",
         str(tiny_config),
         "--force",
         "--set",
-        "optimizer.learning_rate=1e30",
+        "optimizer.rescale_grad=1e30",
     )
     assert result.exit_code == 4, result.output
     assert "diverged" in result.output

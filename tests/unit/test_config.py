@@ -608,8 +608,8 @@ def test_iterator_value_error(tmp_path: Path) -> None:
         ),
         (
             "optimizer:\n  name: groupadagrad\n  wd: 0.1\n",
-            "wd: 0.1",
-            "optimizer.wd must be 0 for groupadagrad",
+            "name: groupadagrad",
+            "optimizer.name groupadagrad cannot be used: MXNet's groupadagrad only updates 2-D",
         ),
     ],
 )
@@ -1435,7 +1435,7 @@ def test_multipliers_load_and_survive_a_dump(tmp_path: Path) -> None:
     ("old", "new", "key", "words"),
     [
         ("pred_weight: 0", "pred_weight: -1", "pred_weight", "a finite number >= 0"),
-        ("pred_weight: 0", "pred_weight: .inf", "pred_weight", "a finite number >= 0"),
+        ("pred_weight: 0", "pred_weight: .inf", "pred_weight", "a finite number"),
         ("pred_weight: 0", "pred_weight: fast", "pred_weight", "a number"),
         ('"embed_*": 0.1', '"": 0.1', "lr_mult", "empty glob"),
         ("wd: 0.001", "wd: 0", "wd_mult", "no effect while optimizer.wd is 0"),
