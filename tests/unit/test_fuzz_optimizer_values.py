@@ -152,7 +152,8 @@ def test_adamax_matches_mxnet_where_gradients_are_not_zero() -> None:
         ),
         (
             "optimizer.lr_scheduler={type: poly, max_update: 1e300}",
-            "optimizer.lr_scheduler.max_update must be at most 1e+15, got about 1e+300.",
+            # the loader's 64-bit integer rule answers before the schedule's own 1e15 cap
+            "optimizer.lr_scheduler.max_update must be an integer or null, got 1e+300",
         ),
         (
             "optimizer.lr_scheduler={type: multifactor, steps: [1e308], unit: epochs}",
@@ -260,7 +261,7 @@ def test_a_factory_that_makes_no_metric_is_a_config_error(tmp_path: Path) -> Non
     info = DataInfo(task="lm", vocab_size=10, pad_id=0)
     with pytest.raises(ConfigError, match="made a float, which lacks the metric method"):
         build_metric("bad.py:makes_a_number", info, tmp_path)
-    with pytest.raises(ConfigError, match="failed when created with no arguments: KeyError"):
+    with pytest.raises(ConfigError, match="failed while creating the metric: KeyError"):
         build_metric("bad.py:fails", info, tmp_path)
 
 

@@ -164,7 +164,7 @@ def test_an_integral_float_within_range_is_an_integer() -> None:
 
 def test_an_integer_beyond_the_floats_is_refused_where_a_number_is_needed() -> None:
     message = refusal([f"optimizer.learning_rate={10**400}"])
-    assert "optimizer.learning_rate must be a number" in message
+    assert "optimizer.learning_rate must be a finite number" in message
 
 
 @pytest.mark.parametrize(
