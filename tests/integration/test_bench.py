@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from float_bounds import perplexity_rel_bound, rnn_chain_roundings
+
 BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
 FIGURES = ("train_tokens_per_s", "score_tokens_per_s", "time_to_first_batch_s", "peak_rss_mb")
 
@@ -38,12 +40,23 @@ def test_bench_runs_every_side_and_writes_json_and_markdown(tmp_path: Path) -> N
         for key in FIGURES:
             assert figures[key] > 0
     assert set(engine["rounds"][0]) == {"engine-stock-classic", "engine-stock", "engine-mxtrain"}
-    # identical batches, symbol and seeds: the training perplexity agrees to float rounding
+    # How far the training perplexities may be apart is derived, not observed on one CPU.
+    # engine-stock runs the same symbol on the same batches, seeds and threads: the same
+    # kernels compute the same probabilities; each side takes its own log of them (a few
+    # roundings per token) and sums over the tokens in its own order (stock on the host,
+    # mxtrain on the device).
+    perplexity = engine["rounds"][0]["engine-mxtrain"]["train_perplexity"]
+    updates, tokens = 4 + 2, (4 + 2) * 8 * 60  # --batches + --warmup, at most 60 per row
     ratio = engine["tables"]["engine-stock"]["train_perplexity"]["ratio"]["median"]
-    assert abs(ratio - 1.0) < 1e-5, ratio
-    # the classic SoftmaxOutput graph computes the same gradients: the same curve
+    bound = perplexity_rel_bound(perplexity, roundings=4, tokens=tokens)
+    assert abs(ratio - 1.0) <= bound, (ratio, bound)
+    # The classic SoftmaxOutput graph computes the same gradients through other kernels (the
+    # sharp check of that is tests/unit/test_lstm_lm.py's): rounding may differ along each
+    # update's chain through the default LM at its largest bucket, compounded over updates.
+    chain = rnn_chain_roundings(60, 8, 10000, num_embed=200, num_hidden=200, num_layers=2)
     ratio = engine["tables"]["engine-stock-classic"]["train_perplexity"]["ratio"]["median"]
-    assert abs(ratio - 1.0) < 1e-3, ratio
+    bound = perplexity_rel_bound(perplexity, roundings=updates * chain, tokens=tokens)
+    assert abs(ratio - 1.0) <= bound, (ratio, bound)
     assert engine["rounds"][0]["engine-mxtrain"]["rss_largest_bucket_mb"] > 0
     # a whole epoch each, the same number of batches on both sides' own iterators' data
     epoch = report["comparisons"]["epoch"]["rounds"][0]

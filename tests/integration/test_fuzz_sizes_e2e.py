@@ -112,7 +112,7 @@ def test_score_and_export_refuse_sizes_mxnet_cannot_hold(tiny_config: Path) -> N
     assert_clean_refusal(result, 2, "'1e12' is not a valid integer")
     out = folder / "exported"
     result = mxtrain("export", run, "-o", out, "--bucket", "1000000000000", cwd=folder)
-    assert_clean_refusal(result, 2, "--bucket 1000000000000: a bucket is a sequence length")
+    assert_clean_refusal(result, 2, "Invalid value for '--bucket': 1000000000000 is not in")
     big = ["--bucket", "100000", "--batch-size", "100000"]
     result = mxtrain("export", run, "-o", out, *big, cwd=folder)
     assert_clean_refusal(result, 2, "--bucket 100000 --batch-size 100000: the input data")

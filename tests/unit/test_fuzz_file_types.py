@@ -289,19 +289,19 @@ def test_metrics_with_bytes_that_are_not_utf8(tmp_path: Path) -> None:
 
 
 def test_model_inputs_that_are_not_utf8_json(tmp_path: Path) -> None:
-    from mxtrain.inference.export import _read_model_inputs
+    from mxtrain.run.bucket_keys import read_model_inputs
 
     run = RunFolder(tmp_path)
     run.model_inputs_file.write_bytes(b"\xff\xfe{}")
     with pytest.raises(RunFolderError, match=r"model_inputs\.json is not UTF-8 JSON"):
-        _read_model_inputs(run)
+        read_model_inputs(run)
     run.model_inputs_file.write_text("[1, 2]")
-    with pytest.raises(RunFolderError, match="does not describe the model's inputs"):
-        _read_model_inputs(run)
+    with pytest.raises(RunFolderError, match="expected the record `mxtrain fit` writes"):
+        read_model_inputs(run)
     run.model_inputs_file.unlink()
     run.model_inputs_file.mkdir()
     with pytest.raises(RunFolderError, match="is a directory, not a file"):
-        _read_model_inputs(run)
+        read_model_inputs(run)
 
 
 def test_best_marker_that_is_not_a_file_is_no_best(tmp_path: Path) -> None:
@@ -380,7 +380,7 @@ def test_any_bytes_in_run_folder_files_are_read_or_refused_cleanly(
 ) -> None:
     """Whatever bytes metrics.jsonl, model_inputs.json and checkpoints/best hold, their readers
     return or raise RunFolderError (never another exception), and change nothing."""
-    from mxtrain.inference.export import _read_model_inputs
+    from mxtrain.run.bucket_keys import read_model_inputs
     from mxtrain.run.checkpoint import best_tag
 
     run = RunFolder(tmp_path_factory.mktemp("run"))
@@ -389,7 +389,7 @@ def test_any_bytes_in_run_folder_files_are_read_or_refused_cleanly(
     run.model_inputs_file.write_bytes(inputs)
     run.best_file.write_bytes(best)
     run.check_entries()
-    for read in (read_metrics, lambda _: _read_model_inputs(run), lambda _: best_tag(run)):
+    for read in (read_metrics, lambda _: read_model_inputs(run), lambda _: best_tag(run)):
         try:
             read(run.metrics_file)
         except RunFolderError as exc:
