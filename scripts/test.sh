@@ -13,11 +13,9 @@ echo "== ruff"
 echo "== mypy"
 .venv/bin/mypy mxtrain
 # Tests that check machine-wide state (listening ports, every ps-lite process) run alone
-# first; the rest run in one process per usable core (the CPU affinity, so taskset counts;
-# not nproc, which reads OMP_NUM_THREADS), or MXTRAIN_TEST_WORKERS of them. pytest's exit 5
-# is "no test selected" (e.g. by -k).
-USABLE_CORES="$(.venv/bin/python -c 'import os; print(len(os.sched_getaffinity(0)))')"
-WORKERS="${MXTRAIN_TEST_WORKERS:-$USABLE_CORES}"
+# first; the rest run in one process per usable core (nproc follows taskset), or
+# MXTRAIN_TEST_WORKERS of them. pytest's exit 5 is "no test selected" (e.g. by -k).
+WORKERS="${MXTRAIN_TEST_WORKERS:-$(nproc)}"
 echo "== pytest: serial tests"
 status=0
 .venv/bin/python -m pytest -q -m serial "$@" || status=$?
