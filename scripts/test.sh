@@ -12,13 +12,5 @@ echo "== ruff"
 .venv/bin/ruff format --check mxtrain tests scripts
 echo "== mypy"
 .venv/bin/mypy mxtrain
-# Tests that check machine-wide state (listening ports, every ps-lite process) run alone
-# first; the rest run in one process per usable core (nproc follows taskset), or
-# MXTRAIN_TEST_WORKERS of them. pytest's exit 5 is "no test selected" (e.g. by -k).
-WORKERS="${MXTRAIN_TEST_WORKERS:-$(nproc)}"
-echo "== pytest: serial tests"
-status=0
-.venv/bin/python -m pytest -q -m serial "$@" || status=$?
-if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then exit "$status"; fi
-echo "== pytest: the rest, $WORKERS worker(s)"
-.venv/bin/python -m pytest -q -n "$WORKERS" -m "not serial" "$@"
+echo "== pytest"
+.venv/bin/python -m pytest -q "$@"

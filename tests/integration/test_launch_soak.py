@@ -52,7 +52,6 @@ def shared_memory_files() -> set[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # it counts every ps-lite process, port and /dev/shm file
 def test_eight_workers_four_servers_three_times_in_a_row(tmp_path: Path) -> None:
     blobs = make_blobs(tmp_path)
     single = write_config(blobs, "single.yaml", ndarray_train(blobs, WORKERS * BATCH), epochs=2)
