@@ -55,19 +55,26 @@ def write_config(folder: Path, name: str, train: str, epochs: int = 2) -> Path:
 
 
 def env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), **(extra or {}))
+    """This process's environment with this checkout first on the import path and one OpenMP
+    thread; ``extra`` wins over both."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(extra or {})}
 
 
 def mxtrain(
-    *args: object, timeout: float = LAUNCH_TIMEOUT, extra_env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
+    *args: object,
+    timeout: float = LAUNCH_TIMEOUT,
+    extra_env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m mxtrain ARGS`` in a process of its own; a run past ``timeout`` (a hang:
+    the bound is generous) is killed and fails the test."""
     return subprocess.run(
         [sys.executable, "-m", "mxtrain", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,
         env=env(extra_env),
-        cwd=ROOT,
+        cwd=cwd,
     )
 
 

@@ -10,18 +10,14 @@ mxtrain with that exit code and no message.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from launch_helpers import mxtrain
 
 from mxtrain.cli.main import cli
-
-ROOT = Path(__file__).resolve().parents[2]
 
 HOOKS = '''
 """A wrapper iterator, a metric and a callback, each able to fail on request."""
@@ -125,19 +121,6 @@ def invoke(*args: object) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def mxtrain(*args: object, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``python -m mxtrain ARGS`` in a process of its own (a real SystemExit, a real exit)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "mxtrain", *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def assert_plugin_error(code: int, output: str, *needles: str) -> None:
     assert code == 2, output
     assert "Traceback" not in output and "internal error" not in output, output
@@ -216,7 +199,7 @@ def test_a_callback_that_exits_is_named_and_the_checkpoints_stay(plugged: Path) 
 
 def test_a_plugin_file_that_exits_on_import_is_named_by_fit(plugged: Path) -> None:
     (plugged.parent / "hooks.py").write_text("raise SystemExit(7)\n")
-    done = mxtrain("fit", plugged, cwd=plugged.parent)
+    done = mxtrain("fit", plugged, cwd=plugged.parent, timeout=300)
     assert_plugin_error(
         done.returncode,
         done.stderr,
@@ -234,7 +217,7 @@ def test_a_kept_plugin_copy_that_exits_on_import_is_named(plugged: Path) -> None
     kept = run / "plugins" / "hooks.py"
     kept.write_text(textwrap.dedent("raise SystemExit(7)\n"))
     needles = (f"(plugin file {kept}) failed while its file was imported", "SystemExit: 7")
-    done = mxtrain("resume", run, "--set", "fit.num_epoch=2", cwd=folder)
+    done = mxtrain("resume", run, "--set", "fit.num_epoch=2", cwd=folder, timeout=300)
     assert_plugin_error(done.returncode, done.stderr, *needles)
     assert_plugin_error(*invoke("score", run), *needles)
     (folder / "in.txt").write_text("the cat sat\n")

@@ -4,31 +4,17 @@ hang."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from launch_helpers import mxtrain as run_mxtrain
 
 
 def mxtrain(
     *args: object, cwd: Path, timeout: float = 120, omp_threads: str = "1"
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m mxtrain ARGS`` with this checkout first on the import path and
-    ``OMP_NUM_THREADS`` exported; a run past ``timeout`` (a hang: the bound is generous) is
-    killed and fails the test."""
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": omp_threads}
-    return subprocess.run(
-        [sys.executable, "-m", "mxtrain", *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    """launch_helpers.mxtrain with ``OMP_NUM_THREADS`` set to ``omp_threads``."""
+    return run_mxtrain(*args, cwd=cwd, timeout=timeout, extra_env={"OMP_NUM_THREADS": omp_threads})
 
 
 def assert_clean_refusal(result: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
