@@ -10,7 +10,7 @@ servers it computes, for W workers at a given network bandwidth and step time, t
 servers whose busiest one moves its share of every worker's push and pull within one step.
 
     scripts/sizing.py                        # print the table
-    scripts/sizing.py --readme               # also rewrite the table in README.md
+    scripts/sizing.py --readme               # also rewrite the table in docs/scale.md
     scripts/sizing.py --bandwidth-gbit 25 --step-seconds 0.05
 """
 
@@ -215,10 +215,10 @@ def report(models: list[dict[str, Any]], bandwidth_gbit: float, step_seconds: fl
 
 
 def write_readme(table: str) -> None:
-    readme = ROOT / "README.md"
+    readme = ROOT / "docs" / "scale.md"
     text = readme.read_text(encoding="utf-8")
     if README_START not in text or README_END not in text:
-        raise SystemExit(f"README.md has no {README_START} ... {README_END} section")
+        raise SystemExit(f"docs/scale.md has no {README_START} ... {README_END} section")
     head, rest = text.split(README_START, 1)
     _, tail = rest.split(README_END, 1)
     readme.write_text(f"{head}{README_START}\n{table}{README_END}{tail}", encoding="utf-8")
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bandwidth-gbit", type=float, default=10.0)
     parser.add_argument("--step-seconds", type=float, default=0.1)
     parser.add_argument("--updates", type=int, default=10, help="measured push+pull rounds")
-    parser.add_argument("--readme", action="store_true", help="rewrite README.md's table")
+    parser.add_argument("--readme", action="store_true", help="rewrite the table in docs/scale.md")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     models = []
