@@ -19,7 +19,8 @@ Examples:
 @click.option("--explain", is_flag=True, help="List every key with its value, default and meaning.")
 @handle_errors
 def check_command(config_file: str, overrides: tuple[str, ...], explain: bool) -> None:
-    """Validate CONFIG and print the resolved configuration (MXNet is not imported)."""
+    """Validate CONFIG and print the resolved configuration (MXNet is not imported, unless a
+    plugin the config names imports it)."""
     from mxtrain.config import dump_config, explain_config, load_config
 
     config = load_config(config_file, overrides)

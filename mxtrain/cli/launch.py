@@ -32,7 +32,13 @@ Examples:
     show_default=True,
     help="local: every process on this machine; ssh: on the hosts of --hosts; mpi: mpirun.",
 )
-@click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False), help="Hosts file.")
+@click.option(
+    "--hosts",
+    "hosts_file",
+    type=click.Path(dir_okay=False),
+    help="ssh: one host (or user@host) per line, # comments; mpi: an mpirun hostfile "
+    "(HOST [slots=N] per line).",
+)
 @click.option(
     "--env",
     multiple=True,

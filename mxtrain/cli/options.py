@@ -47,7 +47,7 @@ json_option = click.option(
     "json_events",
     is_flag=True,
     help="Write machine-readable events to stdout, one JSON object per line (start, "
-    "interval, eval, checkpoint, epoch_end, early_stop, error, end; see the README); the "
+    "interval, eval, checkpoint, epoch_end, early_stop, error, end; see docs/run-folder.md); the "
     "human output goes to stderr.",
 )
 

@@ -36,8 +36,9 @@ likely tokens after the whole line. Blank lines get a record with null values.""
     "input_file",
     metavar="FILE",
     required=True,
-    help="Input in the training data's format without labels: text with one sentence per "
-    "line (language models), CoNLL (taggers), .npy/.npz/.csv features (classifiers).",
+    help="Input in the training data's format, labels optional: text with one sentence per "
+    "line (language models), CoNLL/CoNLL-U (taggers), .npy/.npz/.csv rows or LibSVM text "
+    "(classifiers, regressors), a RecordIO .rec file (images).",
 )
 @click.option(
     "--output",
@@ -60,21 +61,28 @@ likely tokens after the whole line. Blank lines get a record with null values.""
     "fmt",
     type=click.Choice(["jsonl", "csv", "npy", "npz"]),
     default=None,
-    help="jsonl (the default for records): one JSON object per line; csv: a header and one "
-    "row per line; npy: a NumPy array (records: a structured one); npz (the default for "
-    "raw): one array per output.",
+    help="jsonl (the default for records): one JSON object per record; csv: a header and one "
+    "row per record (taggers: per token); npy: a NumPy array (records: a structured one); npz "
+    "(the default for raw): one array per output.",
 )
 @click.option(
     "--epoch", type=EPOCH, default=None, help="The end of this epoch (instead of RUN:EPOCH)."
 )
-@click.option("--batch-size", type=BATCH_SIZE, default=None, help="Inputs (rows) per batch.")
+@click.option(
+    "--batch-size",
+    type=BATCH_SIZE,
+    default=None,
+    help="Replaces the batch_size of the iterator that reads --input: lines or sentences "
+    "(language models, taggers), rows (array, CSV, LibSVM) or images per batch; the records "
+    "do not change.",
+)
 @click.option(
     "--top-k",
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
     help="Also list the K most likely outcomes with probabilities: next tokens after each "
-    "line (language models), labels (classifiers, taggers).",
+    "line (language models), labels (classifiers, taggers); not for regressors.",
 )
 @set_option
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
@@ -91,14 +99,15 @@ def predict_command(
     overrides: tuple[str, ...],
     force: bool,
 ) -> None:
-    """Predict every input (line, sentence or row) of --input and write --output.
+    """Predict every input (line, sentence, row or image) of --input and write --output.
 
     Records come in input order, one per input; nothing is split, truncated or dropped
     (sequences longer than every training bucket run in a bucket of their own). Language
     models give log-likelihood and perplexity per line, classifiers a label and class
-    probabilities, taggers a label per token. The output is written under a temporary name
-    and renamed when complete; a symbolic link's target is replaced that way; a device or
-    pipe (--output /dev/stdout) is written directly, without --force, and never replaced.
+    probabilities, regressors a value, taggers a label per token. The output is written
+    under a temporary name and renamed when complete; a symbolic link's target is replaced
+    that way; a device or pipe (--output /dev/stdout) is written directly, without --force,
+    and never replaced.
     """
     from rich.console import Console
 

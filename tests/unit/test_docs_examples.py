@@ -193,6 +193,26 @@ def test_shell_examples_name_real_commands_and_options(args: list[str]) -> None:
     parse_command(args)
 
 
+def help_examples() -> list[Any]:
+    """The `mxtrain ...` lines of the group's and every command's --help epilog."""
+    group = click.Context(cli, info_name="mxtrain")
+    commands = [cli, *(cli.get_command(group, name) for name in cli.list_commands(group))]
+    found = []
+    for command in commands:
+        assert command is not None
+        lines = (command.epilog or "").replace("\\\n", " ").split("\n")
+        examples = "\n".join(line for line in lines if line.strip().startswith("mxtrain "))
+        for words in command_lines(examples):
+            if words[:1] == ["mxtrain"]:
+                found.append(pytest.param(words[1:], id=shlex.join(words)))
+    return found
+
+
+@pytest.mark.parametrize("args", help_examples())
+def test_help_examples_name_real_commands_and_options(args: list[str]) -> None:
+    parse_command(args)
+
+
 def test_the_command_parser_catches_mistakes() -> None:
     """The check above fails on what a reader would trip over."""
     parse_command(["score", "runs/x:best", "--data", "test.txt", "--json"])
