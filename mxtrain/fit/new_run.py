@@ -48,11 +48,6 @@ from mxtrain.user_files import require_usable_path
 log = logging.getLogger("mxtrain")
 
 
-def run_folder_for(config: Config, name: str | None) -> tuple[Path, str]:
-    """(runs_dir, run name) for a config; relative runs_dir is taken from the current folder."""
-    return Path(config.experiment.runs_dir), name or config.experiment.name
-
-
 def fit_experiment(
     config: Config,
     *,
@@ -74,7 +69,8 @@ def fit_experiment(
     prepare_allocator(config.context.large_buffers)  # before MXNet starts its threads
     threads = configure_threads(config.context, measure=True)  # before MXNet is imported
     config = with_thread_settings(config)
-    runs_dir, run_name = run_folder_for(config, name)
+    # a relative runs_dir is taken from the current folder
+    runs_dir, run_name = Path(config.experiment.runs_dir), name or config.experiment.name
     require_usable_path(
         runs_dir / run_name,
         "run folder",

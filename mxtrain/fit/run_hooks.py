@@ -324,7 +324,7 @@ class CheckpointHook(RunHook):
         if end.planned is not None:
             end.saved = self.save(end.result.position, best=end.best)
 
-    def on_stop(self, position: Position) -> Checkpoint | None:
+    def save_on_stop(self, position: Position) -> Checkpoint | None:
         """Save the checkpoint a stop request needs; returns it (None: this rank saves
         nothing)."""
         if not self.saves:
@@ -389,7 +389,7 @@ class RunHooks:
             self._saved(self.checkpoints.save(result.position), result.position)
 
     def on_stop(self, position: Position) -> None:
-        saved = self.checkpoints.on_stop(position)
+        saved = self.checkpoints.save_on_stop(position)
         if saved is not None:
             self._saved(saved, position)
 

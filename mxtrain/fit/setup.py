@@ -31,10 +31,8 @@ from mxtrain.build import (
 from mxtrain.config import Config
 from mxtrain.config.schema import (
     ContextSection,
-    DataSection,
     IteratorSection,
     KVStoreSection,
-    OptimizerSection,
     worker_update_keys,
 )
 from mxtrain.data.base import DataContext
@@ -89,6 +87,23 @@ class TrainingSetup:
     eval_module: BucketingModule | None = None  # the full graph when training uses another
 
 
+@dataclass(frozen=True)
+class Worker:
+    """Where this process trains: its devices, its shard of ``data.train`` and the fewest
+    rows a batch may have (every device needs its share); ``dist_kv``, the kvstore of a
+    distributed run (None: one machine)."""
+
+    contexts: list[mx.Context]
+    train_section: IteratorSection
+    min_batch: int
+    dist_kv: mx.kv.KVStore | None = None
+
+    @property
+    def rank(self) -> int:
+        """The distributed worker rank (0 alone writes the run folder)."""
+        return int(self.dist_kv.rank) if self.dist_kv is not None else 0
+
+
 def prepare_training(
     config: Config, threads: dict[str, str], restart: Restart | None = None
 ) -> TrainingSetup:
@@ -98,32 +113,23 @@ def prepare_training(
 
     if config.logging.tensorboard:  # before anything is written: a missing extra says so
         require_writer()
-    seed = config.experiment.seed
+    seed, base_dir = config.experiment.seed, config.base_dir
     log.info("mxtrain, MXNet %s, threads %s, seed %d", mx.__version__, threads, seed)
     seed_everything(seed)
-    contexts = build_contexts(config.context)
-    dist_kv = join_workers(config.kvstore, contexts)
-    train_section = worker_train_section(config.data.train, config.kvstore, dist_kv)
-    min_batch = fewest_batch_rows(config.context, contexts)
-    train_iter, eval_iter = build_iterators(
-        config.data, train_section, seed, config.base_dir, min_batch, restart
-    )
+    worker = place_worker(config.context, config.kvstore, config.data.train)
+    train_iter, eval_iter = build_iterators(config.data.eval, worker, seed, base_dir, restart)
     not_measured = ""
-    if dist_kv is not None:
+    if worker.dist_kv is not None:
         not_measured = DISTRIBUTED_NOT_MEASURED
     elif restart is not None:
         not_measured = RESUMED_NOT_MEASURED
     config, choices = choose_kernels(
-        config, train_iter, contexts, not_measured, fresh=restart is None
+        config, train_iter, worker.contexts, not_measured, fresh=restart is None
     )
     kernel_choices.apply_process_settings(config)
     kernel_choices.log_choices(choices)
-    module = build_module(config, train_iter, "data.train", contexts, for_training=True, logger=log)
-    module.init_params(build_initializer(config.initializer))
-    started_from = start_weights(module, config, restart)
-    eval_module = evaluation_module(config, module, train_iter, eval_iter, contexts)
-    init_optimizer(module, config, train_iter, dist_kv=dist_kv, contexts=contexts)
-    coordinator = coordinate_workers(config.kvstore, dist_kv)
+    module, eval_module, started_from = build_model(config, train_iter, eval_iter, worker, restart)
+    coordinator = init_optimizer(module, config, train_iter, worker)
     if module.fixed_param_names:
         log.info("fixed parameters: %s", ", ".join(module.fixed_param_names))
     arg_params, _ = module.get_params()
@@ -131,15 +137,16 @@ def prepare_training(
         "model %s: %s parameters on %s",
         config.model.name,
         f"{int(sum(v.size for v in arg_params.values())):,}",
-        ", ".join(str(c) for c in contexts),
+        ", ".join(str(c) for c in worker.contexts),
     )
-    rank = int(dist_kv.rank) if dist_kv is not None else 0
     callbacks = None
     if config.fit.callbacks:  # built before the run folder exists: a bad one fails first
-        callbacks = CallbackRunner(config.fit.callbacks, config.base_dir, module, rank=rank)
+        callbacks = CallbackRunner(config.fit.callbacks, base_dir, module, rank=worker.rank)
     return TrainingSetup(
-        config, contexts, train_iter, eval_iter, module, mx.__version__, rank, coordinator,
-        started_from, callbacks, choices, eval_module,
+        config=config, contexts=worker.contexts, train_iter=train_iter, eval_iter=eval_iter,
+        module=module, mxnet_version=mx.__version__, rank=worker.rank, coordinator=coordinator,
+        warm_start=started_from, callbacks=callbacks, kernel_choices=choices,
+        eval_module=eval_module,
     )  # fmt: skip
 
 
@@ -167,38 +174,23 @@ def seed_everything(seed: int) -> None:
     mx.random.seed(seed)
 
 
-def join_workers(kv_cfg: KVStoreSection, contexts: list[mx.Context]) -> mx.kv.KVStore | None:
-    """A distributed run's kvstore, created first and only once (a second dist kvstore
-    hangs), its rank announced; None for a run on one machine."""
-    if not is_distributed(kv_cfg.type):
-        return None
-    dist_kv = distributed.create_kvstore(kv_cfg, contexts)
-    log.info(
-        "distributed worker rank %d of %d (kvstore %s)",
-        dist_kv.rank,
-        dist_kv.num_workers,
-        kv_cfg.type,
-    )
-    announce_rank(dist_kv.rank, dist_kv.num_workers)  # mxtrain launch names logs by rank
-    return dist_kv
-
-
-def worker_train_section(
-    section: IteratorSection, kv_cfg: KVStoreSection, dist_kv: mx.kv.KVStore | None
-) -> IteratorSection:
-    """``data.train``, sharded by the worker's rank in a distributed run."""
-    if dist_kv is None:
-        return section
-    return distributed.shard_data_section(
-        section, dist_kv.rank, dist_kv.num_workers, "data.train", kv_cfg.type
-    )
-
-
-def fewest_batch_rows(context_cfg: ContextSection, contexts: list[mx.Context]) -> int:
-    """The fewest rows a batch may have (short last batches): every device needs its share."""
+def place_worker(
+    context_cfg: ContextSection, kv_cfg: KVStoreSection, train_section: IteratorSection
+) -> Worker:
+    """The devices, and in a distributed run the kvstore (created first and only once: a
+    second dist kvstore hangs), the announced rank and the rank's shard of ``data.train``."""
     from mxtrain.engine.bucketing import fewest_rows  # deferred: it imports MXNet
 
-    return fewest_rows(len(contexts), context_cfg.work_load)
+    contexts = build_contexts(context_cfg)
+    min_batch = fewest_rows(len(contexts), context_cfg.work_load)
+    if not is_distributed(kv_cfg.type):
+        return Worker(contexts, train_section, min_batch)
+    dist_kv = distributed.create_kvstore(kv_cfg, contexts)
+    rank, workers = dist_kv.rank, dist_kv.num_workers
+    log.info("distributed worker rank %d of %d (kvstore %s)", rank, workers, kv_cfg.type)
+    announce_rank(rank, workers)  # mxtrain launch names logs by rank
+    shard = distributed.shard_data_section(train_section, rank, workers, "data.train", kv_cfg.type)
+    return Worker(contexts, shard, min_batch, dist_kv)
 
 
 def train_iterator(
@@ -222,30 +214,27 @@ def train_iterator(
 
 
 def build_iterators(
-    data_cfg: DataSection,
-    train_section: IteratorSection,
+    eval_section: IteratorSection | None,
+    worker: Worker,
     seed: int,
     base_dir: Path,
-    min_batch: int,
     restart: Restart | None,
 ) -> tuple[mx.io.DataIter, mx.io.DataIter | None]:
-    """The train iterator and, with ``data.eval``, the evaluation one, each described."""
-    train_iter = train_iterator(train_section, seed, base_dir, min_batch, restart)
-    _describe("train", train_iter)
-    if data_cfg.eval is None:
+    """The worker's train iterator and, with ``data.eval``, the evaluation one; the log
+    describes each."""
+    min_batch = worker.min_batch
+    train_iter = train_iterator(worker.train_section, seed, base_dir, min_batch, restart)
+    if callable(getattr(train_iter, "describe", None)):
+        log.info("train data: %s", train_iter.describe())
+    if eval_section is None:
         return train_iter, None
     context = DataContext(
         role="eval", seed=seed, base_dir=base_dir, train=train_iter, min_batch=min_batch
     )
-    eval_iter = build_data_iter(data_cfg.eval, context, base_dir, "data.eval")
-    _describe("eval", eval_iter)
+    eval_iter = build_data_iter(eval_section, context, base_dir, "data.eval")
+    if callable(getattr(eval_iter, "describe", None)):
+        log.info("eval data: %s", eval_iter.describe())
     return train_iter, eval_iter
-
-
-def _describe(role: str, data_iter: mx.io.DataIter) -> None:
-    describe = getattr(data_iter, "describe", None)
-    if callable(describe):
-        log.info("%s data: %s", role, describe())
 
 
 def choose_kernels(
@@ -277,8 +266,10 @@ def measure_kernel_choices(config: Config, *, remeasure: bool = False) -> list[C
     """
     configure_threads(config.context, measure=True, remeasure=remeasure)  # before MXNet loads
     config = with_thread_settings(config)
+    from mxtrain.engine.bucketing import fewest_rows  # deferred: MXNet after the threads
+
     contexts = build_contexts(config.context)
-    min_batch = fewest_batch_rows(config.context, contexts)
+    min_batch = fewest_rows(len(contexts), config.context.work_load)
     train_iter = train_iterator(
         config.data.train, config.experiment.seed, config.base_dir, min_batch
     )
@@ -286,124 +277,99 @@ def measure_kernel_choices(config: Config, *, remeasure: bool = False) -> list[C
     return choose_kernels(config, train_iter, contexts, not_measured, remeasure=remeasure)[1]
 
 
-def start_weights(
-    module: BucketingModule, config: Config, restart: Restart | None
-) -> WarmStartReport | None:
-    """Set the starting weights: a resumed run's checkpoint, else ``initializer.from``
-    (warm start, reported; also for a run resumed before its first checkpoint), else the
-    initializer's values stay."""
+def build_model(
+    config: Config,
+    train_iter: mx.io.DataIter,
+    eval_iter: mx.io.DataIter | None,
+    worker: Worker,
+    restart: Restart | None,
+) -> tuple[BucketingModule, BucketingModule | None, WarmStartReport | None]:
+    """The training module with its starting weights (a resumed run's checkpoint, else
+    ``initializer.from``, else the initializer's), the evaluation module when the model
+    trains on another graph than it is evaluated with (``model.sampled_softmax``: the full
+    softmax; None otherwise), and the warm start's report (None: no warm start)."""
+    contexts = worker.contexts
+    module = build_module(config, train_iter, "data.train", contexts, for_training=True, logger=log)
+    module.init_params(build_initializer(config.initializer))
+    started_from = None
     if restart is not None and restart.loaded is not None:
         # Before init_optimizer: with update_on_kvstore (dist_async) the servers keep the
         # weights they are initialised with, so setting them afterwards would be undone by
         # the first pull and a resume would restart from the random initialisation.
         restore_module(module, restart.loaded)
-        return None
-    spec = config.initializer.warm_start
-    if spec is None:
-        return None
-    return warm_start(module, spec, config.base_dir, config.where("initializer", "from"))
-
-
-def evaluation_module(
-    config: Config,
-    module: BucketingModule,
-    train_iter: mx.io.DataIter,
-    eval_iter: mx.io.DataIter | None,
-    contexts: list[mx.Context],
-) -> BucketingModule | None:
-    """A second module for the evaluations when the model trains on another graph than it is
-    evaluated with (``model.sampled_softmax``: the full softmax), else None."""
+    elif config.initializer.warm_start is not None:  # a run resumed before its first
+        # checkpoint starts from these weights again, as its first start did
+        where = config.where("initializer", "from")
+        started_from = warm_start(module, config.initializer.warm_start, config.base_dir, where)
     if not wants_evaluation_graph(config, train_iter.data_info):
-        return None
-    num_sampled = getattr(config.model.options, "sampled_softmax", 0)
-    classes = train_iter.data_info.num_classes
+        return module, None, started_from
+    # the model trains on another graph than it is evaluated with (model.sampled_softmax)
     log.info(
         "sampled softmax: training reads a softmax over each position's label and %s words "
         "drawn per batch out of %s (the training perplexity is that softmax's, not the full "
         "one's); evaluations use the full softmax",
-        f"{num_sampled:,}",
-        f"{classes:,}",
+        f"{getattr(config.model.options, 'sampled_softmax', 0):,}",
+        f"{train_iter.data_info.num_classes:,}",
     )
     if eval_iter is None:
-        return None
+        return module, None, started_from
     # bound on the training module's parameter arrays: every update is what it evaluates
-    return build_module(
+    eval_module = build_module(
         config, eval_iter, "data.eval", contexts, for_training=False, for_metrics=True,
         logger=log, shared_params=module,
     )  # fmt: skip
+    return module, eval_module, started_from
 
 
 def init_optimizer(
-    module: BucketingModule,
-    config: Config,
-    train_iter: mx.io.DataIter,
-    *,
-    dist_kv: mx.kv.KVStore | None,
-    contexts: list[mx.Context],
-) -> None:
-    """The optimizer of ``config.optimizer`` on ``module``, with its kvstore."""
+    module: BucketingModule, config: Config, train_iter: mx.io.DataIter, worker: Worker
+) -> Coordinator | None:
+    """The optimizer of ``config.optimizer`` on ``module`` with its kvstore; for dist_sync
+    workers, the coordinator that makes them decide together (None otherwise)."""
     from mxtrain.engine.bucketing import ParamPatternError  # deferred: it imports MXNet
 
-    opt_cfg, kv_cfg = config.optimizer, config.kvstore
+    opt_cfg, kv_cfg, dist_kv = config.optimizer, config.kvstore, worker.dist_kv
     optimizer_name, optimizer_params = optimizer_arguments(opt_cfg)
     accumulation = config.fit.grad_accumulation
+    sync = kv_cfg.type in distributed.DIST_SYNC_TYPES
     if accumulation > 1 and opt_cfg.rescale_grad == "auto":
         # gradients are summed over K batches: average over all their samples
         batch_size = train_iter.provide_data[0].shape[0]
-        sync = kv_cfg.type in distributed.DIST_SYNC_TYPES
         workers = dist_kv.num_workers if dist_kv is not None and sync else 1
         optimizer_params["rescale_grad"] = 1.0 / (batch_size * accumulation * workers)
-    kvstore = dist_kv if dist_kv is not None else distributed.create_kvstore(kv_cfg, contexts)
+    kvstore = dist_kv
+    if kvstore is None:
+        kvstore = distributed.create_kvstore(kv_cfg, worker.contexts)
+    # update_on_kvstore: auto, unless an optimizer key needs the updates on the workers (the
+    # config check refused the settings that update on the servers)
+    on_kvstore = distributed.resolve_update_on_kvstore(kv_cfg)
     try:
         module.init_optimizer(
-            kvstore=kvstore,
-            optimizer=optimizer_name,
-            optimizer_params=optimizer_params,
-            update_on_kvstore=update_on_kvstore(kv_cfg, opt_cfg),
-            clip_global_norm=opt_cfg.clip_global_norm,
-            lr_mult=opt_cfg.lr_mult,
+            kvstore=kvstore, optimizer=optimizer_name, optimizer_params=optimizer_params,
+            update_on_kvstore=False if worker_update_keys(opt_cfg) else on_kvstore,
+            clip_global_norm=opt_cfg.clip_global_norm, lr_mult=opt_cfg.lr_mult,
             wd_mult=opt_cfg.wd_mult,
-        )
+        )  # fmt: skip
     except ParamPatternError as exc:
         raise param_pattern_error(config, exc) from exc
-    log_update_multipliers(opt_cfg, module.update_multipliers())
-
-
-def update_on_kvstore(kv_cfg: KVStoreSection, opt_cfg: OptimizerSection) -> bool | None:
-    """``kvstore.update_on_kvstore`` as the module takes it: ``auto`` becomes false when an
-    optimizer key needs the updates on the workers (the config check refused the settings
-    that update on the servers)."""
-    chosen = distributed.resolve_update_on_kvstore(kv_cfg)
-    return False if worker_update_keys(opt_cfg) else chosen
-
-
-def log_update_multipliers(
-    opt_cfg: OptimizerSection, multipliers: dict[str, tuple[float, float]]
-) -> None:
-    """Say which parameters learn at another rate and which the weight decay reaches (MXNet
-    silently leaves out every parameter not named *_weight or *_gamma)."""
+    # which parameters learn at another rate and which the weight decay reaches (MXNet
+    # silently leaves out every parameter not named *_weight or *_gamma)
+    multipliers = module.update_multipliers()
     scaled = [f"{name} x{lr:g}" for name, (lr, _) in multipliers.items() if lr != 1.0]
     if scaled:
         log.info("learning-rate multipliers: %s", ", ".join(scaled))
-    if opt_cfg.wd == 0:
-        return
-    decayed = [
-        name if wd == 1.0 else f"{name} x{wd:g}" for name, (_, wd) in multipliers.items() if wd
-    ]
-    spared = [name for name, (_, wd) in multipliers.items() if not wd]
-    log.info(
-        "weight decay %g on: %s%s",
-        opt_cfg.wd,
-        ", ".join(decayed) or "no parameter",
-        f"; not on: {', '.join(spared)} (optimizer.wd_mult changes this)" if spared else "",
-    )
-
-
-def coordinate_workers(kv_cfg: KVStoreSection, dist_kv: mx.kv.KVStore | None) -> Coordinator | None:
-    """The coordinator that makes dist_sync workers decide together (None otherwise)."""
+    if opt_cfg.wd != 0:
+        decayed = [n if wd == 1.0 else f"{n} x{wd:g}" for n, (_, wd) in multipliers.items() if wd]
+        spared = [name for name, (_, wd) in multipliers.items() if not wd]
+        log.info(
+            "weight decay %g on: %s%s",
+            opt_cfg.wd,
+            ", ".join(decayed) or "no parameter",
+            f"; not on: {', '.join(spared)} (optimizer.wd_mult changes this)" if spared else "",
+        )
     if dist_kv is None:
         return None
-    if kv_cfg.type not in distributed.DIST_SYNC_TYPES:
+    if not sync:
         log.info("dist_async: workers neither wait for each other nor agree on batch counts")
         return None
     compression = kv_cfg.gradient_compression

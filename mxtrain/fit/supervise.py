@@ -244,13 +244,13 @@ def monitor(fit_cfg: FitSection, run: RunFolder) -> ParameterMonitor | None:
 
 def metric_lower_is_better(setup: TrainingSetup, metric: str, mode: str) -> bool:
     """Which way ``metric`` is better: ``mode`` min/max, else what the metric declares."""
-    if mode != "auto":
-        return lower_is_better(metric, mode)
-    fit_cfg, base_dir = setup.config.fit, setup.config.base_dir
-    data_info = setup.train_iter.data_info
-    names = dict.fromkeys((*fit_cfg.evaluation_metrics, *fit_cfg.metrics))
-    built = [build_metric(n, data_info, base_dir) for n in names]
-    return lower_is_better(metric, mode, declared_direction(built, metric))
+    if mode == "auto":
+        fit_cfg, base_dir = setup.config.fit, setup.config.base_dir
+        data_info = setup.train_iter.data_info
+        names = dict.fromkeys((*fit_cfg.evaluation_metrics, *fit_cfg.metrics))
+        built = [build_metric(n, data_info, base_dir) for n in names]
+        return lower_is_better(metric, mode, declared_direction(built, metric))
+    return lower_is_better(metric, mode)
 
 
 def report_options(setup: TrainingSetup) -> dict[str, Any]:

@@ -68,15 +68,6 @@ def _is_loader(source: str) -> bool:
     return head.endswith(".py") or all(part.isidentifier() for part in head.split("."))
 
 
-def _strip_kinds(arrays: Mapping[str, Any]) -> dict[str, Any]:
-    """Names without a module file's ``arg:``/``aux:`` prefixes."""
-    out: dict[str, Any] = {}
-    for key, value in arrays.items():
-        kind, sep, name = key.partition(":")
-        out[name if sep and kind in ("arg", "aux") else key] = value
-    return out
-
-
 def _read_file(path: Path, where: str) -> dict[str, Any]:
     try:
         arrays = load_named_arrays(path)
@@ -88,7 +79,11 @@ def _read_file(path: Path, where: str) -> dict[str, Any]:
         ) from None
     if not arrays:
         raise DataError(f"{where}: {KEY}: the parameter file {path} holds no parameters.")
-    return _strip_kinds(arrays)
+    out: dict[str, Any] = {}  # names without a module file's arg:/aux: prefixes
+    for key, value in arrays.items():
+        kind, sep, name = key.partition(":")
+        out[name if sep and kind in ("arg", "aux") else key] = value
+    return out
 
 
 def _read_run(source: str, where: str) -> tuple[dict[str, Any], str, str | None]:
