@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mxtrain.build import build_data_iter, build_module
 from mxtrain.config import Config, load_config
 from mxtrain.data.base import DataContext
 from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX
+from mxtrain.devices import build_contexts, configure_threads
 from mxtrain.errors import ConfigError, DataError, InvalidValue
 from mxtrain.run.choose import (
     ChosenCheckpoint,
@@ -166,7 +168,7 @@ def _training_buckets(
         return tuple(sorted(int(b) for b in buckets))
     if not read_data or train.name != "bucket_sentence" or buckets != "auto":
         return None
-    from mxtrain.data.bucket_sentence import train_buckets
+    from mxtrain.data.bucket_sentence import train_buckets  # deferred: it imports MXNet
 
     try:
         return tuple(train_buckets(train.options, config.base_dir))
@@ -244,8 +246,6 @@ def open_run(
     config_dir = run.config_dir()
     config = load_config(run.config_file, overrides, base_dir=config_dir)
 
-    from mxtrain.devices import build_contexts, configure_threads
-
     configure_threads(config.context)  # before MXNet is imported (reading the checkpoint)
     chosen = resolve_checkpoint(run, config.checkpoint.prefix, wanted)
     if status.get("status") not in (None, "finished"):
@@ -255,8 +255,7 @@ def open_run(
             status.get("status"),
             chosen.describe(),
         )
-    from mxtrain.build import build_data_iter, build_module
-    from mxtrain.engine.bucketing import fewest_rows
+    from mxtrain.engine.bucketing import fewest_rows  # deferred: MXNet after the threads
 
     section, where = _data_section(config, role, data_file, batch_size)
     contexts = build_contexts(config.context)
