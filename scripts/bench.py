@@ -336,9 +336,9 @@ def run_mxtrain(
     """``mxtrain fit`` / ``score`` / ``predict`` on the default config, through the library.
     ``full_epoch``: one whole epoch, timed as the epoch record reports it (from the epoch's
     start, every bucket's binding and the iterator included); no score or predict."""
-    from mxtrain import hooks as hooks_module
-    from mxtrain import train as train_module
     from mxtrain.config import load_config
+    from mxtrain.fit.new_run import fit_experiment
+    from mxtrain.fit.run_hooks import RunHook
     from mxtrain.inference.predict import predict_run
     from mxtrain.inference.score import score_checkpoint
     from mxtrain.reporting import Reporter
@@ -364,21 +364,18 @@ def run_mxtrain(
         ]
     config = load_config(DEFAULT_CONFIG, overrides)
     marks: dict[str, Any] = {"intervals": []}
-    hooks = hooks_module.RunHooks  # instrumented, not changed: the originals still run
-    original_start, original_interval = hooks.on_epoch_start, hooks.on_interval
 
-    def on_epoch_start(self: Any, epoch: int, num_batches: Any) -> None:
-        marks.setdefault("first", process_age())
-        original_start(self, epoch, num_batches)
+    class Marks(RunHook):
+        """When the first epoch starts (the time to first batch) and every interval."""
 
-    def on_interval(self: Any, record: Any) -> None:
-        marks["intervals"].append(record)
-        original_interval(self, record)
+        def on_epoch_start(self, epoch: int, num_batches: Any) -> None:
+            marks.setdefault("first", process_age())
 
-    hooks.on_epoch_start = on_epoch_start  # type: ignore[method-assign]
-    hooks.on_interval = on_interval  # type: ignore[method-assign]
-    summary = train_module.fit_experiment(
-        config, name=f"bench-{os.getpid()}", reporter=Reporter("quiet")
+        def on_interval(self, record: Any) -> None:
+            marks["intervals"].append(record)
+
+    summary = fit_experiment(
+        config, name=f"bench-{os.getpid()}", reporter=Reporter("quiet"), hooks=[Marks()]
     )
     epoch = summary.epochs[-1]
     result: dict[str, Any] = {
@@ -554,8 +551,8 @@ def run_char(args: argparse.Namespace, side: str) -> dict[str, Any]:
         return result
     # mxtrain first: it sets its OpenMP threads before MXNet loads (building an iterator
     # here first would load MXNet with its default threads)
-    from mxtrain import train as train_module
     from mxtrain.config import load_config
+    from mxtrain.fit.new_run import fit_experiment
     from mxtrain.inference.predict import predict_run
     from mxtrain.inference.score import score_checkpoint
     from mxtrain.reporting import Reporter
@@ -572,9 +569,7 @@ def run_char(args: argparse.Namespace, side: str) -> dict[str, Any]:
         "fit.eval_max_batches=1",
     ]
     config = load_config(CHAR_CONFIG, overrides)
-    summary = train_module.fit_experiment(
-        config, name=f"bench-char-{os.getpid()}", reporter=Reporter("quiet")
-    )
+    summary = fit_experiment(config, name=f"bench-char-{os.getpid()}", reporter=Reporter("quiet"))
     epoch = summary.epochs[-1]
     result: dict[str, Any] = {
         "train_tokens_per_s": epoch["tokens"] / epoch["seconds"],

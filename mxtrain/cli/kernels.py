@@ -42,6 +42,7 @@ def kernels_command(
     same parameters. Choices are measured again only here, or when the CPU, MXNet or mxtrain
     changes. Runs after a new measurement may round differently from runs before it.
     """
+    # deferred: the library loads only for a command that runs (--help stays fast)
     from mxtrain.engine.kernels import CACHE_FILE, cache_dir
     from mxtrain.errors import ConfigError
 
@@ -54,8 +55,8 @@ def kernels_command(
             return
         _show_kept(cache, as_json)
         return
-    from mxtrain.config import load_config
-    from mxtrain.train import measure_kernel_choices
+    from mxtrain.config import load_config  # deferred, as above
+    from mxtrain.fit.setup import measure_kernel_choices
 
     config = load_config(config_file, overrides)
     choices = measure_kernel_choices(config, remeasure=measure)

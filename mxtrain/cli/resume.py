@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import click
 
-from mxtrain.cli.options import (
-    handle_errors,
-    json_option,
-    progress_mode,
-    progress_option,
-    quiet_option,
-    set_option,
-)
+from mxtrain.cli.fit import echo_finished, training_output_options, training_reporter
+from mxtrain.cli.options import set_option
 
 
 @click.command(
@@ -37,10 +31,7 @@ Examples:
     help="Accept changes to keys that must match the saved config, and discard checkpoints "
     "newer than --epoch.",
 )
-@progress_option
-@quiet_option
-@json_option
-@handle_errors
+@training_output_options
 def resume_command(
     run_dir: str,
     epoch: int | None,
@@ -57,18 +48,11 @@ def resume_command(
     change keys such as fit.num_epoch or optimizer.learning_rate; keys that shape the model
     or the data must match the saved config (the diff is printed).
     """
-    from mxtrain.reporting import Reporter
-    from mxtrain.train import resume_experiment
+    from mxtrain.fit.resume import resume_experiment  # deferred: the library loads MXNet
 
-    reporter = Reporter(progress_mode(progress, quiet), json_events=json_events)  # type: ignore[arg-type]
+    reporter = training_reporter(progress, quiet, json_events)
     with reporter.session("resume"):
         summary = resume_experiment(
             run_dir, epoch=epoch, overrides=overrides, force=force, reporter=reporter
         )
-    final = summary.final_eval
-    values = " ".join(f"{k}={v:.2f}" for k, v in (final or {}).items())
-    # With --json, stdout carries only events.
-    click.echo(
-        f"finished: {summary.run.path}" + (f" (eval {values})" if values else ""),
-        err=json_events,
-    )
+    echo_finished(summary, json_events)

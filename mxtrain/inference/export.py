@@ -145,8 +145,8 @@ def export_run(
     from mxtrain.build import build_sym_gen
     from mxtrain.config import load_config
     from mxtrain.data.base import as_tuples, data_info_from
-    from mxtrain.inference.open import (
-        _merge_epochs,
+    from mxtrain.run.choose import (
+        merge_selectors,
         open_run_folder,
         parse_checkpoint_ref,
         resolve_checkpoint,
@@ -173,7 +173,7 @@ def export_run(
         config = load_config(run.config_file, base_dir=run.config_dir())
         data_info = data_info_from(saved)
         sym_gen = build_sym_gen(config.model, data_info, config.base_dir)
-    chosen = resolve_checkpoint(run, config.checkpoint.prefix, _merge_epochs(choice, None, ref))
+    chosen = resolve_checkpoint(run, config.checkpoint.prefix, merge_selectors(choice, None, ref))
     arg_params, aux_params = chosen.arrays()
     default = as_tuples(saved["default_bucket_key"])
     if all_buckets:

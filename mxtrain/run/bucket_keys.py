@@ -22,7 +22,8 @@ from mxtrain import option_checks
 from mxtrain.data import source_options
 from mxtrain.data.base import as_tuples
 from mxtrain.errors import RunFolderError
-from mxtrain.run.layout import STATE_FILE, RunFolder
+from mxtrain.run.folder import RunFolder
+from mxtrain.run.layout import STATE_FILE
 from mxtrain.user_files import read_file
 
 #: what every model_inputs.json holds (export needs data_info too)

@@ -53,6 +53,7 @@ from mxtrain.run.atomic import (
     temporary_name,
     write_durably,
 )
+from mxtrain.run.folder import RunFolder
 from mxtrain.run.layout import (
     BEST_FILE,
     CONFIG_FILE,
@@ -63,7 +64,6 @@ from mxtrain.run.layout import (
     PARAMS_FILE,
     STATE_FILE,
     WORK_FOLDER,
-    RunFolder,
     checkpoint_tag,
     damaged_folder_name,
     parse_tag,

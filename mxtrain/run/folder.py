@@ -1,5 +1,6 @@
-"""Creating a run folder (staged under a hidden name, then published), run names, and the
-metrics log (``metrics.jsonl``). Where each file lives: :mod:`mxtrain.run.layout`.
+"""A run folder: its paths and run.json (:class:`RunFolder`), its creation (staged under a
+hidden name, then published), run names, and the metrics log (``metrics.jsonl``). The names
+of the files in it: :mod:`mxtrain.run.layout`.
 """
 
 from __future__ import annotations
@@ -9,20 +10,139 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mxtrain.config.names import run_name_problem
 from mxtrain.crashpoints import crash_point
 from mxtrain.errors import ConfigError, RunFolderError
-from mxtrain.run.atomic import abandoned
+from mxtrain.run.atomic import abandoned, atomic_write_text
 from mxtrain.run.layout import (
-    RunFolder,
+    BEST_FILE,
+    CHECKPOINTS_DIR,
+    CONFIG_FILE,
+    LOG_FILE,
+    METRICS_FILE,
+    MODEL_INPUTS_FILE,
+    MONITOR_FILE,
+    PROFILE_DIR,
+    RUN_FILE,
+    VOCAB_FILE,
+    params_file_name,
     replaced_folder_name,
     staging_folder_name,
     staging_folder_pid,
 )
-from mxtrain.user_files import read_file
+from mxtrain.user_files import UnusableFile, entry_problem, read_file, read_regular
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Paths inside one run folder."""
+
+    path: Path
+    replaced: Path | None = None  # where a run replaced with --force waits until we finish
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def run_file(self) -> Path:
+        return self.path / RUN_FILE
+
+    @property
+    def vocab_file(self) -> Path:
+        return self.path / VOCAB_FILE
+
+    @property
+    def model_inputs_file(self) -> Path:
+        return self.path / MODEL_INPUTS_FILE
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / METRICS_FILE
+
+    @property
+    def log_file(self) -> Path:
+        return self.path / LOG_FILE
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / CHECKPOINTS_DIR
+
+    @property
+    def best_file(self) -> Path:
+        """``checkpoints/best``: the tag of the best checkpoint, when one is recorded."""
+        return self.checkpoints_dir / BEST_FILE
+
+    @property
+    def profile_dir(self) -> Path:
+        return self.path / PROFILE_DIR
+
+    @property
+    def monitor_file(self) -> Path:
+        return self.path / MONITOR_FILE
+
+    def config_before_resume(self, stamp: int) -> Path:
+        """``config.before-resume-<stamp>.yaml``: the config a resume replaced."""
+        return self.path / f"config.before-resume-{stamp}.yaml"
+
+    def symbol_file(self, prefix: str) -> Path:
+        return self.path / f"{prefix}-symbol.json"
+
+    def params_file(self, prefix: str, epoch: int) -> Path:
+        return self.path / params_file_name(prefix, epoch)
+
+    def check_entries(self) -> None:
+        """RunFolderError naming the first entry of the layout that exists with the wrong type
+        (``checkpoints`` a file, ``train.log`` a folder, ``run.json`` a named pipe, ...), so
+        that resume, score, predict and export refuse the folder before they read or change
+        anything in it."""
+        entries = [(self.checkpoints_dir, True)]
+        entries += [
+            (path, False)
+            for path in (
+                self.config_file,
+                self.run_file,
+                self.vocab_file,
+                self.model_inputs_file,
+                self.metrics_file,
+                self.log_file,
+                self.best_file,
+            )
+        ]
+        for path, folder in entries:
+            problem = entry_problem(path, folder=folder)
+            if problem is not None:
+                raise RunFolderError(
+                    f"The run folder {self.path} cannot be used: {path} {problem}; mxtrain "
+                    f"writes it as a {'folder' if folder else 'regular file'}.",
+                    hint=f"Move {path} out of the way if it is not needed, or restore the "
+                    "run folder from a copy; nothing in it was changed.",
+                )
+
+    def read_status(self) -> dict[str, Any]:
+        """The contents of run.json, or an empty dict if it is missing or unreadable."""
+        try:
+            data = json.loads(read_regular(self.run_file))
+        except (UnusableFile, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def config_dir(self) -> Path:
+        """The folder of the config the run was started from (``config_dir`` in run.json, the
+        run folder's parent when none is recorded): relative paths in config.yaml resolve
+        against it."""
+        recorded = self.read_status().get("config_dir")
+        return Path(recorded) if isinstance(recorded, str) else self.path.absolute().parent
+
+    def write_status(self, **fields: Any) -> None:
+        """Merge ``fields`` into run.json (atomically)."""
+        status = self.read_status()
+        status.update(fields)
+        atomic_write_text(self.run_file, json.dumps(status, indent=2, sort_keys=True) + "\n")
 
 
 def check_name_option(name: str | None) -> None:

@@ -16,11 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mxtrain.config import config_to_dict, load_config
 from mxtrain.config.resume_policy import ConfigChange, diff_configs
+from mxtrain.config.saved import read_config_tree
 from mxtrain.errors import ConfigError, RunFolderError
 from mxtrain.metric_tracker import MetricTracker, lower_is_better
-from mxtrain.run.folder import read_metrics
-from mxtrain.run.layout import CONFIG_FILE, METRICS_FILE, RUN_FILE, RunFolder
+from mxtrain.run.checkpoint import (
+    CheckpointError,
+    best_tag,
+    find_checkpoint,
+    list_checkpoints,
+    verify_checkpoint,
+)
+from mxtrain.run.folder import RunFolder, read_metrics
+from mxtrain.run.layout import CONFIG_FILE, METRICS_FILE, RUN_FILE
 from mxtrain.user_files import UnusableFile, read_regular, require_usable_path
 
 UNREADABLE = "unreadable"
@@ -248,8 +257,6 @@ def _read_status(path: Path, problems: list[str]) -> dict[str, Any]:
 
 
 def _read_config(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    from mxtrain.config.saved import read_config_tree
-
     config_file = path / CONFIG_FILE
     if not config_file.exists():
         return None, f"no {CONFIG_FILE}"
@@ -457,14 +464,6 @@ def list_checkpoint_info(path: Path) -> list[CheckpointInfo]:
     """The checkpoint folders of a run, oldest first, with their size, the best marker, the
     newest valid one (``latest``: chosen by the same function as score and resume) and why
     each newer one is not usable."""
-    from mxtrain.run.checkpoint import (
-        CheckpointError,
-        best_tag,
-        find_checkpoint,
-        list_checkpoints,
-        verify_checkpoint,
-    )
-
     run = RunFolder(path)
     listed = list_checkpoints(run)
     latest = None
@@ -518,9 +517,6 @@ def config_for_diff(
     A run's saved config.yaml is already resolved; a config file is loaded and checked
     so that its defaults are filled in the same way.
     """
-    from mxtrain.config import config_to_dict, load_config
-    from mxtrain.config.saved import read_config_tree
-
     path = Path(target)
     require_usable_path(path, "run folder or config file", error=RunFolderError)
     if path.is_file():

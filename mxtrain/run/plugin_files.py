@@ -28,7 +28,8 @@ from typing import Any, TypeVar
 from mxtrain.errors import ConfigError, DataError, RunFolderError
 from mxtrain.registry import plugin_file_path, redirected_plugin_files
 from mxtrain.run.atomic import atomic_write_bytes, atomic_write_text
-from mxtrain.run.layout import PLUGINS_DIR, PLUGINS_MANIFEST, RUN_FILE, RunFolder
+from mxtrain.run.folder import RunFolder
+from mxtrain.run.layout import PLUGINS_DIR, PLUGINS_MANIFEST, RUN_FILE
 from mxtrain.user_files import UnusableFile, read_regular
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from mxtrain.callbacks import CallbackRunner
 from mxtrain.cli.main import cli
 from mxtrain.config.schema import CallbackSection
+from mxtrain.fit.callbacks import CallbackRunner
 
 PLUGIN = '''
 import json

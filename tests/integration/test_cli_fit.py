@@ -259,8 +259,8 @@ def test_short_last_batches_train_as_padded_ones_do(
     from conftest import params
     from float_bounds import assert_params_close, rnn_chain_roundings
 
-    from mxtrain import train as train_module
     from mxtrain.run.checkpoint import LoadedCheckpoint
+    from mxtrain.run.choose import recorded_last_batch
 
     runs = tiny_config.parent / "runs"
     common = ["--set", f"context.count={devices}", "--progress", "plain"]
@@ -294,6 +294,6 @@ def test_short_last_batches_train_as_padded_ones_do(
     def loaded(state: dict) -> LoadedCheckpoint:
         return LoadedCheckpoint(None, {}, {}, {}, None, state, [5, 9, 13], {})  # type: ignore[arg-type]
 
-    assert train_module._recorded_last_batch(loaded({"last_batch": "short"})) == "short"
-    assert train_module._recorded_last_batch(loaded({})) == "pad"
-    assert train_module._recorded_last_batch(None) is None
+    assert recorded_last_batch(loaded({"last_batch": "short"})) == "short"
+    assert recorded_last_batch(loaded({})) == "pad"
+    assert recorded_last_batch(None) is None

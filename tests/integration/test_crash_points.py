@@ -30,8 +30,7 @@ from crash_child import run_command
 from mxtrain.cli.main import cli
 from mxtrain.crashpoints import POINTS
 from mxtrain.run import checkpoint
-from mxtrain.run.folder import read_metrics
-from mxtrain.run.layout import RunFolder
+from mxtrain.run.folder import RunFolder, read_metrics
 
 # Dropout, momentum and an lr schedule (everything that makes resume hard), four batches an
 # epoch, keep_last 1 with a best checkpoint (retention deletes in epochs 2 and 3).

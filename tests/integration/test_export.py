@@ -16,7 +16,7 @@ from float_bounds import assert_close_at_scale, mlp_chain_roundings, rnn_chain_r
 
 from mxtrain.cli.main import cli
 from mxtrain.config import load_config
-from mxtrain.train import fit_experiment
+from mxtrain.fit.new_run import fit_experiment
 
 
 def invoke(*args: object) -> tuple[int, str]:

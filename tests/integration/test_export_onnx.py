@@ -23,9 +23,9 @@ from mxtrain.cli.main import cli
 from mxtrain.config import load_config, parse_config
 from mxtrain.data.array_options import ArrayDataInfo
 from mxtrain.data.base import DataInfo
+from mxtrain.fit.new_run import fit_experiment
 from mxtrain.inference.export import _onnx_ready, inference_symbol, unsupported_operators
 from mxtrain.registry import MODEL_EXPORTS, MODELS
-from mxtrain.train import fit_experiment
 
 pytest.importorskip("onnx", reason="the onnx package is a test extra: pip install -e '.[test]'")
 

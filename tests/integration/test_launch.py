@@ -31,7 +31,7 @@ from launch_helpers import (
 )
 
 from mxtrain.run.checkpoint import list_checkpoints
-from mxtrain.run.layout import RunFolder
+from mxtrain.run.folder import RunFolder
 
 # every process a test starts is killed afterwards, even when an assertion failed
 pytestmark = pytest.mark.usefixtures("reaper")

@@ -12,8 +12,8 @@ from rich.console import Console
 
 from mxtrain.cli.main import cli
 from mxtrain.config import load_config
+from mxtrain.fit.new_run import fit_experiment
 from mxtrain.reporting import Reporter
-from mxtrain.train import fit_experiment
 
 PLUGIN = '''
 """A GRU language model and a wrapper iterator, as a user would write them."""

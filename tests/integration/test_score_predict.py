@@ -25,12 +25,12 @@ from mxtrain.cli.predict import predict_command
 from mxtrain.cli.score import score_command
 from mxtrain.config import load_config
 from mxtrain.errors import ConfigError, DataError, RunFolderError
-from mxtrain.inference.open import parse_checkpoint_ref
+from mxtrain.fit.new_run import fit_experiment
 from mxtrain.inference.predict import predict_run
 from mxtrain.inference.score import score_checkpoint, score_run
 from mxtrain.run.atomic import write_atomically
+from mxtrain.run.choose import parse_checkpoint_ref
 from mxtrain.run.folder import read_metrics
-from mxtrain.train import fit_experiment
 
 
 def test_commands_are_registered() -> None:

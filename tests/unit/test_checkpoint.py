@@ -34,7 +34,7 @@ from mxtrain.run.checkpoint import (
     save_checkpoint,
     verify_checkpoint,
 )
-from mxtrain.run.layout import RunFolder
+from mxtrain.run.folder import RunFolder
 
 PREFIX = "model"
 BATCH = 4

@@ -23,7 +23,8 @@ from mxtrain.run.checkpoint import (
     prune_checkpoints,
     tidy_checkpoints,
 )
-from mxtrain.run.layout import PARAMS_FILE, RunFolder
+from mxtrain.run.folder import RunFolder
+from mxtrain.run.layout import PARAMS_FILE
 
 
 def truncate(folder: Path) -> None:

@@ -27,7 +27,8 @@ from mxtrain.run.checkpoint import (
     list_checkpoints,
     prune_checkpoints,
 )
-from mxtrain.run.layout import RunFolder, work_folder_name
+from mxtrain.run.folder import RunFolder
+from mxtrain.run.layout import work_folder_name
 
 TAGS = ["e0001-b000000", "e0001-b000004", "e0002-b000000", "e0002-b000004", "e0003-b000000"]
 

@@ -21,7 +21,7 @@ from mxtrain.run.bucket_keys import (
     key_problem,
     read_model_inputs,
 )
-from mxtrain.run.layout import RunFolder
+from mxtrain.run.folder import RunFolder
 from mxtrain.run.params import ParamsMismatchError, param_problems, params_mismatch_error
 
 # ----------------------------------------------------------------------------- MXNet's text

@@ -25,8 +25,7 @@ from hypothesis import strategies as st
 from mxtrain.data import arrays
 from mxtrain.data.text_files import read_data_text
 from mxtrain.errors import ConfigError, DataError, RunFolderError
-from mxtrain.run.folder import read_metrics
-from mxtrain.run.layout import RunFolder
+from mxtrain.run.folder import RunFolder, read_metrics
 from mxtrain.user_files import (
     UnusableFile,
     entry_problem,
@@ -333,7 +332,7 @@ def test_usable_path_names_what_cannot_be_looked_up(tmp_path: Path) -> None:
 
 
 def test_run_references_too_long_are_run_folder_errors(tmp_path: Path) -> None:
-    from mxtrain.inference.open import parse_checkpoint_ref
+    from mxtrain.run.choose import parse_checkpoint_ref
     from mxtrain.run.history import resolve_run
     from mxtrain.run.plugin_files import run_folder_of
 

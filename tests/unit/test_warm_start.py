@@ -10,7 +10,7 @@ import pytest
 
 from mxtrain.config.schema import WarmStartSection
 from mxtrain.errors import ConfigError, InvalidValue
-from mxtrain.warm_start import _is_loader, match_parameters
+from mxtrain.fit.warm_start import _is_loader, match_parameters
 
 MODEL = {
     "embed_weight": (10, 4),

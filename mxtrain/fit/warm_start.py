@@ -23,10 +23,19 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from mxtrain.config import load_config
+from mxtrain.config.schema import WarmStartSection
 from mxtrain.errors import ConfigError, DataError
+from mxtrain.registry import Registry
+from mxtrain.run.choose import open_run_folder, parse_checkpoint_ref, resolve_checkpoint
+from mxtrain.run.params import ParamsFileError, load_named_arrays
+from mxtrain.run.plugin_files import kept_plugins
 from mxtrain.user_files import require_usable_path
+
+if TYPE_CHECKING:  # annotations only: MXNet must load after the run's thread settings
+    from mxtrain.engine.bucketing import BucketingModule
 
 log = logging.getLogger("mxtrain")
 
@@ -59,18 +68,7 @@ def _is_loader(source: str) -> bool:
     return head.endswith(".py") or all(part.isidentifier() for part in head.split("."))
 
 
-def _strip_kinds(arrays: Mapping[str, Any]) -> dict[str, Any]:
-    """Names without a module file's ``arg:``/``aux:`` prefixes."""
-    out: dict[str, Any] = {}
-    for key, value in arrays.items():
-        kind, sep, name = key.partition(":")
-        out[name if sep and kind in ("arg", "aux") else key] = value
-    return out
-
-
 def _read_file(path: Path, where: str) -> dict[str, Any]:
-    from mxtrain.run.params import ParamsFileError, load_named_arrays
-
     try:
         arrays = load_named_arrays(path)
     except ParamsFileError as exc:
@@ -81,14 +79,14 @@ def _read_file(path: Path, where: str) -> dict[str, Any]:
         ) from None
     if not arrays:
         raise DataError(f"{where}: {KEY}: the parameter file {path} holds no parameters.")
-    return _strip_kinds(arrays)
+    out: dict[str, Any] = {}  # names without a module file's arg:/aux: prefixes
+    for key, value in arrays.items():
+        kind, sep, name = key.partition(":")
+        out[name if sep and kind in ("arg", "aux") else key] = value
+    return out
 
 
 def _read_run(source: str, where: str) -> tuple[dict[str, Any], str, str | None]:
-    from mxtrain.config import load_config
-    from mxtrain.inference.open import open_run_folder, parse_checkpoint_ref, resolve_checkpoint
-    from mxtrain.run.plugin_files import kept_plugins
-
     folder, wanted = parse_checkpoint_ref(source)
     run = open_run_folder(folder.absolute())
     with kept_plugins(run.path):  # its config may name plugins kept in the folder
@@ -102,10 +100,9 @@ def _read_run(source: str, where: str) -> tuple[dict[str, Any], str, str | None]
 
 
 def _read_loader(source: str, base_dir: Path, where: str) -> dict[str, Any]:
+    # deferred: MXNet loads after the run's thread settings (a fresh run sets them first)
     import mxnet as mx
     import numpy as np
-
-    from mxtrain.registry import Registry
 
     entry = Registry("weights loader").get(source, base_dir=base_dir, where=where)
     loader = entry.load()
@@ -127,7 +124,9 @@ def _read_loader(source: str, base_dir: Path, where: str) -> dict[str, Any]:
     return out
 
 
-def read_source(spec: Any, base_dir: Path, where: str) -> tuple[dict[str, Any], str, str | None]:
+def read_source(
+    spec: WarmStartSection, base_dir: Path, where: str
+) -> tuple[dict[str, Any], str, str | None]:
     """(arrays by source name, what was read, checkpoint tag) of ``initializer.from``."""
     source = spec.source
     if _is_loader(source):
@@ -167,7 +166,7 @@ def _renamed(name: str, pattern: str, target: str) -> str:
 def match_parameters(
     arrays: Mapping[str, Any],
     model_shapes: Mapping[str, tuple[int, ...]],
-    spec: Any,
+    spec: WarmStartSection,
     where: str,
 ) -> tuple[dict[str, Any], WarmStartReport]:
     """The source arrays the model takes, by model name; raises ConfigError naming every
@@ -232,13 +231,12 @@ def match_parameters(
     return chosen, report
 
 
-def warm_start(module: Any, config: Any) -> WarmStartReport | None:
-    """Overwrite ``module``'s initialized parameters with ``initializer.from``'s (if set)."""
-    spec = config.initializer.warm_start
-    if spec is None:
-        return None
-    where = config.where("initializer", "from")
-    arrays, resolved, tag = read_source(spec, config.base_dir, where)
+def warm_start(
+    module: BucketingModule, spec: WarmStartSection, base_dir: Path, where: str
+) -> WarmStartReport:
+    """Overwrite ``module``'s initialized parameters with those ``spec`` (``initializer.from``,
+    at ``where`` in the config) names; plugin files are taken relative to ``base_dir``."""
+    arrays, resolved, tag = read_source(spec, base_dir, where)
     args, auxs = module.get_params()
     shapes = {n: tuple(a.shape) for n, a in [*args.items(), *auxs.items()]}
     chosen, report = match_parameters(arrays, shapes, spec, where)

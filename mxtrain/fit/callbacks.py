@@ -28,14 +28,20 @@ method (exit code 2); checkpoints already saved stay.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from mxtrain.config.schema import CallbackSection
 from mxtrain.errors import ConfigError
+from mxtrain.fit.run_hooks import EpochEnd, RunHook
+from mxtrain.registry import CALLBACKS, Entry
+from mxtrain.run.checkpoint import Checkpoint
 
-if TYPE_CHECKING:
-    from mxtrain.registry import Entry
+if TYPE_CHECKING:  # annotations only: MXNet must load after the run's thread settings
+    from mxtrain.engine.bucketing import BucketingModule
+    from mxtrain.engine.loop import IntervalRecord, Position
 
 log = logging.getLogger("mxtrain")
 
@@ -50,8 +56,8 @@ EVENTS = ("on_batch_end", "on_interval", "on_eval_end", "on_checkpoint", "on_epo
 class ModuleView:
     """Read-only access to the module being trained: copies, never the live arrays."""
 
-    def __init__(self, module: Any) -> None:
-        self._module = module
+    def __init__(self, module: BucketingModule | None) -> None:
+        self._module: Any = module
 
     @property
     def param_names(self) -> list[str]:
@@ -101,12 +107,18 @@ class CallbackContext:
         self._runner.request_stop(self._runner.current, str(reason))
 
 
-class CallbackRunner:
-    """The run's callbacks: built from ``fit.callbacks``, called by the fit loop's hooks."""
+class CallbackRunner(RunHook):
+    """The run's callbacks (``fit.callbacks``): one member of the run's hooks, which turns
+    the hook events into the callback methods above."""
 
-    def __init__(self, sections: Any, base_dir: Any, module: Any, *, rank: int = 0) -> None:
-        from mxtrain.registry import CALLBACKS
-
+    def __init__(
+        self,
+        sections: Sequence[CallbackSection],
+        base_dir: Path,
+        module: BucketingModule | None,
+        *,
+        rank: int = 0,
+    ) -> None:
         self.module = module
         self.module_view = ModuleView(module)
         self.rank = rank
@@ -153,3 +165,44 @@ class CallbackRunner:
             # a bug in the callback: named, and what was saved is kept
             with entry.calling(doing, where.partition(" ")[0], hint=_KEPT):
                 method(CallbackContext(self, event, **values))
+
+    def on_batch_end(self, epoch: int, batch: int) -> None:
+        self.call("on_batch_end", epoch=epoch, batch=batch)
+
+    def on_interval(self, record: IntervalRecord) -> None:
+        self.call(
+            "on_interval",
+            epoch=record.epoch,
+            batch=record.batch,
+            metrics=record.metrics,
+            lr=record.lr,
+        )
+
+    def on_eval(self, epoch: int, batch: int, values: dict[str, float], seconds: float) -> None:
+        self.call("on_eval_end", epoch=epoch, batch=batch, eval=values)
+
+    def on_checkpoint(self, saved: Checkpoint, position: Position) -> None:
+        self.call(
+            "on_checkpoint",
+            epoch=position.epoch,
+            batch=position.batch,
+            checkpoint=saved.tag,
+            checkpoint_path=str(saved.path),
+        )
+
+    def on_epoch_done(self, end: EpochEnd) -> None:
+        result, saved = end.result, end.saved
+        values = {"epoch": result.epoch, "batch": result.train.batch}
+        if result.eval is not None:
+            self.call("on_eval_end", eval=result.eval, **values)
+        if saved is not None:
+            self.on_checkpoint(saved, result.position)
+        self.call(
+            "on_epoch_end",
+            metrics=result.train.metrics,
+            eval=result.eval,
+            lr=result.train.lr,
+            checkpoint=saved.tag if saved is not None else None,
+            checkpoint_path=str(saved.path) if saved is not None else None,
+            **values,
+        )
