@@ -199,11 +199,6 @@ class Coordinator:
         self._finish_requested: Callable[[], bool] = lambda: False
         self._stop = False
 
-    @property
-    def is_chief(self) -> bool:
-        """Rank 0: the one worker that writes the run folder."""
-        return self.rank == 0
-
     def attach(
         self,
         should_stop: Callable[[], bool],

@@ -445,8 +445,8 @@ def _die_with_parent() -> None:
     _kill_when_parent_dies()
 
 
-class _Running:
-    """One started process, its output pump and the last lines it printed."""
+class _StartedProcess:
+    """A started process of the job: its output pump and the last lines it printed."""
 
     def __init__(self, spec: ProcessSpec, log_dir: Path, echo: Callable[[str], None]) -> None:
         self.spec = spec
@@ -621,7 +621,7 @@ class Cluster:
         self.poll = poll
         self._echo_lock = threading.Lock()
         self._echo_target = echo or self._print
-        self.running: list[_Running] = []
+        self.running: list[_StartedProcess] = []
         self._signalled: int | None = None
 
     def _print(self, line: str) -> None:
@@ -638,7 +638,7 @@ class Cluster:
         }
         try:
             for spec in self.specs:
-                self.running.append(_Running(spec, self.log_dir, self._echo))
+                self.running.append(_StartedProcess(spec, self.log_dir, self._echo))
         except BaseException:
             self.stop()
             self._restore_signals()
@@ -664,7 +664,7 @@ class Cluster:
     def pids(self) -> list[int]:
         return [r.process.pid for r in self.running]
 
-    def _workers(self) -> list[_Running]:
+    def _workers(self) -> list[_StartedProcess]:
         return [r for r in self.running if r.is_worker]
 
     def wait(self) -> LaunchResult:
@@ -744,7 +744,7 @@ class Cluster:
         for running in self.running:
             running.finish_output()
 
-    def _failure(self, failed: _Running) -> LaunchError:
+    def _failure(self, failed: _StartedProcess) -> LaunchError:
         tail = "\n".join(f"    {line}" for line in failed.tail) or "    (no output)"
         what = f"{failed.describe_name()} {failed.describe_exit()}"
         killed = failed.killed_by() is not None

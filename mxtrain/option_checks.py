@@ -67,6 +67,10 @@ def check_thread_count(key: str, value: object) -> None:
 #: without large-tensor support) indexes tensors with 32-bit integers, and a larger shape
 #: crashed fit, score or export long after ``mxtrain check`` had accepted it.
 MAX_TENSOR_ELEMENTS = 2**31 - 1
+#: Longest sequence (bucket length, bptt, exported bucket) a run may ask for: a bucket is
+#: one graph, and an unfused recurrent layer builds a node per step of it, so a length of
+#: 2**30 never finished building while its batch still fit a tensor.
+MAX_SEQUENCE_LENGTH = 100_000
 #: Bytes per value of the float32 arrays MXNet computes with.
 FLOAT_BYTES = 4
 

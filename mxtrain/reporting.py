@@ -322,11 +322,6 @@ class Reporter:
             metrics="",
         )
 
-    def advance(self, batches: int) -> None:
-        """Move the bar by ``batches`` (kept for callers; :meth:`interval` sets the position)."""
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, advance=batches)
-
     def interval(
         self,
         epoch: int,
@@ -556,10 +551,3 @@ class _ConsoleLineHandler(logging.Handler):
             self.console.print(self.format(record), markup=False, highlight=False, soft_wrap=True)
         except Exception:  # a logging handler must never raise into the training loop
             self.handleError(record)
-
-
-def print_error(message: str) -> None:
-    """Print a user-facing error to stderr as one paragraph."""
-    Console(stderr=True, highlight=False, soft_wrap=True).print(
-        f"error: {message}", markup=False, style="bold red" if sys.stderr.isatty() else None
-    )

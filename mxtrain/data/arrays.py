@@ -333,7 +333,8 @@ def require_file(path: Path, what: str) -> None:
     require_regular_file(path, what, missing_hint=RELATIVE_TO_CONFIG)
 
 
-def _load_error(path: Path, what: str, exc: BaseException) -> MxtrainError:
+def _unreadable_numpy_error(path: Path, what: str, exc: BaseException) -> MxtrainError:
+    """The error to raise when np.load failed on ``path``: what is wrong with the file."""
     if isinstance(exc, OSError) and exc.errno is not None:  # not the content: say what it is
         return as_error(UnusableFile.from_os_error(path, exc), what)
     text = str(exc)
@@ -364,7 +365,7 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
     try:
         loaded = np.load(path, allow_pickle=False)
     except _NUMPY_READ_ERRORS as exc:
-        raise _load_error(path, what, exc) from None
+        raise _unreadable_numpy_error(path, what, exc) from None
     if not isinstance(loaded, np.ndarray):
         loaded.close()
         raise DataError(
@@ -381,7 +382,7 @@ def _load_npz(
     try:
         archive = np.load(path, allow_pickle=False)
     except _NUMPY_READ_ERRORS as exc:
-        raise _load_error(path, "data file", exc) from None
+        raise _unreadable_numpy_error(path, "data file", exc) from None
     if isinstance(archive, np.ndarray):
         raise DataError(
             f"The data file {path} is a single .npy array, not an .npz archive.",
@@ -402,7 +403,7 @@ def _load_npz(
             data = archive[options.data_key]
             labels = archive[options.label_key] if want_labels else None
         except _NUMPY_READ_ERRORS as exc:
-            raise _load_error(path, "data file", exc) from None
+            raise _unreadable_numpy_error(path, "data file", exc) from None
     where = f"{path} [{options.label_key!r}]"
     data = _numeric(data, path, f"data file [{options.data_key!r}]")
     if labels is not None:

@@ -12,7 +12,6 @@ from mxtrain.data.bucket_sentence_options import (
     check_specials,
 )
 from mxtrain.data.source_options import (
-    MAX_SEQUENCE_LENGTH,
     SourceOptions,
     batch_size_field,
     check_batch,
@@ -32,7 +31,12 @@ from mxtrain.data.source_options import (
     vocab_file_field,
 )
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_choice, check_positive_int, check_sharding
+from mxtrain.option_checks import (
+    MAX_SEQUENCE_LENGTH,
+    check_choice,
+    check_positive_int,
+    check_sharding,
+)
 
 #: longest ``bptt`` a config may ask for (a batch of that many steps is one bucket)
 MAX_BPTT = MAX_SEQUENCE_LENGTH

@@ -18,6 +18,7 @@ from typing import Any
 
 from mxtrain.errors import InvalidValue
 from mxtrain.option_checks import (
+    MAX_SEQUENCE_LENGTH,
     CheckedOptions,
     check_choice,
     check_positive_int,
@@ -27,10 +28,6 @@ from mxtrain.option_checks import (
 
 #: what bucketed iterators do with a sentence longer than the largest bucket
 LONG_POLICIES = ("split", "truncate", "drop")
-#: Longest sequence (bucket length, bptt, exported bucket) a run may ask for: a bucket is
-#: one graph, and an unfused recurrent layer builds a node per step of it, so a length of
-#: 2**30 never finished building while its batch still fit a tensor.
-MAX_SEQUENCE_LENGTH = 100_000
 #: how ``buckets: auto`` places boundaries
 AUTO_BUCKET_RULES = ("quantile", "padding")
 

@@ -37,7 +37,7 @@ import numpy as np
 from mxtrain.errors import ConfigError, InvalidValue, RunFolderError
 from mxtrain.mxnet_errors import mxnet_reason
 from mxtrain.run.atomic import temporary_name
-from mxtrain.run.bucket_keys import key_problem, read_model_inputs, trained_keys
+from mxtrain.run.bucket_keys import as_tuples, key_problem, read_model_inputs, trained_keys
 from mxtrain.run.params import ParamsMismatchError, param_problems, params_mismatch_error
 from mxtrain.user_files import os_error_problem, require_usable_path
 
@@ -144,7 +144,7 @@ def export_run(
 
     from mxtrain.build import build_sym_gen
     from mxtrain.config import load_config
-    from mxtrain.data.base import as_tuples, data_info_from
+    from mxtrain.data.base import data_info_from
     from mxtrain.inference.open import (
         _merge_epochs,
         open_run_folder,

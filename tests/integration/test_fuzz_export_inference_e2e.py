@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from mxtrain.cli.main import cli
 from mxtrain.config import load_config
-from mxtrain.run.bucket_keys import MAX_SEQUENCE_LENGTH
+from mxtrain.option_checks import MAX_SEQUENCE_LENGTH
 from mxtrain.run.layout import STATE_FILE
 from mxtrain.train import fit_experiment
 
