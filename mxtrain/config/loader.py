@@ -968,6 +968,9 @@ class _Builder:
             evaluate = self.component(
                 eval_raw, ("data", "eval"), its, IteratorSection, required=False
             )
+            evaluate = _inherit_train_reading(
+                train, evaluate, self.mapping(eval_raw, ("data", "eval"))
+            )
         return DataSection(train=train, eval=evaluate)
 
     def table_name(
@@ -1230,6 +1233,21 @@ class _Builder:
                 f"({', '.join(names) or 'none'}): it watches the evaluations",
                 hint=f"Pick one of {key}, or add it there.",
             )
+
+
+def _inherit_train_reading(
+    train: IteratorSection, evaluate: IteratorSection, eval_keys: Mapping[str, Any]
+) -> IteratorSection:
+    """``evaluate`` with the train iterator's value of each key that says how text is read
+    (its options' ``must_match_train``) and that the eval section does not set itself."""
+    if evaluate.name != train.name or not dataclasses.is_dataclass(evaluate.options):
+        return evaluate
+    keys = getattr(type(train.options), "must_match_train", ())
+    inherited = {key: getattr(train.options, key) for key in keys if key not in eval_keys}
+    if not inherited:
+        return evaluate
+    options = dataclasses.replace(evaluate.options, **inherited)  # type: ignore[type-var]
+    return dataclasses.replace(evaluate, options=options)
 
 
 def _dc_field(cls: type, name: str) -> dataclasses.Field[Any]:
