@@ -34,6 +34,7 @@ from mxtrain.option_checks import (
     check_thread_count,
     show_number,
 )
+from mxtrain.registry import ITERATORS, MODELS
 
 
 class _Required:
@@ -148,7 +149,8 @@ class ModelSection(ComponentSection):
     name: str = field(
         default="lstm_lm",
         metadata={
-            "doc": "model builder: lstm_lm (built in), or your own as 'package.module:attr' or "
+            "doc": f"model builder: a built-in ({', '.join(MODELS.available())}; see "
+            "`mxtrain list models`), or your own as 'package.module:attr' or "
             "'path/to/file.py:attr' (relative to the config file's folder)"
         },
     )
@@ -167,8 +169,9 @@ class IteratorSection(ComponentSection):
     name: str = field(
         default="bucket_sentence",
         metadata={
-            "doc": "data iterator: bucket_sentence (built in), or your own as "
-            "'package.module:attr' or 'path/to/file.py:attr'"
+            "doc": f"data iterator: a built-in ({', '.join(ITERATORS.available())}; see "
+            "`mxtrain list iterators`), or your own as 'package.module:attr' or "
+            "'path/to/file.py:attr'"
         },
     )
     options: Any = field(
