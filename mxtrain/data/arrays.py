@@ -742,6 +742,22 @@ def _layout(shape: tuple[int, ...], integer: bool) -> str | None:
     return {2: "NHW", 3: "NCHW"}.get(len(shape))
 
 
+def _check_rows(
+    rows: int, labels: np.ndarray | None, num_parts: int, part_index: int, source: str
+) -> None:
+    """A label per row, and a row at least for each of the ``num_parts`` parts."""
+    if labels is not None and labels.shape[0] != rows:
+        raise ValueError(f"{labels.shape[0]} labels for {rows} rows")
+    if not 0 <= part_index < num_parts:
+        raise ValueError(f"part_index {part_index} is not in 0..{num_parts - 1}")
+    if rows < num_parts:
+        raise DataError(
+            f"The data {source} has {rows} rows, fewer than num_parts ({num_parts}): some "
+            "parts would get no rows at all.",
+            hint="Use fewer parts or more data.",
+        )
+
+
 class RowIter(mx.io.DataIter):
     """Fixed-size batches of rows (see the module docstring for padding, order and sharding).
 
@@ -767,16 +783,7 @@ class RowIter(mx.io.DataIter):
     ) -> None:
         super().__init__(batch_size)
         rows = int(data.shape[0])
-        if labels is not None and labels.shape[0] != rows:
-            raise ValueError(f"{labels.shape[0]} labels for {rows} rows")
-        if not 0 <= part_index < num_parts:
-            raise ValueError(f"part_index {part_index} is not in 0..{num_parts - 1}")
-        if rows < num_parts:
-            raise DataError(
-                f"The data {source} has {rows} rows, fewer than num_parts ({num_parts}): some "
-                "parts would get no rows at all.",
-                hint="Use fewer parts or more data.",
-            )
+        _check_rows(rows, labels, num_parts, part_index, source)
         self.meta = meta
         self.vocab = meta  # what `mxtrain fit` saves in the run folder (vocab.json)
         self.source = source
@@ -832,27 +839,31 @@ class RowIter(mx.io.DataIter):
         self.part_rows = len(range(part_index, rows, num_parts))
         self.padding_rows = self.num_batches * batch_size - self.part_rows
         if num_parts > 1:
-            log.info(
-                "%s: part %d of %d gets every %d-th row of the %s order, starting at "
-                "position %d: %d rows; every part runs %d batches of %d, so %d padding rows "
-                "are added to this part (padded, not trimmed: padding is ignored by loss and "
-                "metrics)",
-                source,
-                part_index,
-                num_parts,
-                num_parts,
-                "shuffled" if shuffle else "file",
-                part_index,
-                self.part_rows,
-                self.num_batches,
-                batch_size,
-                self.padding_rows,
-            )
+            self._log_part()
         self._order: np.ndarray | None = None
         self._fill: np.ndarray | None = None
         self._built_epoch: int | None = None
         self._cursor = 0
         self.reset()
+
+    def _log_part(self) -> None:
+        """Say which rows this worker's part holds and how it is padded (distributed)."""
+        log.info(
+            "%s: part %d of %d gets every %d-th row of the %s order, starting at "
+            "position %d: %d rows; every part runs %d batches of %d, so %d padding rows "
+            "are added to this part (padded, not trimmed: padding is ignored by loss and "
+            "metrics)",
+            self.source,
+            self.part_index,
+            self.num_parts,
+            self.num_parts,
+            "shuffled" if self.shuffle else "file",
+            self.part_index,
+            self.part_rows,
+            self.num_batches,
+            self.batch_size,
+            self.padding_rows,
+        )
 
     # -- order --------------------------------------------------------------------------------
 

@@ -476,6 +476,20 @@ def vocabulary(
     return vocab
 
 
+def _padded_rows(
+    flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int, pad: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The data and label rows (float32, ``width`` wide, ``pad`` after each chunk) of the
+    chunks of ``flat`` at ``starts`` with ``lengths`` data tokens; labels are the next ids."""
+    last = flat.size - 1
+    pos = np.arange(width)
+    mask = pos[None, :] < lengths[:, None]
+    idx = starts[:, None] + pos[None, :]
+    data = np.where(mask, flat[np.minimum(idx, last)], pad).astype(np.float32)
+    label = np.where(mask, flat[np.minimum(idx + 1, last)], pad).astype(np.float32)
+    return data, label
+
+
 def _no_usable_data(
     source: str,
     sentences: int,
@@ -624,7 +638,6 @@ class BucketSentenceIter(PrebuiltBatchIter):
 
         pad = self.pad_id
         parts = self.num_parts
-        last = flat.size - 1
         # per bucket: (length, sequences, batches per part, data, label, row tokens, index);
         # only real rows here: reset() adds the all-pad rows that fill each part's last batch
         self._packed: list[tuple[int, int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
@@ -633,17 +646,7 @@ class BucketSentenceIter(PrebuiltBatchIter):
             length: self.bucket_batch_size(length) for length in self.buckets
         }
         if extra:
-            # predict's buckets beyond the largest hold a few long lines each: one batch of
-            # just those rows, no more positions than the default bucket (so it binds in its
-            # memory) rather than batch_size rows that would be mostly padding
-            room = self.bucket_batch_size(largest) * largest
-            found = np.bincount(which, minlength=len(self.buckets))
-            for b, length in enumerate(self.buckets):
-                if length > largest:
-                    fill = math.ceil(int(found[b]) / parts)
-                    self.bucket_batch_sizes[length] = long_bucket_rows(
-                        fill, length, room, self.min_batch
-                    )
+            self._size_long_buckets(which, largest)
         counts: dict[int, int] = {}
         batches_per_bucket: dict[int, int] = {}
         unk = 0
@@ -663,11 +666,7 @@ class BucketSentenceIter(PrebuiltBatchIter):
             row_positions += n * length
             if n == 0:
                 continue
-            pos = np.arange(length)
-            mask = pos[None, :] < chunk_len[sel][:, None]
-            idx = chunk_start[sel][:, None] + pos[None, :]
-            data = np.where(mask, flat[np.minimum(idx, last)], pad).astype(np.float32)
-            label = np.where(mask, flat[np.minimum(idx + 1, last)], pad).astype(np.float32)
+            data, label = _padded_rows(flat, chunk_start[sel], chunk_len[sel], length, pad)
             row_tokens = (label != pad).sum(axis=1)
             unk += int((label == self.vocab.unk_id).sum())
             index = chunk_row[sel].astype(np.int64)
@@ -699,18 +698,35 @@ class BucketSentenceIter(PrebuiltBatchIter):
             "padding_batches": int(empty_batches),
         }
         if parts > 1:
-            log.info(
-                "%s: part %d of %d: %d of %d sequences, %d batches per epoch like every part "
-                "(%d of them all padding)",
-                self.source,
-                self.part_index,
-                parts,
-                self.stats["part_sequences"],
-                int(chunk_len.size),
-                self.num_batches,
-                empty_batches,
-            )
+            self._log_part()
         log_long_sentences(log, self.source, self.stats, largest)
+
+    def _log_part(self) -> None:
+        """Say what this worker's part of the data holds (distributed training)."""
+        log.info(
+            "%s: part %d of %d: %d of %d sequences, %d batches per epoch like every part "
+            "(%d of them all padding)",
+            self.source,
+            self.part_index,
+            self.num_parts,
+            self.stats["part_sequences"],
+            self.stats["sequences"],
+            self.num_batches,
+            self.stats["padding_batches"],
+        )
+
+    def _size_long_buckets(self, which: np.ndarray, largest: int) -> None:
+        """Rows per batch of predict's buckets beyond the largest: they hold a few long lines
+        each, so one batch of just those rows, no more positions than the default bucket (it
+        binds in its memory), rather than batch_size rows that would be mostly padding."""
+        room = self.bucket_batch_size(largest) * largest
+        found = np.bincount(which, minlength=len(self.buckets))
+        for b, length in enumerate(self.buckets):
+            if length > largest:
+                fill = math.ceil(int(found[b]) / self.num_parts)
+                self.bucket_batch_sizes[length] = long_bucket_rows(
+                    fill, length, room, self.min_batch
+                )
 
     def _epoch_batches(self, rng: np.random.Generator | None) -> list[Any]:
         batches = []

@@ -71,6 +71,53 @@ def _column(
     return resolved
 
 
+def _is_conllu_word(fields: list[str], source: str, number: int) -> bool:
+    """Whether a CoNLL-U line is a word of its sentence (not a multi-word token range or an
+    empty node); DataError when it is not a CoNLL-U token line at all."""
+    if len(fields) != CONLLU_COLUMNS:
+        spaces = " (spaces instead of tabs?)" if len(fields) < CONLLU_COLUMNS else ""
+        raise DataError(
+            f"{source}:{number}: a CoNLL-U line has {CONLLU_COLUMNS} tab-separated "
+            f"columns, this one has {len(fields)}{spaces}.",
+            hint=_FORMAT_HINT,
+        )
+    ident = fields[0]
+    if _RANGE_ID.fullmatch(ident) or _EMPTY_NODE_ID.fullmatch(ident):
+        return False
+    if not _INT_ID.fullmatch(ident):
+        raise DataError(
+            f"{source}:{number}: the ID {ident!r} is not a word index (1, 2, ...), a "
+            "multi-word range (3-4) or an empty node (5.1).",
+            hint=_FORMAT_HINT,
+        )
+    return True
+
+
+def _token_label_columns(
+    fields: list[str],
+    token_index: int,
+    label_index: int,
+    labels: bool,
+    source: str,
+    number: int,
+    fmt: str,
+) -> tuple[int, int]:
+    """The positions of the token and label columns (-1: labels not read) in ``fields``, the
+    first token line (line ``number`` of ``source``)."""
+    ti = _column(token_index, len(fields), "token_column", source, number, fmt, fields)
+    li = -1
+    if labels:
+        li = _column(label_index, len(fields), "label_column", source, number, fmt, fields)
+        if li == ti:
+            raise DataError(
+                f"{source}:{number}: token_column {token_index} and label_column "
+                f"{label_index} are the same column of this {len(fields)}-column line, "
+                "so there are no labels.",
+                hint="Give a file with a label column, or set token_column and label_column.",
+            )
+    return ti, li
+
+
 def parse_conll(
     text: str,
     source: str,
@@ -114,22 +161,8 @@ def parse_conll(
             continue
         fields = [f.strip() for f in line.split("\t")] if tab else line.split()
         if conllu:
-            if len(fields) != CONLLU_COLUMNS:
-                spaces = " (spaces instead of tabs?)" if len(fields) < CONLLU_COLUMNS else ""
-                raise DataError(
-                    f"{source}:{number}: a CoNLL-U line has {CONLLU_COLUMNS} tab-separated "
-                    f"columns, this one has {len(fields)}{spaces}.",
-                    hint=_FORMAT_HINT,
-                )
-            ident = fields[0]
-            if _RANGE_ID.fullmatch(ident) or _EMPTY_NODE_ID.fullmatch(ident):
-                continue  # multi-word token range or empty node: not a word of the sentence
-            if not _INT_ID.fullmatch(ident):
-                raise DataError(
-                    f"{source}:{number}: the ID {ident!r} is not a word index (1, 2, ...), a "
-                    "multi-word range (3-4) or an empty node (5.1).",
-                    hint=_FORMAT_HINT,
-                )
+            if not _is_conllu_word(fields, source, number):
+                continue
         elif first is None:
             first = (len(fields), number)
         elif len(fields) != first[0]:
@@ -143,19 +176,9 @@ def parse_conll(
                 + _FORMAT_HINT,
             )
         if columns is None:
-            ti = _column(token_index, len(fields), "token_column", source, number, fmt, fields)
-            li = -1
-            if labels:
-                li = _column(label_index, len(fields), "label_column", source, number, fmt, fields)
-                if li == ti:
-                    raise DataError(
-                        f"{source}:{number}: token_column {token_index} and label_column "
-                        f"{label_index} are the same column of this {len(fields)}-column line, "
-                        "so there are no labels.",
-                        hint="Give a file with a label column, or set token_column and "
-                        "label_column.",
-                    )
-            columns = (ti, li)
+            columns = _token_label_columns(
+                fields, token_index, label_index, labels, source, number, fmt
+            )
         token = fields[columns[0]]
         if not conllu and token == DOCSTART:
             if close():

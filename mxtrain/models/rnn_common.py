@@ -415,36 +415,13 @@ def build_rnn_lm(
         import mxnet as mx
 
         seq_len = check_bucket_key(model, bucket_key)
-        data = mx.sym.Variable("data")
-        label = mx.sym.Variable("softmax_label")
         embed_weight = mx.sym.Variable("embed_weight")
-        x = mx.sym.Embedding(
-            data,
-            weight=embed_weight,
-            input_dim=vocab_size,
-            output_dim=options.num_embed,
-            name="embed",
-        )
-        if options.dropout > 0:
-            x = mx.sym.Dropout(x, p=options.dropout, name="embed_dropout")
-        x, finals = left_to_right_layers(
-            x,
-            seq_len,
-            mode=mode,
-            num_hidden=options.num_hidden,
-            num_layers=options.num_layers,
-            dropout=options.dropout,
-            fused=options.fused,
-            prefix=f"{mode}_",
-            state_inputs=stateful,
-        )
-        x = mx.sym.reshape(x, shape=(-1, options.num_hidden))
-        if options.dropout > 0:
-            x = mx.sym.Dropout(x, p=options.dropout, name="pred_dropout")
-        label = mx.sym.reshape(label, shape=(-1,))
+        x, finals = _lm_hidden_states(options, embed_weight, seq_len, vocab_size, mode, stateful)
+        label = mx.sym.reshape(mx.sym.Variable("softmax_label"), shape=(-1,))
         ignore_label = pad_id if options.ignore_padding else None
         if sampled:
-            heads = [_sampled_training_loss(x, label, embed_weight, ignore_label)]
+            nll = _sampled_lm_nll(options, num_classes, x, label, embed_weight)
+            heads = [trained_loss(nll, label, ignore_label)]
         else:
             tied = {"weight": embed_weight} if options.tie_weights else {}
             x = mx.sym.FullyConnected(x, num_hidden=num_classes, name="pred", **tied)
@@ -456,29 +433,6 @@ def build_rnn_lm(
             return out, ("data",), ("softmax_label",)
         ends = [mx.sym.BlockGrad(final, name=f"{name}_last") for name, final in finals.items()]
         return mx.sym.Group(heads + ends), ("data",), ("softmax_label",)
-
-    def _sampled_training_loss(
-        hidden: Any, label: Any, embed_weight: Any, ignore_label: int | None
-    ) -> Any:
-        import mxnet as mx
-
-        if options.tie_weights:
-            weight = embed_weight
-        else:  # the shapes FullyConnected("pred") would infer: the full graph's parameters
-            weight = mx.sym.Variable("pred_weight", shape=(num_classes, options.num_hidden))
-        bias = mx.sym.Variable("pred_bias", shape=(num_classes,))
-        candidates, tries = log_uniform_candidates(options.sampled_softmax, num_classes)
-        nll = sampled_softmax_nll(
-            hidden,
-            weight,
-            bias,
-            label,
-            candidates,
-            tries,
-            num_sampled=options.sampled_softmax,
-            num_classes=num_classes,
-        )
-        return trained_loss(nll, label, ignore_label)
 
     stateful = bool(getattr(data_info, "stream", False))
     if options.sampled_softmax:
@@ -507,6 +461,68 @@ def build_rnn_lm(
 
         sym_gen.training_variant = training_variant  # type: ignore[attr-defined]
     return sym_gen
+
+
+def _lm_hidden_states(
+    options: LmOptions,
+    embed_weight: Any,
+    seq_len: int,
+    vocab_size: int,
+    mode: str,
+    stateful: bool,
+) -> tuple[Any, dict[str, Any]]:
+    """A language model's graph from the token ids to the output layer's input, (batch *
+    time, num_hidden), and its recurrent final states (stateful streams only)."""
+    import mxnet as mx  # deferred: listing and validating models does not load MXNet
+
+    x = mx.sym.Embedding(
+        mx.sym.Variable("data"),
+        weight=embed_weight,
+        input_dim=vocab_size,
+        output_dim=options.num_embed,
+        name="embed",
+    )
+    if options.dropout > 0:
+        x = mx.sym.Dropout(x, p=options.dropout, name="embed_dropout")
+    x, finals = left_to_right_layers(
+        x,
+        seq_len,
+        mode=mode,
+        num_hidden=options.num_hidden,
+        num_layers=options.num_layers,
+        dropout=options.dropout,
+        fused=options.fused,
+        prefix=f"{mode}_",
+        state_inputs=stateful,
+    )
+    x = mx.sym.reshape(x, shape=(-1, options.num_hidden))
+    if options.dropout > 0:
+        x = mx.sym.Dropout(x, p=options.dropout, name="pred_dropout")
+    return x, finals
+
+
+def _sampled_lm_nll(
+    options: LmOptions, num_classes: int, hidden: Any, label: Any, embed_weight: Any
+) -> Any:
+    """Each position's sampled-softmax -log p(label) over the full graph's output parameters."""
+    import mxnet as mx  # deferred: listing and validating models does not load MXNet
+
+    if options.tie_weights:
+        weight = embed_weight
+    else:  # the shapes FullyConnected("pred") would infer: the full graph's parameters
+        weight = mx.sym.Variable("pred_weight", shape=(num_classes, options.num_hidden))
+    bias = mx.sym.Variable("pred_bias", shape=(num_classes,))
+    candidates, tries = log_uniform_candidates(options.sampled_softmax, num_classes)
+    return sampled_softmax_nll(
+        hidden,
+        weight,
+        bias,
+        label,
+        candidates,
+        tries,
+        num_sampled=options.sampled_softmax,
+        num_classes=num_classes,
+    )
 
 
 def check_sampled_count(num_sampled: int, num_classes: int) -> None:
