@@ -67,20 +67,6 @@ from mxtrain.errors import ConfigError, InvalidValue
 from mxtrain.registry import CALLBACKS, ITERATORS, METRICS, MODELS, Registry
 from mxtrain.user_files import read_file
 
-__all__ = [
-    "MAX_CONFIG_BYTES",
-    "MAX_CONFIG_DEPTH",
-    "MAX_CONFIG_VALUES",
-    "MAX_MAPPING_KEYS",
-    "ExplainRow",
-    "Registries",
-    "config_to_dict",
-    "dump_config",
-    "explain_config",
-    "load_config",
-    "parse_config",
-]
-
 KeyPath = tuple[str | int, ...]
 ExplainRow = tuple[str, Any, Any, str]  # (dotted key, value, default, doc)
 

@@ -61,6 +61,7 @@ from mxtrain.data.batching import (
     flatten_sequences,
     log_long_sentences,
     long_bucket_rows,
+    sort_into_buckets,
     warn_about_padding,
 )
 from mxtrain.data.bptt_stream_options import BpttStreamOptions
@@ -460,12 +461,7 @@ def vocabulary(
             f"at level {vocab.level!r}.",
             hint=f"Set level: {vocab.level} for this data.",
         )
-    if vocab.lowercase is not None and vocab.lowercase != options.lowercase:
-        raise DataError(
-            f"The data {source} has lowercase: {str(options.lowercase).lower()}, but "
-            f"{origin} was built with lowercase: {str(vocab.lowercase).lower()}.",
-            hint="Use the same lowercase setting for all data of one model.",
-        )
+    vocab.check_lowercase(options.lowercase, source, origin)
     missing = [t for t in options.specials if t not in vocab.specials]
     if missing:
         raise DataError(
@@ -631,10 +627,9 @@ class BucketSentenceIter(PrebuiltBatchIter):
                 int(long.sum()) if policy == "drop" else 0,
                 largest,
             )
-        # keep sentence order inside each bucket (chunks of a split sentence stay adjacent)
-        order = np.lexsort((chunk_start, chunk_row))
-        chunk_start, chunk_len, chunk_row = chunk_start[order], chunk_len[order], chunk_row[order]
-        which = np.searchsorted(self.buckets, chunk_len, side="left")
+        chunk_start, chunk_len, chunk_row, which = sort_into_buckets(
+            chunk_start, chunk_len, chunk_row, self.buckets
+        )
 
         pad = self.pad_id
         parts = self.num_parts

@@ -16,13 +16,7 @@ import yaml
 
 import mxtrain
 from mxtrain.config import (
-    INITIALIZERS,
-    OPTIMIZERS,
-    REQUIRED,
     Config,
-    ContextSection,
-    LrSchedulerSection,
-    OptimizerSection,
     Registries,
     config_to_dict,
     dump_config,
@@ -31,6 +25,14 @@ from mxtrain.config import (
     parse_config,
 )
 from mxtrain.config.resume_policy import may_change
+from mxtrain.config.schema import (
+    INITIALIZERS,
+    OPTIMIZERS,
+    REQUIRED,
+    ContextSection,
+    LrSchedulerSection,
+    OptimizerSection,
+)
 from mxtrain.errors import ConfigError, ExitCode, InvalidValue
 from mxtrain.registry import Registry
 
