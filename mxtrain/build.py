@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import fnmatch
 import inspect
 import logging
 from collections.abc import Callable, Iterator, Mapping
@@ -14,6 +15,7 @@ from typing import Any
 
 from mxtrain.data.base import DataContext, DataInfo
 from mxtrain.errors import ConfigError, DataError, InvalidValue, MxtrainError
+from mxtrain.graph_sizes import graph_problem, keys_of
 from mxtrain.mxnet_errors import mxnet_reason
 from mxtrain.registry import (
     ITERATORS,
@@ -165,6 +167,7 @@ def build_module(
     training): the outputs only feed the config's metrics, so a model whose metrics all read
     its loss leaves the probabilities out. ``shared_params``: a module whose parameter arrays
     this one binds (BucketingModule.bind)."""
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     from mxtrain.engine.bucketing import BucketingModule, ParamPatternError
 
     fit_cfg = config.fit
@@ -226,8 +229,6 @@ def check_graph_sizes(
     """Refuse, before binding, a largest-bucket graph with a tensor MXNet's 32-bit shapes
     cannot hold or that the machine's memory cannot (:mod:`mxtrain.graph_sizes`), naming the
     keys whose values are its dimensions."""
-    from mxtrain.graph_sizes import graph_problem, keys_of
-
     descs = [*data_iter.provide_data, *(getattr(data_iter, "provide_label", None) or [])]
     shapes = {d.name: tuple(d.shape) for d in descs}
     symbol = sym_gen(data_iter.default_bucket_key)[0]
@@ -311,8 +312,10 @@ def param_pattern_error(config: Any, exc: Any) -> ConfigError:
 
 def build_metric(name: str, data_info: DataInfo, base_dir: Path) -> Any:
     """One metric instance; ``pad_id`` is passed when the metric accepts it."""
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     from mxtrain.metrics import StockMetric
 
     entry = METRICS.get(name, base_dir=base_dir, where="fit.metrics")
@@ -374,6 +377,7 @@ def build_lr_scheduler(spec: Any, base_lr: float) -> Any:
         "warmup_mode": spec.warmup_mode,
     }
     if getattr(spec, "unit", "updates") == "epochs":
+        # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
         from mxtrain.optimizers import EPOCH_SCALE, EpochSchedule
 
         # MXNet's schedulers count whole updates from 1: the epoch schedule runs them on
@@ -391,6 +395,7 @@ def build_lr_scheduler(spec: Any, base_lr: float) -> Any:
 
 
 def _mxnet_scheduler(spec: Any, base_lr: float, warmup: dict[str, Any]) -> Any:
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxtrain.optimizers
 
     # MXNet's schedules whose rates too small for MXNet's operators are 0
@@ -422,7 +427,7 @@ def optimizer_arguments(spec: Any) -> tuple[str, dict[str, Any]]:
     ``rescale_grad: auto`` is left out so the module sets it to 1/batch size, as MXNet does.
     Importing mxtrain.optimizers registers the optimizers mxtrain adds (adamw).
     """
-    import mxtrain.optimizers  # noqa: F401
+    import mxtrain.optimizers  # noqa: F401 (deferred: it imports MXNet, after the thread settings)
 
     params: dict[str, Any] = {"learning_rate": spec.learning_rate, "wd": spec.wd}
     if spec.clip_gradient is not None:
@@ -438,6 +443,7 @@ def optimizer_arguments(spec: Any) -> tuple[str, dict[str, Any]]:
 
 
 def _one_initializer(name: str, params: Mapping[str, Any]) -> Any:
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     return getattr(mx.init, _INITIALIZER_CLASSES[name])(**dict(params or {}))
@@ -449,8 +455,7 @@ def build_initializer(spec: Any) -> Any:
     With ``overrides``, an ``mx.init.Mixed`` whose glob patterns are tried in order (the
     first match wins) before the section's own initializer, which covers the rest.
     """
-    import fnmatch
-
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     default = _one_initializer(spec.name, spec.params)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import socket
 import struct
 import sys
 import threading
@@ -72,7 +73,7 @@ def check_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> None:
         )
     if kv_type == "horovod":
         try:
-            import horovod.mxnet as hvd
+            import horovod.mxnet as hvd  # optional dependency: only kvstore.type horovod needs it
         except ImportError:
             raise ConfigError(
                 "kvstore.type horovod needs Horovod built with MXNet support, which is not "
@@ -119,6 +120,7 @@ def create_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> Any:
     A dist kvstore is created here, once per process (a second one hangs): the caller keeps
     it and passes the same object everywhere. Gradient compression is applied here too.
     """
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     check_kvstore(kvstore_cfg, contexts)
@@ -179,6 +181,7 @@ class Coordinator:
     FLAGS = ("stop", "time", "finish")
 
     def __init__(self, kv: Any, watchdog: Watchdog | None = None, unit: float = 1.0) -> None:
+        # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
         import mxnet as mx
 
         self._mx = mx
@@ -344,8 +347,6 @@ _TCP_INFO_BYTES_OFFSET = 120
 def _tcp_bytes() -> tuple[int, int]:
     """(payload bytes sent and acknowledged, payload bytes received) over every TCP socket
     this process holds, as the kernel counts them (TCP_INFO; ZeroMQ framing included)."""
-    import socket
-
     sent = received = 0
     for fd_path in Path("/proc/self/fd").iterdir():
         try:
@@ -379,6 +380,7 @@ def measure_push_pull_bytes(
     One round before the count warms up the connections (and, with 2-bit compression, sends
     MXNet's uncompressed first push), so the figures are the steady state of training.
     """
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     kv = mx.kv.create("dist_sync")

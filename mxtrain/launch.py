@@ -57,7 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from mxtrain.errors import ConfigError, ExitCode, MxtrainError
+from mxtrain.config import load_config
+from mxtrain.errors import ConfigError, ExitCode, MxtrainError, RunFolderError
 from mxtrain.run.layout import CONFIG_FILE
 from mxtrain.user_files import UnusableFile, read_regular
 
@@ -837,8 +838,6 @@ def _forwarded_env(items: Sequence[str]) -> dict[str, str]:
 def _plan_job(request: LaunchRequest) -> tuple[JobSpec, Path, Path]:
     """The workers' command line, the run folder and the log folder, after checking what can
     be checked here."""
-    from mxtrain.config import load_config
-
     if request.num_workers < 1 or request.num_servers < 1:
         raise ConfigError(
             "launch needs at least one worker (-n) and one server (-s).",
@@ -858,8 +857,6 @@ def _plan_job(request: LaunchRequest) -> tuple[JobSpec, Path, Path]:
         config = load_config(request.target, request.overrides)
         run_dir = Path(config.experiment.runs_dir) / (request.name or config.experiment.name)
         if run_dir.exists() and not request.force:
-            from mxtrain.errors import RunFolderError
-
             raise RunFolderError(
                 f"the run folder {run_dir} already exists; mxtrain never overwrites a run.",
                 hint="Pass --name NEW_NAME to start a separate run, or --force to replace it.",

@@ -38,8 +38,10 @@ from rich.progress import (
 )
 from rich.table import Column, Table
 
+from mxtrain.errors import ExitCode, MxtrainError, PreemptedError
 from mxtrain.formatting import format_clock
 from mxtrain.metric_tracker import MetricTracker
+from mxtrain.registry import plugin_failures_named
 
 LOGGER_NAME = "mxtrain"
 ProgressMode = Literal["auto", "rich", "plain", "quiet"]
@@ -208,9 +210,6 @@ class Reporter:
         ``end`` always comes last, with ``status`` finished/failed/preempted/interrupted
         and the ``exit_code`` the process is about to return. Exceptions propagate.
         """
-        from mxtrain.errors import ExitCode, MxtrainError, PreemptedError
-        from mxtrain.registry import plugin_failures_named
-
         started = time.time()
 
         def end(status: str, exit_code: int) -> None:

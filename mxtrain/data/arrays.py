@@ -60,6 +60,7 @@ from mxtrain.data.array_options import (
 )
 from mxtrain.data.base import DataContext
 from mxtrain.errors import DataError, MxtrainError
+from mxtrain.run.atomic import atomic_write_text
 from mxtrain.user_files import (
     RELATIVE_TO_CONFIG,
     UnusableFile,
@@ -114,8 +115,6 @@ class RowMeta:
 
     def save(self, path: str | Path) -> None:
         """Write it as JSON (atomically: a crash leaves no partial file)."""
-        from mxtrain.run.atomic import atomic_write_text
-
         atomic_write_text(Path(path), json.dumps(self.to_json(), indent=1) + "\n")
 
     @classmethod

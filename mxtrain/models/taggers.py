@@ -97,7 +97,7 @@ def build_rnn_tagger(options: RnnTaggerOptions, data_info: DataInfo) -> SymGen:
     width = options.num_hidden * directions
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx
+        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
         seq_len = check_bucket_key("rnn_tagger", bucket_key)
         data = mx.sym.Variable("data")
