@@ -13,6 +13,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mxtrain.config.schema import (
+    ComponentOptions,
+    Config,
+    InitializerSection,
+    IteratorSection,
+    LrSchedulerSection,
+    ModelSection,
+    OptimizerSection,
+)
 from mxtrain.data.base import DataContext, DataInfo
 from mxtrain.errors import ConfigError, DataError, InvalidValue, MxtrainError
 from mxtrain.graph_sizes import graph_problem, keys_of
@@ -29,7 +38,7 @@ from mxtrain.registry import (
 
 def _call_factory(
     entry: Entry,
-    options: Any,
+    options: ComponentOptions,
     first: Any,
     where: str,
     locate: Callable[[str], str] | None = None,
@@ -47,7 +56,7 @@ def _call_factory(
         try:
             if dataclasses.is_dataclass(options):
                 return factory(options, first)
-            return factory(first, **dict(options or {}))
+            return factory(first, **(options if isinstance(options, Mapping) else {}))
         except (ConfigError, DataError):
             raise
         except InvalidValue as exc:
@@ -58,7 +67,9 @@ def _call_factory(
             raise ConfigError(f"{where}: {exc}") from exc
 
 
-def build_data_iter(section: Any, context: DataContext, base_dir: Path, where: str) -> Any:
+def build_data_iter(
+    section: IteratorSection, context: DataContext, base_dir: Path, where: str
+) -> Any:
     """The DataIter for one ``data.train``/``data.eval`` section."""
     entry = ITERATORS.get(section.name, base_dir=base_dir, where=where)
     data_iter = _call_factory(entry, section.options, context, where)
@@ -71,7 +82,7 @@ def build_data_iter(section: Any, context: DataContext, base_dir: Path, where: s
 
 
 def build_sym_gen(
-    section: Any,
+    section: ModelSection,
     data_info: DataInfo,
     base_dir: Path,
     locate: Callable[[str], str] | None = None,
@@ -94,7 +105,7 @@ def _descs(descs: Any) -> str:
 
 
 def _model_build_error(
-    config: Any, data_iter: Any, data_where: str, exc: BaseException
+    config: Config, data_iter: Any, data_where: str, exc: BaseException
 ) -> ConfigError:
     """A ConfigError for a model that cannot be built or bound for ``data_iter``'s batches.
 
@@ -133,7 +144,7 @@ def _model_build_error(
 
 
 @contextmanager
-def explained_model_errors(config: Any, data_iter: Any, data_where: str) -> Iterator[None]:
+def explained_model_errors(config: Config, data_iter: Any, data_where: str) -> Iterator[None]:
     """Around building and binding the module: a model that does not fit ``data_iter``'s
     batches (ValueError, or MXNet's RuntimeError) and any failure of a plugin model's own
     code (a KeyError in its sym_gen is the plugin's to fix) become ConfigErrors that name the
@@ -150,7 +161,7 @@ def explained_model_errors(config: Any, data_iter: Any, data_where: str) -> Iter
 
 
 def build_module(
-    config: Any,
+    config: Config,
     data_iter: Any,
     data_where: str,
     contexts: list[Any],
@@ -214,17 +225,17 @@ def build_module(
     return module
 
 
-def _option_sizes(prefix: str, options: Any) -> dict[str, Any]:
+def _option_sizes(prefix: str, options: ComponentOptions) -> dict[str, Any]:
     """``{"prefix.key": value}`` of a section's options (a dataclass or a mapping)."""
     if dataclasses.is_dataclass(options) and not isinstance(options, type):
         items = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
     else:
-        items = dict(options or {})
+        items = dict(options) if isinstance(options, Mapping) else {}
     return {f"{prefix}.{key}": value for key, value in items.items()}
 
 
 def check_graph_sizes(
-    config: Any, sym_gen: Any, data_iter: Any, data_where: str, *, for_training: bool
+    config: Config, sym_gen: Any, data_iter: Any, data_where: str, *, for_training: bool
 ) -> None:
     """Refuse, before binding, a largest-bucket graph with a tensor MXNet's 32-bit shapes
     cannot hold or that the machine's memory cannot (:mod:`mxtrain.graph_sizes`), naming the
@@ -262,7 +273,7 @@ def check_graph_sizes(
     )
 
 
-def _training_variant(config: Any, sym_gen: Any, metrics_read_the_loss: bool) -> Any:
+def _training_variant(config: Config, sym_gen: Any, metrics_read_the_loss: bool) -> Any:
     """The graph a model trains on when it differs from the one it is evaluated with
     (``model.sampled_softmax``); its only output is the loss, so every metric must read it."""
     if not metrics_read_the_loss:
@@ -277,13 +288,13 @@ def _training_variant(config: Any, sym_gen: Any, metrics_read_the_loss: bool) ->
     return sym_gen.training_variant()
 
 
-def wants_evaluation_graph(config: Any, data_info: DataInfo) -> bool:
+def wants_evaluation_graph(config: Config, data_info: DataInfo) -> bool:
     """Whether evaluations during training need a module of their own: the model trains on
     another graph than it is evaluated with (``model.sampled_softmax``)."""
     return hasattr(build_sym_gen(config.model, data_info, config.base_dir), "training_variant")
 
 
-def metrics_read_loss(config: Any, data_info: DataInfo) -> bool:
+def metrics_read_loss(config: Config, data_info: DataInfo) -> bool:
     """Whether every metric training and its evaluations compute can read the model's loss
     output instead of the probabilities (perplexity, cross_entropy)."""
     names = set(config.fit.metrics) | set(config.fit.evaluation_metrics)
@@ -300,7 +311,7 @@ _PATTERN_KEYS = {
 }
 
 
-def param_pattern_error(config: Any, exc: Any) -> ConfigError:
+def param_pattern_error(config: Config, exc: Any) -> ConfigError:
     """A module's :class:`ParamPatternError` as the config error of the key it came from,
     at that key's line."""
     section, key = _PATTERN_KEYS[exc.option]
@@ -362,7 +373,7 @@ _INITIALIZER_CLASSES = {
 }
 
 
-def build_lr_scheduler(spec: Any, base_lr: float) -> Any:
+def build_lr_scheduler(spec: LrSchedulerSection | None, base_lr: float) -> Any:
     """An ``mx.lr_scheduler`` object, or None when ``spec`` is None.
 
     The scheduler starts from the optimizer's learning rate (``base_lr``), so the config
@@ -394,7 +405,7 @@ def build_lr_scheduler(spec: Any, base_lr: float) -> Any:
     return _mxnet_scheduler(spec, base_lr, warmup)
 
 
-def _mxnet_scheduler(spec: Any, base_lr: float, warmup: dict[str, Any]) -> Any:
+def _mxnet_scheduler(spec: LrSchedulerSection, base_lr: float, warmup: dict[str, Any]) -> Any:
     # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxtrain.optimizers
 
@@ -409,7 +420,7 @@ def _mxnet_scheduler(spec: Any, base_lr: float, warmup: dict[str, Any]) -> Any:
             **warmup,
         )
     if spec.type == "multifactor":
-        return cls(step=list(spec.steps), factor=spec.factor, base_lr=base_lr, **warmup)
+        return cls(step=list(spec.steps or ()), factor=spec.factor, base_lr=base_lr, **warmup)
     if spec.type == "poly":
         return cls(
             max_update=spec.max_update,
@@ -421,7 +432,7 @@ def _mxnet_scheduler(spec: Any, base_lr: float, warmup: dict[str, Any]) -> Any:
     return cls(max_update=spec.max_update, base_lr=base_lr, final_lr=spec.final_lr, **warmup)
 
 
-def optimizer_arguments(spec: Any) -> tuple[str, dict[str, Any]]:
+def optimizer_arguments(spec: OptimizerSection) -> tuple[str, dict[str, Any]]:
     """(optimizer name, keyword parameters) for ``BucketingModule.init_optimizer``.
 
     ``rescale_grad: auto`` is left out so the module sets it to 1/batch size, as MXNet does.
@@ -449,7 +460,7 @@ def _one_initializer(name: str, params: Mapping[str, Any]) -> Any:
     return getattr(mx.init, _INITIALIZER_CLASSES[name])(**dict(params or {}))
 
 
-def build_initializer(spec: Any) -> Any:
+def build_initializer(spec: InitializerSection) -> Any:
     """An ``mx.init.Initializer`` from the ``initializer:`` section.
 
     With ``overrides``, an ``mx.init.Mixed`` whose glob patterns are tried in order (the

@@ -10,6 +10,7 @@ import os
 import sys
 from typing import Any
 
+from mxtrain.config.schema import ContextSection
 from mxtrain.engine import kernels
 from mxtrain.engine.kernels import busy_cpus
 from mxtrain.errors import ConfigError
@@ -28,7 +29,7 @@ def thread_choices() -> list[Any]:
 
 
 def _measured_threads(
-    context_cfg: Any, remeasure: bool = False
+    context_cfg: ContextSection, remeasure: bool = False
 ) -> tuple[int, str, list[Any]] | None:
     """(threads, wait policy, choices) this machine chose (measured once and kept), or None
     when nothing is left to measure: both set in the config or exported, a distributed
@@ -91,7 +92,7 @@ def _fixed_threads(omp: Any) -> int:
 
 
 def configure_threads(
-    context_cfg: Any, *, measure: bool = False, remeasure: bool = False
+    context_cfg: ContextSection, *, measure: bool = False, remeasure: bool = False
 ) -> dict[str, str]:
     """Set OMP/engine threads (and MXNet's verbosity) in the environment before MXNet loads.
 
@@ -194,7 +195,7 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def build_contexts(context_cfg: Any) -> list[Any]:
+def build_contexts(context_cfg: ContextSection) -> list[Any]:
     """The list of ``mx.Context`` the config asks for, with clear errors for impossible ones."""
     # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx

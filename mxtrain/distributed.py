@@ -21,6 +21,8 @@ from typing import Any
 from mxtrain.config.schema import (
     COMPRESSION_HINT,
     SHARDING_HINT,
+    IteratorSection,
+    KVStoreSection,
     gradient_compression_problem,
     sharding_problem,
 )
@@ -42,7 +44,7 @@ def is_distributed(kvstore_type: str) -> bool:
     return kvstore_type.startswith("dist")
 
 
-def resolve_update_on_kvstore(kvstore_cfg: Any) -> bool | None:
+def resolve_update_on_kvstore(kvstore_cfg: KVStoreSection) -> bool | None:
     """``kvstore.update_on_kvstore`` as BucketingModule takes it (None: MXNet's choice).
 
     ``auto`` with a synchronous dist kvstore means false: the servers only sum gradients and
@@ -62,7 +64,7 @@ def resolve_update_on_kvstore(kvstore_cfg: Any) -> bool | None:
     return bool(value)
 
 
-def check_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> None:
+def check_kvstore(kvstore_cfg: KVStoreSection, contexts: list[Any]) -> None:
     """Refuse kvstore settings that cannot work here, saying what to change."""
     kv_type = kvstore_cfg.type
     on_gpu = any(c.device_type == "gpu" for c in contexts)
@@ -114,7 +116,7 @@ def check_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> None:
         raise ConfigError(problem, hint=COMPRESSION_HINT)
 
 
-def create_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> Any:
+def create_kvstore(kvstore_cfg: KVStoreSection, contexts: list[Any]) -> Any:
     """The kvstore to hand to ``BucketingModule.init_optimizer``: an object or a type name.
 
     A dist kvstore is created here, once per process (a second one hangs): the caller keeps
@@ -137,21 +139,22 @@ def create_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> Any:
 
 
 def shard_data_section(
-    section: Any, rank: int, num_workers: int, where: str, kv_type: str = "dist_sync"
-) -> Any:
+    section: IteratorSection, rank: int, num_workers: int, where: str, kv_type: str = "dist_sync"
+) -> IteratorSection:
     """``data.train`` with ``num_parts``/``part_index`` set for this worker."""
     problem = sharding_problem(kv_type, section.name, section.options)
     if problem is not None:
         raise ConfigError(f"{where}: {problem}", hint=SHARDING_HINT)
     options = section.options
-    if isinstance(options, Mapping):
-        sharded_map = dict(options, num_parts=num_workers, part_index=rank)
+    if options is None or isinstance(options, Mapping):  # None: refused above
+        sharded_map = dict(options or {}, num_parts=num_workers, part_index=rank)
         return dataclasses.replace(section, options=sharded_map)
-    if options.num_parts not in (1, num_workers):
+    num_parts = getattr(options, "num_parts")  # noqa: B009 (a field of the shardable dataclass)
+    if num_parts not in (1, num_workers):
         log.warning(
             "%s.num_parts %d replaced by the number of workers (%d)",
             where,
-            options.num_parts,
+            num_parts,
             num_workers,
         )
     sharded = dataclasses.replace(options, num_parts=num_workers, part_index=rank)

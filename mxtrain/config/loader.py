@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, NoReturn, get_args, get_origin, get_type_hints
+from typing import Any, Literal, NoReturn, TypeVar, get_args, get_origin, get_type_hints
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -68,6 +68,7 @@ from mxtrain.registry import CALLBACKS, ITERATORS, METRICS, MODELS, Registry
 from mxtrain.user_files import read_file
 
 KeyPath = tuple[str | int, ...]
+SectionT = TypeVar("SectionT", bound=ComponentSection)
 ExplainRow = tuple[str, Any, Any, str]  # (dotted key, value, default, doc)
 
 # --------------------------------------------------------------------------------------------
@@ -888,10 +889,10 @@ class _Builder:
         raw: Any,
         path: KeyPath,
         registry: Registry,
-        cls: type[ComponentSection],
+        cls: type[SectionT],
         *,
         required: bool,
-    ) -> Any:
+    ) -> SectionT:
         if raw is None and required:
             self.fail(
                 path,
@@ -1232,7 +1233,7 @@ def _inherit_train_reading(
     inherited = {key: getattr(train.options, key) for key in keys if key not in eval_keys}
     if not inherited:
         return evaluate
-    options = dataclasses.replace(evaluate.options, **inherited)  # type: ignore[type-var]
+    options = dataclasses.replace(evaluate.options, **inherited)
     return dataclasses.replace(evaluate, options=options)
 
 
@@ -1376,7 +1377,8 @@ def _rows(config: Config) -> Iterator[tuple[tuple[str, ...], Any, Any, str]]:
         if dataclasses.is_dataclass(comp.options):
             yield from section(comp.options, path)
         else:
-            for key, value in (comp.options or {}).items():
+            plain = comp.options if isinstance(comp.options, Mapping) else {}
+            for key, value in plain.items():
                 doc = f"option of {comp.name} (no options dataclass: passed as given)"
                 yield (*path, key), value, None, doc
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol, TypeAlias
 
 from mxtrain.config.names import run_name_problem
 from mxtrain.errors import InvalidValue
@@ -108,6 +108,16 @@ class ExperimentSection:
 # --------------------------------------------------------------------------------------------
 
 
+class OptionsDataclass(Protocol):
+    """An instance of a component's options dataclass (a built-in's or a plugin's)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+
+#: a component's options: its options dataclass, or a plugin's keywords as written
+ComponentOptions: TypeAlias = OptionsDataclass | Mapping[str, Any] | None
+
+
 @dataclass(frozen=True)
 class ComponentSection:
     """A registered component (or a plugin) and its options.
@@ -122,7 +132,7 @@ class ComponentSection:
         default="",
         metadata={"doc": "registered name, or a plugin: 'package.module:attr' / 'file.py:attr'"},
     )
-    options: Any = field(
+    options: ComponentOptions = field(
         default=None,
         metadata={"doc": "the component's own options (the other keys of the section)"},
     )
@@ -154,7 +164,7 @@ class ModelSection(ComponentSection):
             "'path/to/file.py:attr' (relative to the config file's folder)"
         },
     )
-    options: Any = field(
+    options: ComponentOptions = field(
         default=None,
         metadata={"doc": "options of that model (the other keys of the model section)"},
     )
@@ -174,7 +184,7 @@ class IteratorSection(ComponentSection):
             "'path/to/file.py:attr'"
         },
     )
-    options: Any = field(
+    options: ComponentOptions = field(
         default=None, metadata={"doc": "options of that iterator (the other keys of the section)"}
     )
 
@@ -359,7 +369,7 @@ SHARDING_HINT = (
 )
 
 
-def sharding_problem(kv_type: str, iterator: str, options: Any) -> str | None:
+def sharding_problem(kv_type: str, iterator: str, options: ComponentOptions) -> str | None:
     """Why data.train cannot be split between the workers of a ``dist_*`` kvstore, or None.
 
     Each worker reads one part (``num_parts``/``part_index``, set by fit from its rank); a

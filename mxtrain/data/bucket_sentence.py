@@ -140,12 +140,15 @@ def build_bucket_sentence_iter(
     return data_iter
 
 
-def train_buckets(options: BucketSentenceOptions, base_dir: Path) -> list[int]:
-    """The buckets a train iterator built from ``options`` uses, without building it.
+def train_buckets(options: object, base_dir: Path) -> list[int]:
+    """The buckets a train iterator built from ``options`` (a ``data.train`` section's, of
+    ``bucket_sentence``) uses, without building it.
 
     Explicit buckets are returned as they are; ``auto`` reads and tokenizes the data (no
     vocabulary, no packing) and derives them exactly as :func:`build_bucket_sentence_iter`.
     """
+    if not isinstance(options, BucketSentenceOptions):
+        raise TypeError(f"bucket_sentence options expected, not {type(options).__name__}")
     if options.buckets != "auto":
         return sorted(int(b) for b in options.buckets)
     source, lines = read_lines(options, base_dir)

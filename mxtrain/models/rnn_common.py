@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from mxtrain.data.base import DataInfo
 from mxtrain.errors import InvalidValue
@@ -95,7 +95,18 @@ def check_parameter_count(name: str, estimate: int) -> None:
         )
 
 
-def check_recurrent_sizes(options: Any) -> None:
+class RecurrentSizes(Protocol):
+    """The sizes every recurrent model's options declare (read-only: frozen dataclasses)."""
+
+    @property
+    def num_embed(self) -> int: ...
+    @property
+    def num_hidden(self) -> int: ...
+    @property
+    def num_layers(self) -> int: ...
+
+
+def check_recurrent_sizes(options: RecurrentSizes) -> None:
     """num_embed/num_hidden/num_layers in range and their parameter count bounded."""
     check_layer_sizes(options, "num_embed", "num_hidden", "num_layers")
     hidden, embed, layers = options.num_hidden, options.num_embed, options.num_layers
