@@ -58,7 +58,7 @@ from mxtrain.data.array_options import (
     NDArrayOptions,
     RowOptions,
 )
-from mxtrain.data.base import DataContext
+from mxtrain.data.base import DataContext, resolve_source
 from mxtrain.errors import DataError, MxtrainError
 from mxtrain.run.atomic import atomic_write_text
 from mxtrain.user_files import (
@@ -320,11 +320,6 @@ def row_iter_settings(options: RowOptions, role: str, seed: int, source: str) ->
 # --------------------------------------------------------------------------------------------
 # Reading files
 # --------------------------------------------------------------------------------------------
-
-
-def resolve_source(name: str, base_dir: Path) -> Path:
-    path = Path(name).expanduser()
-    return path if path.is_absolute() else base_dir / path
 
 
 def require_file(path: Path, what: str) -> None:

@@ -67,6 +67,13 @@ class DataContext:
     last_batch: str | None = None
 
 
+def resolve_source(name: str, base_dir: Path) -> Path:
+    """A file a data section names: ``~`` expanded, relative to the config file's folder
+    (``base_dir``) unless absolute."""
+    path = Path(name).expanduser()
+    return path if path.is_absolute() else base_dir / path
+
+
 def model_inputs(data_iter: Any) -> dict[str, Any]:
     """What a model is built from, as JSON: the iterator's ``data_info`` (its class and
     fields), its default bucket key, buckets and input/label shapes (batch axis first).

