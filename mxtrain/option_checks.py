@@ -9,15 +9,23 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 from mxtrain.errors import InvalidValue
+
+T = TypeVar("T")
 
 #: the largest and the smallest normal magnitude of a 32-bit float: MXNet's operators read
 #: their float parameters (learning rates, epsilons, scales) as float32 and refuse a value
 #: outside this range ("Out of range value for lr"), 0 aside
 FLOAT32_MAX = 3.4028234663852886e38
 FLOAT32_TINY = 1.1754943508222875e-38
+
+
+def documented(default: T, doc: str) -> T:
+    """A dataclass field: ``default``, and ``doc``, what `mxtrain check --explain` prints."""
+    return field(default=default, metadata={"doc": doc})
 
 
 def not_int(value: object) -> bool:

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from mxtrain.data.base import DataInfo
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import CheckedOptions, check_choice, check_positive_int
+from mxtrain.option_checks import CheckedOptions, check_choice, check_positive_int, documented
 
 MODES = ("lstm", "gru")
 #: the loss formulations a language model can train on; ``auto`` is measured per machine
@@ -285,22 +285,22 @@ STATE_DOC = "size of each recurrent layer's state"
 
 def embed_size(default: int) -> Any:
     """The ``num_embed`` field of a recurrent model's options."""
-    return field(default=default, metadata={"doc": "size of the token embeddings"})
+    return documented(default, "size of the token embeddings")
 
 
 def state_size(default: int, doc: str = STATE_DOC) -> Any:
     """The ``num_hidden`` field of a recurrent model's options."""
-    return field(default=default, metadata={"doc": doc})
+    return documented(default, doc)
 
 
 def layer_count(default: int) -> Any:
     """The ``num_layers`` field of a recurrent model's options."""
-    return field(default=default, metadata={"doc": "number of stacked recurrent layers"})
+    return documented(default, "number of stacked recurrent layers")
 
 
 def dropout_rate(doc: str = DROPOUT_DOC) -> Any:
     """The ``dropout`` field of a recurrent model's options (0: none)."""
-    return field(default=0.0, metadata={"doc": doc})
+    return documented(0.0, doc)
 
 
 class RecurrentOptions(CheckedOptions):
@@ -322,29 +322,24 @@ class LmOptions(RecurrentOptions):
     dropout: float = dropout_rate(
         "dropout after the embedding, between recurrent layers and before the output"
     )
-    cell: Literal["auto", "fused", "unfused"] = field(
-        default="auto",
-        metadata={
-            "doc": "fused: one RNN operator (CPU and GPU); unfused: one cell per layer and "
-            "step; auto: the faster on this machine, measured once per CPU and kept (the two "
-            "round differently: runs on one machine match, runs on two CPUs may not; a run "
-            "that skipped the measurement: fused)"
-        },
+    cell: Literal["auto", "fused", "unfused"] = documented(
+        "auto",
+        "fused: one RNN operator (CPU and GPU); unfused: one cell per layer and "
+        "step; auto: the faster on this machine, measured once per CPU and kept (the two "
+        "round differently: runs on one machine match, runs on two CPUs may not; a run "
+        "that skipped the measurement: fused)",
     )
-    ignore_padding: bool = field(
-        default=True,
-        metadata={"doc": "padding positions get no gradient (SoftmaxOutput ignore_label = pad id)"},
+    ignore_padding: bool = documented(
+        True, "padding positions get no gradient (SoftmaxOutput ignore_label = pad id)"
     )
-    loss: Literal["auto", "softmax", "log_softmax", "softmax_output", "nll"] = field(
-        default="auto", metadata={"doc": LOSS_DOC}
+    loss: Literal["auto", "softmax", "log_softmax", "softmax_output", "nll"] = documented(
+        "auto", LOSS_DOC
     )
-    sampled_softmax: int = field(default=0, metadata={"doc": SAMPLED_SOFTMAX_DOC})
-    tie_weights: bool = field(
-        default=False,
-        metadata={
-            "doc": "the output layer uses the embedding matrix as its weights (Press & Wolf "
-            "2017: fewer parameters, often a lower perplexity); needs num_embed == num_hidden"
-        },
+    sampled_softmax: int = documented(0, SAMPLED_SOFTMAX_DOC)
+    tie_weights: bool = documented(
+        False,
+        "the output layer uses the embedding matrix as its weights (Press & Wolf "
+        "2017: fewer parameters, often a lower perplexity); needs num_embed == num_hidden",
     )
 
     def validate(self) -> None:
