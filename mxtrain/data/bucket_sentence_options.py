@@ -56,7 +56,8 @@ class BucketSentenceOptions(SourceOptions):
     loader turns that into a ``ConfigError`` pointing at the YAML file and line.
     """
 
-    #: keys data.eval must share with data.train (the check runs in the config loader)
+    #: keys data.eval shares with data.train: inherited when it does not set them, refused
+    #: when it sets another value (both in the config loader)
     must_match_train: ClassVar[tuple[str, ...]] = ("level", "lowercase")
 
     source: str = text_source_field(" (relative to the config file's folder)")
