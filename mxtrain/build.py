@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import fnmatch
 import inspect
 import logging
 from collections.abc import Callable, Iterator, Mapping
@@ -12,8 +13,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mxtrain.config.schema import (
+    ComponentOptions,
+    Config,
+    InitializerSection,
+    IteratorSection,
+    LrSchedulerSection,
+    ModelSection,
+    OptimizerSection,
+)
 from mxtrain.data.base import DataContext, DataInfo
 from mxtrain.errors import ConfigError, DataError, InvalidValue, MxtrainError
+from mxtrain.graph_sizes import graph_problem, keys_of
 from mxtrain.mxnet_errors import mxnet_reason
 from mxtrain.registry import (
     ITERATORS,
@@ -27,7 +38,7 @@ from mxtrain.registry import (
 
 def _call_factory(
     entry: Entry,
-    options: Any,
+    options: ComponentOptions,
     first: Any,
     where: str,
     locate: Callable[[str], str] | None = None,
@@ -45,7 +56,7 @@ def _call_factory(
         try:
             if dataclasses.is_dataclass(options):
                 return factory(options, first)
-            return factory(first, **dict(options or {}))
+            return factory(first, **(options if isinstance(options, Mapping) else {}))
         except (ConfigError, DataError):
             raise
         except InvalidValue as exc:
@@ -56,7 +67,9 @@ def _call_factory(
             raise ConfigError(f"{where}: {exc}") from exc
 
 
-def build_data_iter(section: Any, context: DataContext, base_dir: Path, where: str) -> Any:
+def build_data_iter(
+    section: IteratorSection, context: DataContext, base_dir: Path, where: str
+) -> Any:
     """The DataIter for one ``data.train``/``data.eval`` section."""
     entry = ITERATORS.get(section.name, base_dir=base_dir, where=where)
     data_iter = _call_factory(entry, section.options, context, where)
@@ -69,7 +82,7 @@ def build_data_iter(section: Any, context: DataContext, base_dir: Path, where: s
 
 
 def build_sym_gen(
-    section: Any,
+    section: ModelSection,
     data_info: DataInfo,
     base_dir: Path,
     locate: Callable[[str], str] | None = None,
@@ -92,7 +105,7 @@ def _descs(descs: Any) -> str:
 
 
 def _model_build_error(
-    config: Any, data_iter: Any, data_where: str, exc: BaseException
+    config: Config, data_iter: Any, data_where: str, exc: BaseException
 ) -> ConfigError:
     """A ConfigError for a model that cannot be built or bound for ``data_iter``'s batches.
 
@@ -131,7 +144,7 @@ def _model_build_error(
 
 
 @contextmanager
-def explained_model_errors(config: Any, data_iter: Any, data_where: str) -> Iterator[None]:
+def explained_model_errors(config: Config, data_iter: Any, data_where: str) -> Iterator[None]:
     """Around building and binding the module: a model that does not fit ``data_iter``'s
     batches (ValueError, or MXNet's RuntimeError) and any failure of a plugin model's own
     code (a KeyError in its sym_gen is the plugin's to fix) become ConfigErrors that name the
@@ -148,7 +161,7 @@ def explained_model_errors(config: Any, data_iter: Any, data_where: str) -> Iter
 
 
 def build_module(
-    config: Any,
+    config: Config,
     data_iter: Any,
     data_where: str,
     contexts: list[Any],
@@ -165,6 +178,7 @@ def build_module(
     training): the outputs only feed the config's metrics, so a model whose metrics all read
     its loss leaves the probabilities out. ``shared_params``: a module whose parameter arrays
     this one binds (BucketingModule.bind)."""
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     from mxtrain.engine.bucketing import BucketingModule, ParamPatternError
 
     fit_cfg = config.fit
@@ -211,23 +225,21 @@ def build_module(
     return module
 
 
-def _option_sizes(prefix: str, options: Any) -> dict[str, Any]:
+def _option_sizes(prefix: str, options: ComponentOptions) -> dict[str, Any]:
     """``{"prefix.key": value}`` of a section's options (a dataclass or a mapping)."""
     if dataclasses.is_dataclass(options) and not isinstance(options, type):
         items = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
     else:
-        items = dict(options or {})
+        items = dict(options) if isinstance(options, Mapping) else {}
     return {f"{prefix}.{key}": value for key, value in items.items()}
 
 
 def check_graph_sizes(
-    config: Any, sym_gen: Any, data_iter: Any, data_where: str, *, for_training: bool
+    config: Config, sym_gen: Any, data_iter: Any, data_where: str, *, for_training: bool
 ) -> None:
     """Refuse, before binding, a largest-bucket graph with a tensor MXNet's 32-bit shapes
     cannot hold or that the machine's memory cannot (:mod:`mxtrain.graph_sizes`), naming the
     keys whose values are its dimensions."""
-    from mxtrain.graph_sizes import graph_problem, keys_of
-
     descs = [*data_iter.provide_data, *(getattr(data_iter, "provide_label", None) or [])]
     shapes = {d.name: tuple(d.shape) for d in descs}
     symbol = sym_gen(data_iter.default_bucket_key)[0]
@@ -261,7 +273,7 @@ def check_graph_sizes(
     )
 
 
-def _training_variant(config: Any, sym_gen: Any, metrics_read_the_loss: bool) -> Any:
+def _training_variant(config: Config, sym_gen: Any, metrics_read_the_loss: bool) -> Any:
     """The graph a model trains on when it differs from the one it is evaluated with
     (``model.sampled_softmax``); its only output is the loss, so every metric must read it."""
     if not metrics_read_the_loss:
@@ -276,13 +288,13 @@ def _training_variant(config: Any, sym_gen: Any, metrics_read_the_loss: bool) ->
     return sym_gen.training_variant()
 
 
-def wants_evaluation_graph(config: Any, data_info: DataInfo) -> bool:
+def wants_evaluation_graph(config: Config, data_info: DataInfo) -> bool:
     """Whether evaluations during training need a module of their own: the model trains on
     another graph than it is evaluated with (``model.sampled_softmax``)."""
     return hasattr(build_sym_gen(config.model, data_info, config.base_dir), "training_variant")
 
 
-def metrics_read_loss(config: Any, data_info: DataInfo) -> bool:
+def metrics_read_loss(config: Config, data_info: DataInfo) -> bool:
     """Whether every metric training and its evaluations compute can read the model's loss
     output instead of the probabilities (perplexity, cross_entropy)."""
     names = set(config.fit.metrics) | set(config.fit.evaluation_metrics)
@@ -299,7 +311,7 @@ _PATTERN_KEYS = {
 }
 
 
-def param_pattern_error(config: Any, exc: Any) -> ConfigError:
+def param_pattern_error(config: Config, exc: Any) -> ConfigError:
     """A module's :class:`ParamPatternError` as the config error of the key it came from,
     at that key's line."""
     section, key = _PATTERN_KEYS[exc.option]
@@ -311,8 +323,10 @@ def param_pattern_error(config: Any, exc: Any) -> ConfigError:
 
 def build_metric(name: str, data_info: DataInfo, base_dir: Path) -> Any:
     """One metric instance; ``pad_id`` is passed when the metric accepts it."""
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     from mxtrain.metrics import StockMetric
 
     entry = METRICS.get(name, base_dir=base_dir, where="fit.metrics")
@@ -359,7 +373,7 @@ _INITIALIZER_CLASSES = {
 }
 
 
-def build_lr_scheduler(spec: Any, base_lr: float) -> Any:
+def build_lr_scheduler(spec: LrSchedulerSection | None, base_lr: float) -> Any:
     """An ``mx.lr_scheduler`` object, or None when ``spec`` is None.
 
     The scheduler starts from the optimizer's learning rate (``base_lr``), so the config
@@ -374,6 +388,7 @@ def build_lr_scheduler(spec: Any, base_lr: float) -> Any:
         "warmup_mode": spec.warmup_mode,
     }
     if getattr(spec, "unit", "updates") == "epochs":
+        # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
         from mxtrain.optimizers import EPOCH_SCALE, EpochSchedule
 
         # MXNet's schedulers count whole updates from 1: the epoch schedule runs them on
@@ -390,7 +405,8 @@ def build_lr_scheduler(spec: Any, base_lr: float) -> Any:
     return _mxnet_scheduler(spec, base_lr, warmup)
 
 
-def _mxnet_scheduler(spec: Any, base_lr: float, warmup: dict[str, Any]) -> Any:
+def _mxnet_scheduler(spec: LrSchedulerSection, base_lr: float, warmup: dict[str, Any]) -> Any:
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxtrain.optimizers
 
     # MXNet's schedules whose rates too small for MXNet's operators are 0
@@ -404,7 +420,7 @@ def _mxnet_scheduler(spec: Any, base_lr: float, warmup: dict[str, Any]) -> Any:
             **warmup,
         )
     if spec.type == "multifactor":
-        return cls(step=list(spec.steps), factor=spec.factor, base_lr=base_lr, **warmup)
+        return cls(step=list(spec.steps or ()), factor=spec.factor, base_lr=base_lr, **warmup)
     if spec.type == "poly":
         return cls(
             max_update=spec.max_update,
@@ -416,13 +432,13 @@ def _mxnet_scheduler(spec: Any, base_lr: float, warmup: dict[str, Any]) -> Any:
     return cls(max_update=spec.max_update, base_lr=base_lr, final_lr=spec.final_lr, **warmup)
 
 
-def optimizer_arguments(spec: Any) -> tuple[str, dict[str, Any]]:
+def optimizer_arguments(spec: OptimizerSection) -> tuple[str, dict[str, Any]]:
     """(optimizer name, keyword parameters) for ``BucketingModule.init_optimizer``.
 
     ``rescale_grad: auto`` is left out so the module sets it to 1/batch size, as MXNet does.
     Importing mxtrain.optimizers registers the optimizers mxtrain adds (adamw).
     """
-    import mxtrain.optimizers  # noqa: F401
+    import mxtrain.optimizers  # noqa: F401 (deferred: it imports MXNet, after the thread settings)
 
     params: dict[str, Any] = {"learning_rate": spec.learning_rate, "wd": spec.wd}
     if spec.clip_gradient is not None:
@@ -438,19 +454,19 @@ def optimizer_arguments(spec: Any) -> tuple[str, dict[str, Any]]:
 
 
 def _one_initializer(name: str, params: Mapping[str, Any]) -> Any:
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     return getattr(mx.init, _INITIALIZER_CLASSES[name])(**dict(params or {}))
 
 
-def build_initializer(spec: Any) -> Any:
+def build_initializer(spec: InitializerSection) -> Any:
     """An ``mx.init.Initializer`` from the ``initializer:`` section.
 
     With ``overrides``, an ``mx.init.Mixed`` whose glob patterns are tried in order (the
     first match wins) before the section's own initializer, which covers the rest.
     """
-    import fnmatch
-
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     default = _one_initializer(spec.name, spec.params)

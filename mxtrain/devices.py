@@ -10,8 +10,11 @@ import os
 import sys
 from typing import Any
 
+from mxtrain.config.schema import ContextSection
+from mxtrain.engine import kernels
 from mxtrain.engine.kernels import busy_cpus
 from mxtrain.errors import ConfigError
+from mxtrain.option_checks import MAX_THREADS
 
 _LOG = logging.getLogger(__name__)
 
@@ -26,14 +29,12 @@ def thread_choices() -> list[Any]:
 
 
 def _measured_threads(
-    context_cfg: Any, remeasure: bool = False
+    context_cfg: ContextSection, remeasure: bool = False
 ) -> tuple[int, str, list[Any]] | None:
     """(threads, wait policy, choices) this machine chose (measured once and kept), or None
     when nothing is left to measure: both set in the config or exported, a distributed
     process (its peers on the same machine would measure at once), one usable core, or
     CPU-less settings. ``remeasure``: measure again what this machine kept."""
-    from mxtrain.engine import kernels
-
     omp, policy = context_cfg.omp_threads, getattr(context_cfg, "omp_wait_policy", "auto")
     want_threads = omp == "auto" and "OMP_NUM_THREADS" not in os.environ
     want_policy = policy == "auto" and "OMP_WAIT_POLICY" not in os.environ
@@ -91,7 +92,7 @@ def _fixed_threads(omp: Any) -> int:
 
 
 def configure_threads(
-    context_cfg: Any, *, measure: bool = False, remeasure: bool = False
+    context_cfg: ContextSection, *, measure: bool = False, remeasure: bool = False
 ) -> dict[str, str]:
     """Set OMP/engine threads (and MXNet's verbosity) in the environment before MXNet loads.
 
@@ -164,8 +165,6 @@ def _check_exported_threads(exported: str | None) -> None:
     """An exported OMP_NUM_THREADS that ``omp_threads: auto`` would keep must be a count the
     config could hold too (a larger one crashes MXNet natively); OpenMP's own forms (lists
     such as ``4,2``) pass unchecked."""
-    from mxtrain.option_checks import MAX_THREADS
-
     if exported is not None and exported.strip().isdigit() and int(exported) > MAX_THREADS:
         raise ConfigError(
             f"OMP_NUM_THREADS={exported} (exported) asks for more than the {MAX_THREADS:,} "
@@ -196,8 +195,9 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def build_contexts(context_cfg: Any) -> list[Any]:
+def build_contexts(context_cfg: ContextSection) -> list[Any]:
     """The list of ``mx.Context`` the config asks for, with clear errors for impossible ones."""
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     if context_cfg.devices == "cpu":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import socket
 import struct
 import sys
 import threading
@@ -20,6 +21,8 @@ from typing import Any
 from mxtrain.config.schema import (
     COMPRESSION_HINT,
     SHARDING_HINT,
+    IteratorSection,
+    KVStoreSection,
     gradient_compression_problem,
     sharding_problem,
 )
@@ -41,7 +44,7 @@ def is_distributed(kvstore_type: str) -> bool:
     return kvstore_type.startswith("dist")
 
 
-def resolve_update_on_kvstore(kvstore_cfg: Any) -> bool | None:
+def resolve_update_on_kvstore(kvstore_cfg: KVStoreSection) -> bool | None:
     """``kvstore.update_on_kvstore`` as BucketingModule takes it (None: MXNet's choice).
 
     ``auto`` with a synchronous dist kvstore means false: the servers only sum gradients and
@@ -61,7 +64,7 @@ def resolve_update_on_kvstore(kvstore_cfg: Any) -> bool | None:
     return bool(value)
 
 
-def check_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> None:
+def check_kvstore(kvstore_cfg: KVStoreSection, contexts: list[Any]) -> None:
     """Refuse kvstore settings that cannot work here, saying what to change."""
     kv_type = kvstore_cfg.type
     on_gpu = any(c.device_type == "gpu" for c in contexts)
@@ -72,7 +75,7 @@ def check_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> None:
         )
     if kv_type == "horovod":
         try:
-            import horovod.mxnet as hvd
+            import horovod.mxnet as hvd  # optional dependency: only kvstore.type horovod needs it
         except ImportError:
             raise ConfigError(
                 "kvstore.type horovod needs Horovod built with MXNet support, which is not "
@@ -113,12 +116,13 @@ def check_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> None:
         raise ConfigError(problem, hint=COMPRESSION_HINT)
 
 
-def create_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> Any:
+def create_kvstore(kvstore_cfg: KVStoreSection, contexts: list[Any]) -> Any:
     """The kvstore to hand to ``BucketingModule.init_optimizer``: an object or a type name.
 
     A dist kvstore is created here, once per process (a second one hangs): the caller keeps
     it and passes the same object everywhere. Gradient compression is applied here too.
     """
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     check_kvstore(kvstore_cfg, contexts)
@@ -135,21 +139,22 @@ def create_kvstore(kvstore_cfg: Any, contexts: list[Any]) -> Any:
 
 
 def shard_data_section(
-    section: Any, rank: int, num_workers: int, where: str, kv_type: str = "dist_sync"
-) -> Any:
+    section: IteratorSection, rank: int, num_workers: int, where: str, kv_type: str = "dist_sync"
+) -> IteratorSection:
     """``data.train`` with ``num_parts``/``part_index`` set for this worker."""
     problem = sharding_problem(kv_type, section.name, section.options)
     if problem is not None:
         raise ConfigError(f"{where}: {problem}", hint=SHARDING_HINT)
     options = section.options
-    if isinstance(options, Mapping):
-        sharded_map = dict(options, num_parts=num_workers, part_index=rank)
+    if options is None or isinstance(options, Mapping):  # None: refused above
+        sharded_map = dict(options or {}, num_parts=num_workers, part_index=rank)
         return dataclasses.replace(section, options=sharded_map)
-    if options.num_parts not in (1, num_workers):
+    num_parts = getattr(options, "num_parts")  # noqa: B009 (a field of the shardable dataclass)
+    if num_parts not in (1, num_workers):
         log.warning(
             "%s.num_parts %d replaced by the number of workers (%d)",
             where,
-            options.num_parts,
+            num_parts,
             num_workers,
         )
     sharded = dataclasses.replace(options, num_parts=num_workers, part_index=rank)
@@ -179,6 +184,7 @@ class Coordinator:
     FLAGS = ("stop", "time", "finish")
 
     def __init__(self, kv: Any, watchdog: Watchdog | None = None, unit: float = 1.0) -> None:
+        # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
         import mxnet as mx
 
         self._mx = mx
@@ -198,11 +204,6 @@ class Coordinator:
         self._max_time: float | None = None
         self._finish_requested: Callable[[], bool] = lambda: False
         self._stop = False
-
-    @property
-    def is_chief(self) -> bool:
-        """Rank 0: the one worker that writes the run folder."""
-        return self.rank == 0
 
     def attach(
         self,
@@ -349,8 +350,6 @@ _TCP_INFO_BYTES_OFFSET = 120
 def _tcp_bytes() -> tuple[int, int]:
     """(payload bytes sent and acknowledged, payload bytes received) over every TCP socket
     this process holds, as the kernel counts them (TCP_INFO; ZeroMQ framing included)."""
-    import socket
-
     sent = received = 0
     for fd_path in Path("/proc/self/fd").iterdir():
         try:
@@ -384,6 +383,7 @@ def measure_push_pull_bytes(
     One round before the count warms up the connections (and, with 2-bit compression, sends
     MXNet's uncompressed first push), so the figures are the steady state of training.
     """
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     kv = mx.kv.create("dist_sync")

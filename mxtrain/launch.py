@@ -57,7 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from mxtrain.errors import ConfigError, ExitCode, MxtrainError
+from mxtrain.config import load_config
+from mxtrain.errors import ConfigError, ExitCode, MxtrainError, RunFolderError
 from mxtrain.run.layout import CONFIG_FILE
 from mxtrain.user_files import UnusableFile, read_regular
 
@@ -445,8 +446,8 @@ def _die_with_parent() -> None:
     _kill_when_parent_dies()
 
 
-class _Running:
-    """One started process, its output pump and the last lines it printed."""
+class _StartedProcess:
+    """A started process of the job: its output pump and the last lines it printed."""
 
     def __init__(self, spec: ProcessSpec, log_dir: Path, echo: Callable[[str], None]) -> None:
         self.spec = spec
@@ -621,7 +622,7 @@ class Cluster:
         self.poll = poll
         self._echo_lock = threading.Lock()
         self._echo_target = echo or self._print
-        self.running: list[_Running] = []
+        self.running: list[_StartedProcess] = []
         self._signalled: int | None = None
 
     def _print(self, line: str) -> None:
@@ -638,7 +639,7 @@ class Cluster:
         }
         try:
             for spec in self.specs:
-                self.running.append(_Running(spec, self.log_dir, self._echo))
+                self.running.append(_StartedProcess(spec, self.log_dir, self._echo))
         except BaseException:
             self.stop()
             self._restore_signals()
@@ -664,7 +665,7 @@ class Cluster:
     def pids(self) -> list[int]:
         return [r.process.pid for r in self.running]
 
-    def _workers(self) -> list[_Running]:
+    def _workers(self) -> list[_StartedProcess]:
         return [r for r in self.running if r.is_worker]
 
     def wait(self) -> LaunchResult:
@@ -744,7 +745,7 @@ class Cluster:
         for running in self.running:
             running.finish_output()
 
-    def _failure(self, failed: _Running) -> LaunchError:
+    def _failure(self, failed: _StartedProcess) -> LaunchError:
         tail = "\n".join(f"    {line}" for line in failed.tail) or "    (no output)"
         what = f"{failed.describe_name()} {failed.describe_exit()}"
         killed = failed.killed_by() is not None
@@ -837,8 +838,6 @@ def _forwarded_env(items: Sequence[str]) -> dict[str, str]:
 def _plan_job(request: LaunchRequest) -> tuple[JobSpec, Path, Path]:
     """The workers' command line, the run folder and the log folder, after checking what can
     be checked here."""
-    from mxtrain.config import load_config
-
     if request.num_workers < 1 or request.num_servers < 1:
         raise ConfigError(
             "launch needs at least one worker (-n) and one server (-s).",
@@ -858,8 +857,6 @@ def _plan_job(request: LaunchRequest) -> tuple[JobSpec, Path, Path]:
         config = load_config(request.target, request.overrides)
         run_dir = Path(config.experiment.runs_dir) / (request.name or config.experiment.name)
         if run_dir.exists() and not request.force:
-            from mxtrain.errors import RunFolderError
-
             raise RunFolderError(
                 f"the run folder {run_dir} already exists; mxtrain never overwrites a run.",
                 hint="Pass --name NEW_NAME to start a separate run, or --force to replace it.",

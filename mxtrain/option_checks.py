@@ -9,15 +9,23 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 from mxtrain.errors import InvalidValue
+
+T = TypeVar("T")
 
 #: the largest and the smallest normal magnitude of a 32-bit float: MXNet's operators read
 #: their float parameters (learning rates, epsilons, scales) as float32 and refuse a value
 #: outside this range ("Out of range value for lr"), 0 aside
 FLOAT32_MAX = 3.4028234663852886e38
 FLOAT32_TINY = 1.1754943508222875e-38
+
+
+def documented(default: T, doc: str) -> T:
+    """A dataclass field: ``default``, and ``doc``, what `mxtrain check --explain` prints."""
+    return field(default=default, metadata={"doc": doc})
 
 
 def not_int(value: object) -> bool:
@@ -67,6 +75,10 @@ def check_thread_count(key: str, value: object) -> None:
 #: without large-tensor support) indexes tensors with 32-bit integers, and a larger shape
 #: crashed fit, score or export long after ``mxtrain check`` had accepted it.
 MAX_TENSOR_ELEMENTS = 2**31 - 1
+#: Longest sequence (bucket length, bptt, exported bucket) a run may ask for: a bucket is
+#: one graph, and an unfused recurrent layer builds a node per step of it, so a length of
+#: 2**30 never finished building while its batch still fit a tensor.
+MAX_SEQUENCE_LENGTH = 100_000
 #: Bytes per value of the float32 arrays MXNet computes with.
 FLOAT_BYTES = 4
 

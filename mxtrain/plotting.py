@@ -35,7 +35,7 @@ class PlottedRun:
 def import_pyplot() -> Any:
     """matplotlib.pyplot on the Agg backend, or a MissingExtraError saying how to install it."""
     try:
-        import matplotlib
+        import matplotlib  # optional dependency: matplotlib (the [plot] extra)
     except ImportError:
         raise MissingExtraError(
             "`mxtrain plot` needs matplotlib, which is not installed in this environment.",
@@ -43,7 +43,7 @@ def import_pyplot() -> Any:
             "`mxtrain show RUN` prints the main metric as a terminal sparkline without it.",
         ) from None
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional dependency: after choosing the Agg backend
 
     return plt
 
@@ -119,7 +119,7 @@ def plot_runs(
         axes.set_xlabel("epoch")
         axes.set_ylabel(metric)
         if log_scale:
-            from matplotlib.ticker import LogFormatter
+            from matplotlib.ticker import LogFormatter  # optional dependency: matplotlib
 
             axes.set_yscale("log")
             # plain numbers (16.5), not powers of ten (1.65 x 10^1), on a narrow range

@@ -455,7 +455,7 @@ MODEL_EXPORTS: dict[str, str] = {
 CALLBACKS = Registry("callback", context_arg=False)
 
 
-def _register_builtins() -> None:
+def _register_builtin_models() -> None:
     MODELS.register(
         "lstm_lm",
         "mxtrain.models.language_models:build_lstm_lm",
@@ -492,6 +492,9 @@ def _register_builtins() -> None:
         options="mxtrain.models.taggers:RnnTaggerOptions",
         summary="sequence tagger: embedding -> (bi)LSTM/GRU -> per-token FC -> softmax",
     )
+
+
+def _register_builtin_iterators() -> None:
     ITERATORS.register(
         "bucket_sentence",
         "mxtrain.data.bucket_sentence:build_bucket_sentence_iter",
@@ -535,6 +538,9 @@ def _register_builtins() -> None:
         options="mxtrain.data.sparse_image_options:ImageRecordOptions",
         summary="images of an MXNet RecordIO (.rec) file via ImageRecordIter (classify)",
     )
+
+
+def _register_builtin_metrics() -> None:
     METRICS.register(
         "perplexity",
         "mxtrain.metrics:DevicePerplexity",
@@ -577,4 +583,6 @@ def _register_builtins() -> None:
     )
 
 
-_register_builtins()
+_register_builtin_models()
+_register_builtin_iterators()
+_register_builtin_metrics()

@@ -38,8 +38,10 @@ from rich.progress import (
 )
 from rich.table import Column, Table
 
+from mxtrain.errors import ExitCode, MxtrainError, PreemptedError
 from mxtrain.formatting import format_clock
 from mxtrain.metric_tracker import MetricTracker
+from mxtrain.registry import plugin_failures_named
 
 LOGGER_NAME = "mxtrain"
 ProgressMode = Literal["auto", "rich", "plain", "quiet"]
@@ -208,9 +210,6 @@ class Reporter:
         ``end`` always comes last, with ``status`` finished/failed/preempted/interrupted
         and the ``exit_code`` the process is about to return. Exceptions propagate.
         """
-        from mxtrain.errors import ExitCode, MxtrainError, PreemptedError
-        from mxtrain.registry import plugin_failures_named
-
         started = time.time()
 
         def end(status: str, exit_code: int) -> None:
@@ -321,11 +320,6 @@ class Reporter:
             speed="",
             metrics="",
         )
-
-    def advance(self, batches: int) -> None:
-        """Move the bar by ``batches`` (kept for callers; :meth:`interval` sets the position)."""
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, advance=batches)
 
     def interval(
         self,
@@ -556,10 +550,3 @@ class _ConsoleLineHandler(logging.Handler):
             self.console.print(self.format(record), markup=False, highlight=False, soft_wrap=True)
         except Exception:  # a logging handler must never raise into the training loop
             self.handleError(record)
-
-
-def print_error(message: str) -> None:
-    """Print a user-facing error to stderr as one paragraph."""
-    Console(stderr=True, highlight=False, soft_wrap=True).print(
-        f"error: {message}", markup=False, style="bold red" if sys.stderr.isatty() else None
-    )

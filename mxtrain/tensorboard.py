@@ -23,7 +23,7 @@ FOLDER = "tensorboard"
 def require_writer() -> None:
     """Raise a ConfigError saying how to install the writer when it is missing."""
     try:
-        import tensorboardX  # noqa: F401
+        import tensorboardX  # noqa: F401 (optional dependency: the [tensorboard] extra)
     except ImportError:
         raise ConfigError(
             "logging.tensorboard is true but the TensorBoard writer (tensorboardX) is not "
@@ -37,7 +37,7 @@ class ScalarLog:
     """Scalars of one run folder, under ``RUN/tensorboard/``."""
 
     def __init__(self, run_path: Path) -> None:
-        from tensorboardX import SummaryWriter
+        from tensorboardX import SummaryWriter  # optional dependency: the [tensorboard] extra
 
         self.folder = run_path / FOLDER
         self._writer = SummaryWriter(logdir=str(self.folder))

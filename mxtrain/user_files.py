@@ -18,10 +18,12 @@ and :func:`read_file` do that for the usual "The <what> <path> <problem>." messa
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
@@ -169,14 +171,21 @@ def as_error(
     return error(f"The {what} {exc.path} {exc.problem}.", hint=hint or None)
 
 
+@contextlib.contextmanager
+def _reported_as(what: str, error: type[MxtrainError], missing_hint: str) -> Iterator[None]:
+    """Turn an :class:`UnusableFile` raised inside into ``error`` (see :func:`as_error`)."""
+    try:
+        yield
+    except UnusableFile as exc:
+        raise as_error(exc, what, error, missing_hint) from None
+
+
 def require_file(
     path: Path, what: str, *, error: type[MxtrainError] = DataError, missing_hint: str = ""
 ) -> None:
     """``error`` naming ``path`` as "the <what>" unless it is a regular file we may read."""
-    try:
+    with _reported_as(what, error, missing_hint):
         check_regular(path)
-    except UnusableFile as exc:
-        raise as_error(exc, what, error, missing_hint) from None
 
 
 def read_file(
@@ -189,10 +198,8 @@ def read_file(
 ) -> bytes:
     """The bytes of the regular file ``path`` (see :func:`read_regular`), else ``error``
     naming it as "the <what>"."""
-    try:
+    with _reported_as(what, error, missing_hint):
         return read_regular(path, limit)
-    except UnusableFile as exc:
-        raise as_error(exc, what, error, missing_hint) from None
 
 
 def open_file(
@@ -206,10 +213,8 @@ def open_file(
 ) -> IO[Any]:
     """``path`` opened for reading (text when ``encoding`` is given), else ``error`` naming it
     as "the <what>"."""
-    try:
+    with _reported_as(what, error, missing_hint):
         handle = open_regular(path)
-    except UnusableFile as exc:
-        raise as_error(exc, what, error, missing_hint) from None
     if encoding is None:
         return handle
     return io.TextIOWrapper(handle, encoding=encoding, newline=newline)

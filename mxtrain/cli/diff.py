@@ -25,6 +25,7 @@ def diff_command(run_a: str, run_b: str, as_json: bool) -> None:
     """Show the resolved config keys whose values differ between RUN_A and RUN_B, as
     dotted keys with both values. Each may be a run folder (its saved config.yaml), a run
     name under ./runs, or a config YAML file (defaults filled in, as `mxtrain fit` would)."""
+    # deferred: import cost (`mxtrain --help` imports every command)
     from mxtrain.run.history import diff_runs
 
     label_a, label_b, changes = diff_runs(run_a, run_b)

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from mxtrain.cli.options import BATCH_SIZE, SEQUENCE_LENGTH, handle_errors
+from mxtrain.errors import ConfigError
 
 
 @click.command(
@@ -71,7 +72,7 @@ def export_command(
     mx.mod.Module.load and gluon.SymbolBlock.imports) or ONNX files; export.json lists the
     graphs with their input and output names and shapes, and the run's vocabularies are
     copied."""
-    from mxtrain.errors import ConfigError
+    # deferred: import cost (`mxtrain --help` imports every command)
     from mxtrain.inference.export import export_run
 
     if buckets and all_buckets:

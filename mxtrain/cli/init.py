@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from mxtrain.cli.options import handle_errors
-from mxtrain.templates import DEFAULT_TEMPLATE, TEMPLATES
+from mxtrain.templates import DEFAULT_TEMPLATE, TEMPLATES, template_text, write_template
 
 
 @click.command(
@@ -43,8 +43,6 @@ def init_command(template: str, output: Path | None, force: bool, list_templates
     Every key has a comment saying what it does; `mxtrain check FILE --explain` lists all
     the others with their defaults. An existing -o file is never replaced without --force.
     """
-    from mxtrain.templates import template_text, write_template
-
     if list_templates:
         width = max(len(name) for name in TEMPLATES)
         for name, summary in TEMPLATES.items():

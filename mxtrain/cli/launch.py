@@ -103,6 +103,7 @@ def launch_command(
     the exit code is the failed worker's (71 if it was killed, or a server or the scheduler
     failed). Only rank 0 writes the run folder.
     """
+    # deferred: import cost (`mxtrain --help` imports every command)
     from mxtrain.launch import LaunchRequest, launch
     from mxtrain.run.folder import check_name_option
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from mxtrain.cli.options import handle_errors
+from mxtrain.registry import ITERATORS, METRICS, MODEL_EXPORTS, MODELS
 
 KINDS = ["models", "iterators", "metrics", "optimizers", "initializers", "all"]
 
@@ -18,8 +19,8 @@ KINDS = ["models", "iterators", "metrics", "optimizers", "initializers", "all"]
 def list_command(kind: str) -> None:
     """List what a config can name (KIND: models, iterators, metrics, optimizers,
     initializers or all). MXNet is not imported."""
+    # deferred: import cost (`mxtrain --help` imports every command)
     from mxtrain.config.schema import INITIALIZERS, OPTIMIZERS, SUPPORTED_OPTIMIZERS
-    from mxtrain.registry import ITERATORS, METRICS, MODEL_EXPORTS, MODELS
 
     def exports(name: str) -> str:
         return f" [export: {MODEL_EXPORTS[name]}]" if name in MODEL_EXPORTS else ""

@@ -9,6 +9,22 @@ from __future__ import annotations
 import click
 
 from mxtrain import __version__
+from mxtrain.cli import (
+    check,
+    diff,
+    export,
+    fit,
+    init,
+    kernels,
+    launch,
+    listing,
+    plot,
+    predict,
+    resume,
+    runs,
+    score,
+    show,
+)
 
 EPILOG = """\b
 Examples:
@@ -48,23 +64,6 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 def _register_commands() -> None:
-    from mxtrain.cli import (
-        check,
-        diff,
-        export,
-        fit,
-        init,
-        kernels,
-        launch,
-        listing,
-        plot,
-        predict,
-        resume,
-        runs,
-        score,
-        show,
-    )
-
     cli.add_command(fit.fit_command)
     cli.add_command(resume.resume_command)
     cli.add_command(score.score_command)

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import click
 
 from mxtrain.errors import ExitCode, MxtrainError
+from mxtrain.option_checks import MAX_SEQUENCE_LENGTH, MAX_TENSOR_ELEMENTS
 from mxtrain.registry import plugin_failures_named
-from mxtrain.run.bucket_keys import MAX_ELEMENTS, MAX_SEQUENCE_LENGTH
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,7 +53,7 @@ json_option = click.option(
 
 
 #: ``--batch-size``: rows of one array, which MXNet 1.9.1 caps at 2**31 - 1 elements
-BATCH_SIZE = click.IntRange(min=1, max=MAX_ELEMENTS)
+BATCH_SIZE = click.IntRange(min=1, max=MAX_TENSOR_ELEMENTS)
 #: ``--bucket``: a sequence length to unroll a model for (mxtrain.run.bucket_keys)
 SEQUENCE_LENGTH = click.IntRange(min=1, max=MAX_SEQUENCE_LENGTH)
 #: ``--epoch``: epochs completed (0: the checkpoint before training, where one was kept)

@@ -51,6 +51,7 @@ def plot_command(
     """Draw the train (solid) and eval (dashed) curves of a metric for each RUN, overlaid,
     to a PNG file. RUN is a run folder or a run name under ./runs; runs still training
     are drawn up to their last logged interval."""
+    # deferred: import cost (`mxtrain --help` imports every command)
     from mxtrain.plotting import plot_runs
     from mxtrain.run.history import load_run, resolve_run
 

@@ -109,6 +109,7 @@ def predict_command(
     that way; a device or pipe (--output /dev/stdout) is written directly, without --force,
     and never replaced.
     """
+    # deferred: import cost (`mxtrain --help` imports every command)
     from rich.console import Console
 
     from mxtrain.inference.output import is_stream

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from mxtrain.cli.options import handle_errors
+from mxtrain.formatting import format_duration, format_time, format_value
 
 
 @click.command(
@@ -25,7 +26,7 @@ def runs_command(folder: str, as_json: bool) -> None:
     """List the runs in DIR (default: ./runs, experiment.runs_dir's default): name, status,
     epochs done, best metric, duration and start time, newest first. A folder that cannot
     be read is listed as `unreadable` with the reason."""
-    from mxtrain.formatting import format_duration, format_time, format_value
+    # deferred: import cost (`mxtrain --help` imports every command)
     from mxtrain.run.history import find_runs
 
     runs = find_runs(Path(folder))

@@ -75,6 +75,7 @@ def score_command(
     table and one JSON line {"run", "epoch", "batch", "checkpoint", "data", "max_batches",
     "metrics"}.
     """
+    # deferred: import cost (`mxtrain --help` imports every command)
     from rich.console import Console
     from rich.table import Table
 

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from mxtrain.cli.options import handle_errors
+from mxtrain.formatting import format_duration, format_size, format_time, format_value
 
 #: Config keys in the short summary (the whole config is behind --config).
 SUMMARY_KEYS = (
@@ -47,6 +48,7 @@ def show_command(run: str, full_config: bool, as_json: bool) -> None:
     its checkpoints (epoch, batch, size; marked: latest, the newest valid one that score and
     predict load by default; best, what RUN:best loads; and why any is unusable), the
     train and eval metrics of every epoch and a sparkline of the main eval metric."""
+    # deferred: import cost (`mxtrain --help` imports every command)
     from mxtrain.run.history import load_run, resolve_run
 
     details = load_run(resolve_run(run))
@@ -91,8 +93,6 @@ def _numeric(cell: str) -> bool:
 
 
 def _print_header(details: Any) -> None:
-    from mxtrain.formatting import format_duration, format_time
-
     summary = details.summary
     click.echo(f"run      {summary.path}")
     status = summary.status
@@ -113,6 +113,7 @@ def _print_header(details: Any) -> None:
 
 
 def _print_config(details: Any, full: bool) -> None:
+    # deferred: import cost (`mxtrain --help` imports every command)
     from mxtrain.run.history import config_value
 
     click.echo("")
@@ -120,6 +121,7 @@ def _print_config(details: Any, full: bool) -> None:
         click.echo(f"config: unreadable ({details.config_problem})")
         return
     if full:
+        # deferred: import cost (`mxtrain --help` imports every command)
         from mxtrain.run.layout import CONFIG_FILE
 
         click.echo("config:")
@@ -146,8 +148,6 @@ def _short(value: Any) -> str:
 
 
 def _print_checkpoints(details: Any) -> None:
-    from mxtrain.formatting import format_size
-
     click.echo("")
     if not details.checkpoints:
         click.echo("checkpoints: none")
@@ -175,7 +175,7 @@ def _marks(ckpt: Any) -> str:
 
 
 def _print_epochs(details: Any) -> None:
-    from mxtrain.formatting import format_value
+    # deferred: import cost (`mxtrain --help` imports every command)
     from mxtrain.run.history import sparkline
 
     click.echo("")
@@ -223,8 +223,6 @@ def _print_epochs(details: Any) -> None:
 
 def _print_latest_interval(details: Any) -> None:
     """For a run still training (or stopped mid-epoch): where its log got to last."""
-    from mxtrain.formatting import format_value
-
     last_epoch = details.epochs[-1].epoch if details.epochs else 0
     latest = None
     for record in details.records:

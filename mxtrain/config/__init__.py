@@ -1,7 +1,8 @@
 """Experiment configuration: the YAML schema, its loader and its dumper.
 
 Nothing in this package imports MXNet or click, so ``mxtrain check`` and ``--help`` stay fast.
-It is the only part of mxtrain that reads or writes YAML.
+It is the only part of mxtrain that reads or writes YAML. The package exports what reads and
+writes configs; the section classes live in :mod:`mxtrain.config.schema`.
 """
 
 from mxtrain.config.loader import (
@@ -17,53 +18,15 @@ from mxtrain.config.loader import (
     load_config,
     parse_config,
 )
-from mxtrain.config.schema import (
-    INITIALIZERS,
-    OPTIMIZERS,
-    REQUIRED,
-    CheckpointSection,
-    ComponentSection,
-    Config,
-    ContextSection,
-    DataSection,
-    ExperimentSection,
-    FitSection,
-    InitializerSection,
-    InitializerSpec,
-    IteratorSection,
-    KVStoreSection,
-    LrSchedulerSection,
-    ModelSection,
-    OptimizerSection,
-    OptimizerSpec,
-    ParamSpec,
-)
+from mxtrain.config.schema import Config
 
 __all__ = [
-    "INITIALIZERS",
     "MAX_CONFIG_BYTES",
     "MAX_CONFIG_DEPTH",
     "MAX_CONFIG_VALUES",
     "MAX_MAPPING_KEYS",
-    "OPTIMIZERS",
-    "REQUIRED",
-    "CheckpointSection",
-    "ComponentSection",
     "Config",
-    "ContextSection",
-    "DataSection",
-    "ExperimentSection",
     "ExplainRow",
-    "FitSection",
-    "InitializerSection",
-    "InitializerSpec",
-    "IteratorSection",
-    "KVStoreSection",
-    "LrSchedulerSection",
-    "ModelSection",
-    "OptimizerSection",
-    "OptimizerSpec",
-    "ParamSpec",
     "Registries",
     "config_to_dict",
     "dump_config",

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, NoReturn, get_args, get_origin, get_type_hints
+from typing import Any, Literal, NoReturn, TypeVar, get_args, get_origin, get_type_hints
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -67,21 +67,8 @@ from mxtrain.errors import ConfigError, InvalidValue
 from mxtrain.registry import CALLBACKS, ITERATORS, METRICS, MODELS, Registry
 from mxtrain.user_files import read_file
 
-__all__ = [
-    "MAX_CONFIG_BYTES",
-    "MAX_CONFIG_DEPTH",
-    "MAX_CONFIG_VALUES",
-    "MAX_MAPPING_KEYS",
-    "ExplainRow",
-    "Registries",
-    "config_to_dict",
-    "dump_config",
-    "explain_config",
-    "load_config",
-    "parse_config",
-]
-
 KeyPath = tuple[str | int, ...]
+SectionT = TypeVar("SectionT", bound=ComponentSection)
 ExplainRow = tuple[str, Any, Any, str]  # (dotted key, value, default, doc)
 
 # --------------------------------------------------------------------------------------------
@@ -902,10 +889,10 @@ class _Builder:
         raw: Any,
         path: KeyPath,
         registry: Registry,
-        cls: type[ComponentSection],
+        cls: type[SectionT],
         *,
         required: bool,
-    ) -> Any:
+    ) -> SectionT:
         if raw is None and required:
             self.fail(
                 path,
@@ -967,6 +954,9 @@ class _Builder:
         if eval_raw is not None:
             evaluate = self.component(
                 eval_raw, ("data", "eval"), its, IteratorSection, required=False
+            )
+            evaluate = _inherit_train_reading(
+                train, evaluate, self.mapping(eval_raw, ("data", "eval"))
             )
         return DataSection(train=train, eval=evaluate)
 
@@ -1232,6 +1222,21 @@ class _Builder:
             )
 
 
+def _inherit_train_reading(
+    train: IteratorSection, evaluate: IteratorSection, eval_keys: Mapping[str, Any]
+) -> IteratorSection:
+    """``evaluate`` with the train iterator's value of each key that says how text is read
+    (its options' ``must_match_train``) and that the eval section does not set itself."""
+    if evaluate.name != train.name or not dataclasses.is_dataclass(evaluate.options):
+        return evaluate
+    keys = getattr(type(train.options), "must_match_train", ())
+    inherited = {key: getattr(train.options, key) for key in keys if key not in eval_keys}
+    if not inherited:
+        return evaluate
+    options = dataclasses.replace(evaluate.options, **inherited)
+    return dataclasses.replace(evaluate, options=options)
+
+
 def _dc_field(cls: type, name: str) -> dataclasses.Field[Any]:
     for f in dataclasses.fields(cls):
         if f.name == name:
@@ -1372,7 +1377,8 @@ def _rows(config: Config) -> Iterator[tuple[tuple[str, ...], Any, Any, str]]:
         if dataclasses.is_dataclass(comp.options):
             yield from section(comp.options, path)
         else:
-            for key, value in (comp.options or {}).items():
+            plain = comp.options if isinstance(comp.options, Mapping) else {}
+            for key, value in plain.items():
                 doc = f"option of {comp.name} (no options dataclass: passed as given)"
                 yield (*path, key), value, None, doc
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol, TypeAlias
 
 from mxtrain.config.names import run_name_problem
 from mxtrain.errors import InvalidValue
@@ -32,8 +32,10 @@ from mxtrain.option_checks import (
     check_float32,
     check_greater_than_zero,
     check_thread_count,
+    documented,
     show_number,
 )
+from mxtrain.registry import ITERATORS, MODELS
 
 
 class _Required:
@@ -69,25 +71,18 @@ def _frozen_mapping(values: Mapping[str, Any] | None = None) -> Mapping[str, Any
 class ExperimentSection:
     """Who this run is and where its folder goes."""
 
-    name: str = field(
-        default="",
-        metadata={
-            "doc": "name of the experiment and of its run folder; defaults to the config file's "
-            "name without .yaml (ptb.yaml -> ptb)"
-        },
+    name: str = documented(
+        "",
+        "name of the experiment and of its run folder; defaults to the config file's "
+        "name without .yaml (ptb.yaml -> ptb)",
     )
-    seed: int = field(
-        default=1,
-        metadata={
-            "doc": "seed of every random choice (initial weights, dropout, shuffling) in Python, "
-            "NumPy and MXNet; the same seed and config give the same run"
-        },
+    seed: int = documented(
+        1,
+        "seed of every random choice (initial weights, dropout, shuffling) in Python, "
+        "NumPy and MXNet; the same seed and config give the same run",
     )
-    runs_dir: str = field(
-        default="runs",
-        metadata={
-            "doc": "folder that holds one sub-folder per run (relative to the current directory)"
-        },
+    runs_dir: str = documented(
+        "runs", "folder that holds one sub-folder per run (relative to the current directory)"
     )
 
     def __post_init__(self) -> None:
@@ -107,6 +102,16 @@ class ExperimentSection:
 # --------------------------------------------------------------------------------------------
 
 
+class OptionsDataclass(Protocol):
+    """An instance of a component's options dataclass (a built-in's or a plugin's)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+
+#: a component's options: its options dataclass, or a plugin's keywords as written
+ComponentOptions: TypeAlias = OptionsDataclass | Mapping[str, Any] | None
+
+
 @dataclass(frozen=True)
 class ComponentSection:
     """A registered component (or a plugin) and its options.
@@ -117,13 +122,11 @@ class ComponentSection:
 
     selector: ClassVar[str] = "name"
 
-    name: str = field(
-        default="",
-        metadata={"doc": "registered name, or a plugin: 'package.module:attr' / 'file.py:attr'"},
+    name: str = documented(
+        "", "registered name, or a plugin: 'package.module:attr' / 'file.py:attr'"
     )
-    options: Any = field(
-        default=None,
-        metadata={"doc": "the component's own options (the other keys of the section)"},
+    options: ComponentOptions = documented(
+        None, "the component's own options (the other keys of the section)"
     )
 
 
@@ -133,10 +136,7 @@ class CallbackSection(ComponentSection):
 
     selector: ClassVar[str] = "name"
 
-    name: str = field(
-        default="",
-        metadata={"doc": "the callback: 'package.module:attr' / 'file.py:attr'"},
-    )
+    name: str = documented("", "the callback: 'package.module:attr' / 'file.py:attr'")
 
 
 @dataclass(frozen=True)
@@ -145,16 +145,14 @@ class ModelSection(ComponentSection):
 
     selector: ClassVar[str] = "name"
 
-    name: str = field(
-        default="lstm_lm",
-        metadata={
-            "doc": "model builder: lstm_lm (built in), or your own as 'package.module:attr' or "
-            "'path/to/file.py:attr' (relative to the config file's folder)"
-        },
+    name: str = documented(
+        "lstm_lm",
+        f"model builder: a built-in ({', '.join(MODELS.available())}; see "
+        "`mxtrain list models`), or your own as 'package.module:attr' or "
+        "'path/to/file.py:attr' (relative to the config file's folder)",
     )
-    options: Any = field(
-        default=None,
-        metadata={"doc": "options of that model (the other keys of the model section)"},
+    options: ComponentOptions = documented(
+        None, "options of that model (the other keys of the model section)"
     )
 
 
@@ -164,15 +162,14 @@ class IteratorSection(ComponentSection):
 
     selector: ClassVar[str] = "iterator"
 
-    name: str = field(
-        default="bucket_sentence",
-        metadata={
-            "doc": "data iterator: bucket_sentence (built in), or your own as "
-            "'package.module:attr' or 'path/to/file.py:attr'"
-        },
+    name: str = documented(
+        "bucket_sentence",
+        f"data iterator: a built-in ({', '.join(ITERATORS.available())}; see "
+        "`mxtrain list iterators`), or your own as 'package.module:attr' or "
+        "'path/to/file.py:attr'",
     )
-    options: Any = field(
-        default=None, metadata={"doc": "options of that iterator (the other keys of the section)"}
+    options: ComponentOptions = documented(
+        None, "options of that iterator (the other keys of the section)"
     )
 
 
@@ -180,18 +177,13 @@ class IteratorSection(ComponentSection):
 class DataSection:
     """Training data (required) and evaluation data (optional)."""
 
-    train: IteratorSection = field(
-        default=REQUIRED,
-        metadata={
-            "doc": "iterator that feeds training batches (required); its vocabulary is saved"
-        },
+    train: IteratorSection = documented(
+        REQUIRED, "iterator that feeds training batches (required); its vocabulary is saved"
     )
-    eval: IteratorSection | None = field(
-        default=None,
-        metadata={
-            "doc": "iterator scored after every epoch (null: no evaluation); it reuses the "
-            "training vocabulary and buckets"
-        },
+    eval: IteratorSection | None = documented(
+        None,
+        "iterator scored after every epoch (null: no evaluation); it reuses the "
+        "training vocabulary and buckets",
     )
 
 
@@ -209,62 +201,46 @@ KVStoreType = Literal[
 class ContextSection:
     """Which devices compute, and how many threads the CPU side gets."""
 
-    devices: Devices = field(default="cpu", metadata={"doc": "cpu or gpu"})
-    ids: tuple[int, ...] | None = field(
-        default=None,
-        metadata={
-            "doc": "device ids to use, e.g. [0, 1] for two GPUs (null: device 0); each batch is "
-            "split across them"
-        },
+    devices: Devices = documented("cpu", "cpu or gpu")
+    ids: tuple[int, ...] | None = documented(
+        None,
+        "device ids to use, e.g. [0, 1] for two GPUs (null: device 0); each batch is "
+        "split across them",
     )
-    count: int | None = field(
-        default=None,
-        metadata={
-            "doc": "cpu only: number of CPU contexts to split each batch over (null: 1); use ids "
-            "or count, not both"
-        },
+    count: int | None = documented(
+        None,
+        "cpu only: number of CPU contexts to split each batch over (null: 1); use ids "
+        "or count, not both",
     )
-    work_load: tuple[float, ...] | None = field(
-        default=None,
-        metadata={
-            "doc": "relative share of each batch per device, one number per device (null: equal "
-            "shares)"
-        },
+    work_load: tuple[float, ...] | None = documented(
+        None, "relative share of each batch per device, one number per device (null: equal shares)"
     )
-    omp_threads: int | Literal["auto"] = field(
-        default="auto",
-        metadata={
-            "doc": "OpenMP threads per operator; auto: an exported OMP_NUM_THREADS, else the "
-            "fastest count measured once per machine and kept, like the other kernel choices "
-            "(the count changes float rounding, so it does not follow the load; distributed "
-            "processes take the free cores; MXNet itself would use half the cores); at most "
-            "1024"
-        },
+    omp_threads: int | Literal["auto"] = documented(
+        "auto",
+        "OpenMP threads per operator; auto: an exported OMP_NUM_THREADS, else the "
+        "fastest count measured once per machine and kept, like the other kernel choices "
+        "(the count changes float rounding, so it does not follow the load; distributed "
+        "processes take the free cores; MXNet itself would use half the cores); at most "
+        "1024",
     )
-    omp_wait_policy: Literal["auto", "active", "passive"] = field(
-        default="auto",
-        metadata={
-            "doc": "OMP_WAIT_POLICY: whether idle OpenMP threads spin (active) or sleep "
-            "(passive); auto: an exported OMP_WAIT_POLICY, else measured with the thread count "
-            "once per machine and cached (see omp_threads)"
-        },
+    omp_wait_policy: Literal["auto", "active", "passive"] = documented(
+        "auto",
+        "OMP_WAIT_POLICY: whether idle OpenMP threads spin (active) or sleep "
+        "(passive); auto: an exported OMP_WAIT_POLICY, else measured with the thread count "
+        "once per machine and cached (see omp_threads)",
     )
-    engine_threads: int | Literal["auto"] = field(
-        default="auto",
-        metadata={
-            "doc": "MXNet engine worker threads per device (MXNET_CPU_WORKER_NTHREADS / "
-            "MXNET_GPU_WORKER_NTHREADS), at most 1024; auto: MXNet's default"
-        },
+    engine_threads: int | Literal["auto"] = documented(
+        "auto",
+        "MXNet engine worker threads per device (MXNET_CPU_WORKER_NTHREADS / "
+        "MXNET_GPU_WORKER_NTHREADS), at most 1024; auto: MXNet's default",
     )
-    large_buffers: Literal["auto", "reuse", "release"] = field(
-        default="auto",
-        metadata={
-            "doc": "reuse: freed memory stays in the process (glibc: no mmap, no trimming, one "
-            "arena), so "
-            "the tens of MB some operators allocate every batch are not page-faulted in again; "
-            "release: glibc's default; auto: the faster on this machine, measured once and "
-            "cached (GPU runs: release)"
-        },
+    large_buffers: Literal["auto", "reuse", "release"] = documented(
+        "auto",
+        "reuse: freed memory stays in the process (glibc: no mmap, no trimming, one "
+        "arena), so "
+        "the tens of MB some operators allocate every batch are not page-faulted in again; "
+        "release: glibc's default; auto: the faster on this machine, measured once and "
+        "cached (GPU runs: release)",
     )
 
     def __post_init__(self) -> None:
@@ -314,16 +290,12 @@ class ContextSection:
 class GradientCompressionSection:
     """Low-bit gradient compression (kvstore device and dist_*)."""
 
-    type: Literal["2bit", "1bit"] = field(
-        default="2bit",
-        metadata={
-            "doc": "2bit: each gradient value is sent as -threshold, 0 or +threshold, the "
-            "rest is kept and added to the next gradient (MXNet 1.9.1 has no 1bit)"
-        },
+    type: Literal["2bit", "1bit"] = documented(
+        "2bit",
+        "2bit: each gradient value is sent as -threshold, 0 or +threshold, the "
+        "rest is kept and added to the next gradient (MXNet 1.9.1 has no 1bit)",
     )
-    threshold: float = field(
-        default=0.5, metadata={"doc": "quantization threshold (greater than 0)"}
-    )
+    threshold: float = documented(0.5, "quantization threshold (greater than 0)")
 
     def __post_init__(self) -> None:
         if self.type == "1bit":
@@ -356,7 +328,7 @@ SHARDING_HINT = (
 )
 
 
-def sharding_problem(kv_type: str, iterator: str, options: Any) -> str | None:
+def sharding_problem(kv_type: str, iterator: str, options: ComponentOptions) -> str | None:
     """Why data.train cannot be split between the workers of a ``dist_*`` kvstore, or None.
 
     Each worker reads one part (``num_parts``/``part_index``, set by fit from its rank); a
@@ -381,36 +353,28 @@ def sharding_problem(kv_type: str, iterator: str, options: Any) -> str | None:
 class KVStoreSection:
     """How gradients from several devices or machines are combined."""
 
-    type: KVStoreType = field(
-        default="local",
-        metadata={
-            "doc": "local (aggregate on CPU), device (aggregate on GPUs), nccl (GPUs), dist_sync / "
-            "dist_device_sync / dist_async (several machines, see mxtrain launch), horovod"
-        },
+    type: KVStoreType = documented(
+        "local",
+        "local (aggregate on CPU), device (aggregate on GPUs), nccl (GPUs), dist_sync / "
+        "dist_device_sync / dist_async (several machines, see mxtrain launch), horovod",
     )
-    update_on_kvstore: bool | Literal["auto"] = field(
-        default="auto",
-        metadata={
-            "doc": "true: the kvstore runs the optimizer; false: each device updates its own copy; "
-            "auto: MXNet's choice (dist_async always updates on the kvstore)"
-        },
+    update_on_kvstore: bool | Literal["auto"] = documented(
+        "auto",
+        "true: the kvstore runs the optimizer; false: each device updates its own copy; "
+        "auto: MXNet's choice (dist_async always updates on the kvstore)",
     )
 
-    gradient_compression: GradientCompressionSection | None = field(
-        default=None,
-        metadata={
-            "doc": "e.g. {type: 2bit, threshold: 0.5}: send gradients in 2 bits per value "
-            "(device and dist_* kvstores; null: full precision)"
-        },
+    gradient_compression: GradientCompressionSection | None = documented(
+        None,
+        "e.g. {type: 2bit, threshold: 0.5}: send gradients in 2 bits per value "
+        "(device and dist_* kvstores; null: full precision)",
     )
-    watchdog_seconds: float | None = field(
-        default=600.0,
-        metadata={
-            "doc": "dist_* only: a worker that makes no progress (no log interval, epoch "
-            "start or end) for this long exits with an error so the job ends instead of "
-            "hanging; keep it above the time of one log interval plus one evaluation "
-            "(null: no watchdog)"
-        },
+    watchdog_seconds: float | None = documented(
+        600.0,
+        "dist_* only: a worker that makes no progress (no log interval, epoch "
+        "start or end) for this long exits with an error so the job ends instead of "
+        "hanging; keep it above the time of one log interval plus one evaluation "
+        "(null: no watchdog)",
     )
 
     def __post_init__(self) -> None:
@@ -493,59 +457,37 @@ class LrSchedulerSection:
     ``learning_rate``: the schedule's base lr IS ``optimizer.learning_rate``, so there is
     exactly one place to set it and MXNet never overrides one with the other."""
 
-    type: LrSchedulerType = field(
-        default=REQUIRED,
-        metadata={
-            "doc": "factor: multiply by factor every step updates; multifactor: at each of steps; "
-            "poly / cosine: decay to final_lr over max_update updates"
-        },
+    type: LrSchedulerType = documented(
+        REQUIRED,
+        "factor: multiply by factor every step updates; multifactor: at each of steps; "
+        "poly / cosine: decay to final_lr over max_update updates",
     )
-    step: int | None = field(
-        default=None, metadata={"doc": "factor: updates between two decays (required for factor)"}
+    step: int | None = documented(None, "factor: updates between two decays (required for factor)")
+    steps: tuple[int | float, ...] | None = documented(
+        None,
+        "multifactor: increasing update counts at which lr is multiplied by factor "
+        "(with unit: epochs, epoch counts, fractions allowed: [0.75, 3] decays three "
+        "quarters into the first epoch and when the fourth starts)",
     )
-    steps: tuple[int | float, ...] | None = field(
-        default=None,
-        metadata={
-            "doc": "multifactor: increasing update counts at which lr is multiplied by factor "
-            "(with unit: epochs, epoch counts, fractions allowed: [0.75, 3] decays three "
-            "quarters into the first epoch and when the fourth starts)"
-        },
+    factor: float = documented(1.0, "factor / multifactor: multiplier applied at each decay (<= 1)")
+    stop_factor_lr: float = documented(1e-8, "factor: the lr never decays below this")
+    max_update: int | None = documented(
+        None, "poly / cosine: update count at which lr reaches final_lr (required for both)"
     )
-    factor: float = field(
-        default=1.0,
-        metadata={"doc": "factor / multifactor: multiplier applied at each decay (<= 1)"},
+    final_lr: float = documented(0.0, "poly / cosine: lr at max_update and after")
+    pwr: float = documented(2.0, "poly: power of the polynomial (1 = linear decay)")
+    warmup_steps: int = documented(
+        0, "updates spent warming up before the schedule starts (0 = none)"
     )
-    stop_factor_lr: float = field(
-        default=1e-8, metadata={"doc": "factor: the lr never decays below this"}
+    warmup_begin_lr: float = documented(0.0, "lr at update 0 of the warmup")
+    warmup_mode: Literal["linear", "constant"] = documented(
+        "linear", "warmup: ramp linearly to the base lr, or hold warmup_begin_lr constant"
     )
-    max_update: int | None = field(
-        default=None,
-        metadata={
-            "doc": "poly / cosine: update count at which lr reaches final_lr (required for both)"
-        },
-    )
-    final_lr: float = field(
-        default=0.0, metadata={"doc": "poly / cosine: lr at max_update and after"}
-    )
-    pwr: float = field(
-        default=2.0, metadata={"doc": "poly: power of the polynomial (1 = linear decay)"}
-    )
-    warmup_steps: int = field(
-        default=0,
-        metadata={"doc": "updates spent warming up before the schedule starts (0 = none)"},
-    )
-    warmup_begin_lr: float = field(default=0.0, metadata={"doc": "lr at update 0 of the warmup"})
-    warmup_mode: Literal["linear", "constant"] = field(
-        default="linear",
-        metadata={"doc": "warmup: ramp linearly to the base lr, or hold warmup_begin_lr constant"},
-    )
-    unit: Literal["updates", "epochs"] = field(
-        default="updates",
-        metadata={
-            "doc": "what step, steps, max_update and warmup_steps count: updates, or epochs "
-            "(the lr follows the epochs trained so far, fractions included: multifactor "
-            "steps: [4] decays when the fifth epoch starts; updates run on the workers)"
-        },
+    unit: Literal["updates", "epochs"] = documented(
+        "updates",
+        "what step, steps, max_update and warmup_steps count: updates, or epochs "
+        "(the lr follows the epochs trained so far, fractions included: multifactor "
+        "steps: [4] decays when the fifth epoch starts; updates run on the workers)",
     )
 
     def _check_steps(self, steps: tuple[int | float, ...]) -> None:
@@ -932,43 +874,29 @@ class OptimizerSection:
     own parameters (``momentum`` for sgd, ``beta1`` for adam, ...); every one of them is
     checked and its MXNet default written into the resolved config."""
 
-    name: str = field(
-        default="sgd", metadata={"doc": "MXNet optimizer: " + ", ".join(SUPPORTED_OPTIMIZERS)}
+    name: str = documented("sgd", "MXNet optimizer: " + ", ".join(SUPPORTED_OPTIMIZERS))
+    learning_rate: float = documented(
+        0.01,
+        "base learning rate; default: the optimizer's own (sgd 0.01, adam 0.001, ...); "
+        "with an lr_scheduler it is the schedule's base lr",
     )
-    learning_rate: float = field(
-        default=0.01,
-        metadata={
-            "doc": "base learning rate; default: the optimizer's own (sgd 0.01, adam 0.001, ...); "
-            "with an lr_scheduler it is the schedule's base lr"
-        },
+    wd: float = documented(0.0, "L2 weight decay added to every gradient (0 = none)")
+    clip_gradient: float | None = documented(
+        None, "clip each gradient element into [-clip_gradient, clip_gradient] (null: no clipping)"
     )
-    wd: float = field(
-        default=0.0, metadata={"doc": "L2 weight decay added to every gradient (0 = none)"}
+    clip_global_norm: float | None = documented(
+        None,
+        "scale all gradients down together when their global L2 norm (after the "
+        "sum over devices and workers, rescale_grad applied) exceeds this; the norm is "
+        "logged as grad_norm; updates run on the workers (null: no clipping)",
     )
-    clip_gradient: float | None = field(
-        default=None,
-        metadata={
-            "doc": "clip each gradient element into [-clip_gradient, clip_gradient] (null: no "
-            "clipping)"
-        },
+    rescale_grad: float | Literal["auto"] = documented(
+        "auto",
+        "gradients are multiplied by this before the update; auto: 1 / batch size, so "
+        "the lr does not depend on the batch size",
     )
-    clip_global_norm: float | None = field(
-        default=None,
-        metadata={
-            "doc": "scale all gradients down together when their global L2 norm (after the "
-            "sum over devices and workers, rescale_grad applied) exceeds this; the norm is "
-            "logged as grad_norm; updates run on the workers (null: no clipping)"
-        },
-    )
-    rescale_grad: float | Literal["auto"] = field(
-        default="auto",
-        metadata={
-            "doc": "gradients are multiplied by this before the update; auto: 1 / batch size, so "
-            "the lr does not depend on the batch size"
-        },
-    )
-    lr_scheduler: LrSchedulerSection | None = field(
-        default=None, metadata={"doc": "learning-rate schedule (null: constant learning_rate)"}
+    lr_scheduler: LrSchedulerSection | None = documented(
+        None, "learning-rate schedule (null: constant learning_rate)"
     )
     lr_mult: Mapping[str, float] = field(
         default_factory=_frozen_mapping,
@@ -1148,10 +1076,8 @@ INITIALIZERS: Mapping[str, InitializerSpec] = MappingProxyType(
 class InitializerOverride:
     """A different initializer for the parameters whose names match ``pattern``."""
 
-    pattern: str = field(
-        default="", metadata={"doc": "glob (fnmatch) over parameter names, e.g. '*_bias'"}
-    )
-    name: str = field(default="zero", metadata={"doc": "MXNet initializer for those parameters"})
+    pattern: str = documented("", "glob (fnmatch) over parameter names, e.g. '*_bias'")
+    name: str = documented("zero", "MXNet initializer for those parameters")
     params: Mapping[str, Any] = field(
         default_factory=_frozen_mapping, metadata={"doc": "that initializer's parameters"}
     )
@@ -1186,19 +1112,15 @@ class WarmStartSection:
             "returning {parameter name: array})"
         }
     )
-    allow_missing: bool = field(
-        default=False,
-        metadata={
-            "doc": "parameters the source lacks get the initializer (listed in the log); "
-            "false: an error naming them"
-        },
+    allow_missing: bool = documented(
+        False,
+        "parameters the source lacks get the initializer (listed in the log); "
+        "false: an error naming them",
     )
-    allow_extra: bool = field(
-        default=False,
-        metadata={
-            "doc": "parameters of the source the model lacks are ignored (listed); false: an "
-            "error naming them"
-        },
+    allow_extra: bool = documented(
+        False,
+        "parameters of the source the model lacks are ignored (listed); false: an "
+        "error naming them",
     )
     rename: Mapping[str, str] = field(
         default_factory=_frozen_mapping,
@@ -1207,12 +1129,10 @@ class WarmStartSection:
             "{'tagger_embed_*': 'embed_*'} (renamed layers)"
         },
     )
-    exclude: tuple[str, ...] = field(
-        default=(),
-        metadata={
-            "doc": "globs of source parameters not to load, e.g. ['pred_*'] for an output "
-            "layer trained anew (with allow_missing)"
-        },
+    exclude: tuple[str, ...] = documented(
+        (),
+        "globs of source parameters not to load, e.g. ['pred_*'] for an output "
+        "layer trained anew (with allow_missing)",
     )
 
     def __post_init__(self) -> None:
@@ -1237,19 +1157,15 @@ class InitializerSection:
     """How weights are initialized before the first batch. Keys other than ``name`` are the
     initializer's own parameters (``magnitude`` for xavier, ``sigma`` for normal, ...)."""
 
-    name: str = field(
-        default="xavier", metadata={"doc": "MXNet initializer: " + ", ".join(INITIALIZERS)}
-    )
+    name: str = documented("xavier", "MXNet initializer: " + ", ".join(INITIALIZERS))
     params: Mapping[str, Any] = field(
         default_factory=_frozen_mapping,
         metadata={"doc": "the initializer's own parameters, all of them, defaults filled in"},
     )
-    overrides: tuple[InitializerOverride, ...] = field(
-        default=(),
-        metadata={
-            "doc": "per-parameter exceptions, first match wins: a list of {pattern, name, "
-            "...params}, e.g. [{pattern: '*_bias', name: zero}]"
-        },
+    overrides: tuple[InitializerOverride, ...] = documented(
+        (),
+        "per-parameter exceptions, first match wins: a list of {pattern, name, "
+        "...params}, e.g. [{pattern: '*_bias', name: zero}]",
     )
     #: written ``from:`` in the file (a Python keyword, so not the field's name)
     warm_start: WarmStartSection | None = field(
@@ -1275,23 +1191,14 @@ class InitializerSection:
 class EarlyStoppingSection:
     """Stop training when an eval metric stops improving."""
 
-    metric: str = field(
-        default="perplexity", metadata={"doc": "eval metric to watch (one of fit.metrics)"}
+    metric: str = documented("perplexity", "eval metric to watch (one of fit.metrics)")
+    patience: int = documented(3, "evaluations in a row without improvement before training stops")
+    mode: Literal["auto", "min", "max"] = documented(
+        "auto",
+        "lower or higher is better; auto: as the metric declares, else lower for "
+        "perplexity/loss/errors",
     )
-    patience: int = field(
-        default=3,
-        metadata={"doc": "evaluations in a row without improvement before training stops"},
-    )
-    mode: Literal["auto", "min", "max"] = field(
-        default="auto",
-        metadata={
-            "doc": "lower or higher is better; auto: as the metric declares, else lower for "
-            "perplexity/loss/errors"
-        },
-    )
-    min_delta: float = field(
-        default=0.0, metadata={"doc": "smallest change that counts as an improvement"}
-    )
+    min_delta: float = documented(0.0, "smallest change that counts as an improvement")
 
     def __post_init__(self) -> None:
         check_at_least("patience", self.patience, 1)
@@ -1302,17 +1209,11 @@ class EarlyStoppingSection:
 class MonitorSection:
     """Log weight and gradient statistics of some parameters while training."""
 
-    pattern: str = field(
-        default=".*",
-        metadata={
-            "doc": "regular expression searched in parameter names, e.g. 'weight$' or 'lstm'"
-        },
+    pattern: str = documented(
+        ".*", "regular expression searched in parameter names, e.g. 'weight$' or 'lstm'"
     )
-    interval: int = field(
-        default=100,
-        metadata={
-            "doc": "batches between two records (each record reads the arrays back: a sync point)"
-        },
+    interval: int = documented(
+        100, "batches between two records (each record reads the arrays back: a sync point)"
     )
 
     def __post_init__(self) -> None:
@@ -1333,119 +1234,82 @@ MAX_BUCKET_MEMORY = 1e6
 class FitSection:
     """The training loop."""
 
-    num_epoch: int = field(default=10, metadata={"doc": "passes over the training data"})
-    log_interval: int = field(
-        default=50,
-        metadata={
-            "doc": "batches between two progress lines / metrics.jsonl records (metrics are read "
-            "then)"
-        },
+    num_epoch: int = documented(10, "passes over the training data")
+    log_interval: int = documented(
+        50, "batches between two progress lines / metrics.jsonl records (metrics are read then)"
     )
-    metrics: tuple[str, ...] = field(
-        default=("perplexity",),
-        metadata={
-            "doc": "metrics computed on the device and logged: perplexity, accuracy, or your own "
-            "'package.module:attr' / 'file.py:attr'"
-        },
+    metrics: tuple[str, ...] = documented(
+        ("perplexity",),
+        "metrics computed on the device and logged: perplexity, accuracy, or your own "
+        "'package.module:attr' / 'file.py:attr'",
     )
-    callbacks: tuple[CallbackSection, ...] = field(
-        default=(),
-        metadata={
-            "doc": "callback plugins called at batch end, log interval, evaluation, epoch end "
-            "and checkpoint: a list of 'file.py:attr' or {name: 'file.py:attr', ...options}"
-        },
+    callbacks: tuple[CallbackSection, ...] = documented(
+        (),
+        "callback plugins called at batch end, log interval, evaluation, epoch end "
+        "and checkpoint: a list of 'file.py:attr' or {name: 'file.py:attr', ...options}",
     )
-    eval_metrics: tuple[str, ...] | None = field(
-        default=None,
-        metadata={
-            "doc": "metrics of the evaluations (data.eval, eval_interval, mxtrain score), the "
-            "ones checkpoint.best_metric and early_stopping watch; null: fit.metrics"
-        },
+    eval_metrics: tuple[str, ...] | None = documented(
+        None,
+        "metrics of the evaluations (data.eval, eval_interval, mxtrain score), the "
+        "ones checkpoint.best_metric and early_stopping watch; null: fit.metrics",
     )
-    fixed_params: tuple[str, ...] = field(
-        default=(),
-        metadata={
-            "doc": "glob patterns (fnmatch) of parameter names that are not trained, e.g. "
-            "'embed_*'; a pattern that matches nothing is an error"
-        },
+    fixed_params: tuple[str, ...] = documented(
+        (),
+        "glob patterns (fnmatch) of parameter names that are not trained, e.g. "
+        "'embed_*'; a pattern that matches nothing is an error",
     )
-    fixed_params_exclude: tuple[str, ...] = field(
-        default=(),
-        metadata={
-            "doc": "glob patterns of parameters to train even though fixed_params matches "
-            "them (un-freezes part of fixed_params)"
-        },
+    fixed_params_exclude: tuple[str, ...] = documented(
+        (),
+        "glob patterns of parameters to train even though fixed_params matches "
+        "them (un-freezes part of fixed_params)",
     )
-    prefetch: int = field(
-        default=2,
-        metadata={"doc": "batches prepared ahead while the current one computes (0 = off)"},
+    prefetch: int = documented(2, "batches prepared ahead while the current one computes (0 = off)")
+    max_batches_per_epoch: int | None = documented(
+        None, "stop each epoch after this many batches (null: the whole data; quick runs)"
     )
-    max_batches_per_epoch: int | None = field(
-        default=None,
-        metadata={
-            "doc": "stop each epoch after this many batches (null: the whole data; quick runs)"
-        },
-    )
-    eval_max_batches: int | None = field(
-        default=None,
-        metadata={
-            "doc": "score at most this many eval batches after each epoch (null: all of them)"
-        },
+    eval_max_batches: int | None = documented(
+        None, "score at most this many eval batches after each epoch (null: all of them)"
     )
 
-    grad_accumulation: int = field(
-        default=1,
-        metadata={
-            "doc": "update once every K batches with their gradients summed (an effective "
-            "batch K times larger without its memory); the last group of an epoch may be "
-            "shorter"
-        },
+    grad_accumulation: int = documented(
+        1,
+        "update once every K batches with their gradients summed (an effective "
+        "batch K times larger without its memory); the last group of an epoch may be "
+        "shorter",
     )
-    eval_interval: int | None = field(
-        default=None,
-        metadata={
-            "doc": "also evaluate every N training batches (null: only after each epoch); "
-            "each evaluation is a metrics.jsonl 'eval' record and counts for early_stopping"
-        },
+    eval_interval: int | None = documented(
+        None,
+        "also evaluate every N training batches (null: only after each epoch); "
+        "each evaluation is a metrics.jsonl 'eval' record and counts for early_stopping",
     )
-    early_stopping: EarlyStoppingSection | None = field(
-        default=None,
-        metadata={"doc": "stop when an eval metric stops improving (needs data.eval)"},
+    early_stopping: EarlyStoppingSection | None = documented(
+        None, "stop when an eval metric stops improving (needs data.eval)"
     )
-    max_updates: int | None = field(
-        default=None,
-        metadata={
-            "doc": "stop after this many parameter updates in all (a checkpoint of that point "
-            "is saved; resume with a larger value continues)"
-        },
+    max_updates: int | None = documented(
+        None,
+        "stop after this many parameter updates in all (a checkpoint of that point "
+        "is saved; resume with a larger value continues)",
     )
-    max_time: float | None = field(
-        default=None,
-        metadata={"doc": "stop after this many seconds of training in all (resumes included)"},
+    max_time: float | None = documented(
+        None, "stop after this many seconds of training in all (resumes included)"
     )
-    profile: int | None = field(
-        default=None,
-        metadata={
-            "doc": "record this many training batches (after the first) with MXNet's profiler "
-            "into RUN/profile/ (trace.json for chrome://tracing, summary.txt per operator)"
-        },
+    profile: int | None = documented(
+        None,
+        "record this many training batches (after the first) with MXNet's profiler "
+        "into RUN/profile/ (trace.json for chrome://tracing, summary.txt per operator)",
     )
-    monitor: MonitorSection | None = field(
-        default=None,
-        metadata={
-            "doc": "log norms of matching weights and gradients every interval batches, also "
-            "to RUN/monitor.jsonl"
-        },
+    monitor: MonitorSection | None = documented(
+        None,
+        "log norms of matching weights and gradients every interval batches, also "
+        "to RUN/monitor.jsonl",
     )
-    bucket_memory: float | Literal["auto"] | None = field(
-        default="auto",
-        metadata={
-            "doc": "bound buckets may hold at most this many times the largest bucket's "
-            "input positions: beyond it the least used are unbound and rebound when needed "
-            "(each bucket keeps memory of its own, e.g. a fused RNN's workspace, so memory "
-            "would grow with their number); auto: 5, which keeps the shipped configs' "
-            "buckets all bound; 1.0: the tightest bound (rebinds cost time); null: no bound"
-        },
+    bucket_memory: float | Literal["auto"] | None = documented(
+        "auto",
+        "bound buckets may hold at most this many times the largest bucket's "
+        "input positions: beyond it the least used are unbound and rebound when needed "
+        "(each bucket keeps memory of its own, e.g. a fused RNN's workspace, so memory "
+        "would grow with their number); auto: 5, which keeps the shipped configs' "
+        "buckets all bound; 1.0: the tightest bound (rebinds cost time); null: no bound",
     )
 
     @property
@@ -1495,39 +1359,27 @@ class FitSection:
 class CheckpointSection:
     """What is saved in the run folder, and when."""
 
-    prefix: str = field(
-        default="model", metadata={"doc": "file name prefix of the saved symbol and parameters"}
-    )
-    period: int = field(
-        default=1,
-        metadata={
-            "doc": "save parameters and training state every N epochs (the last epoch is "
-            "always saved)"
-        },
+    prefix: str = documented("model", "file name prefix of the saved symbol and parameters")
+    period: int = documented(
+        1, "save parameters and training state every N epochs (the last epoch is always saved)"
     )
 
-    keep_last: int | None = field(
-        default=None,
-        metadata={
-            "doc": "keep only the newest N checkpoints (older ones and their params files "
-            "are deleted, a damaged one is set aside as checkpoints/damaged-<tag>-<n>; the "
-            "best one is always kept); null keeps all"
-        },
+    keep_last: int | None = documented(
+        None,
+        "keep only the newest N checkpoints (older ones and their params files "
+        "are deleted, a damaged one is set aside as checkpoints/damaged-<tag>-<n>; the "
+        "best one is always kept); null keeps all",
     )
-    best_metric: str | None = field(
-        default=None,
-        metadata={
-            "doc": "eval metric that picks the best checkpoint (needs data.eval), e.g. "
-            "perplexity; its tag is written to checkpoints/best"
-        },
+    best_metric: str | None = documented(
+        None,
+        "eval metric that picks the best checkpoint (needs data.eval), e.g. "
+        "perplexity; its tag is written to checkpoints/best",
     )
-    best_mode: Literal["auto", "min", "max"] = field(
-        default="auto",
-        metadata={
-            "doc": "whether lower or higher best_metric is better; auto: as the metric declares "
-            "(lower_is_better), else lower for perplexity, loss, error, mae, mse, rmse, "
-            "cross-entropy; higher otherwise"
-        },
+    best_mode: Literal["auto", "min", "max"] = documented(
+        "auto",
+        "whether lower or higher best_metric is better; auto: as the metric declares "
+        "(lower_is_better), else lower for perplexity, loss, error, mae, mse, rmse, "
+        "cross-entropy; higher otherwise",
     )
 
     def __post_init__(self) -> None:
@@ -1547,12 +1399,10 @@ class CheckpointSection:
 class LoggingSection:
     """Extra records of a run, beside train.log and metrics.jsonl (which are always written)."""
 
-    tensorboard: bool = field(
-        default=False,
-        metadata={
-            "doc": "also write TensorBoard event files to RUN/tensorboard/ (needs "
-            "`pip install 'mxtrain[tensorboard]'`); view with `tensorboard --logdir runs`"
-        },
+    tensorboard: bool = documented(
+        False,
+        "also write TensorBoard event files to RUN/tensorboard/ (needs "
+        "`pip install 'mxtrain[tensorboard]'`); view with `tensorboard --logdir runs`",
     )
 
 

@@ -30,7 +30,13 @@ from mxtrain.data.source_options import (
     shuffle_field,
 )
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_choice, check_positive_int, check_sharding, check_tensor
+from mxtrain.option_checks import (
+    check_choice,
+    check_positive_int,
+    check_sharding,
+    check_tensor,
+    documented,
+)
 
 TASK_CLASSIFY = "classify"  # a softmax over num_classes per row; labels are class ids
 TASK_REGRESS = "regress"  # real-valued outputs per row; labels are float targets
@@ -65,19 +71,15 @@ class RowOptions(SourceOptions):
             "`mxtrain score --data` / `mxtrain predict --input` replace it"
         },
     )
-    task: Literal["classify", "regress"] = field(
-        default="classify",
-        metadata={
-            "doc": "classify: labels are integer class ids 0..C-1 (a softmax per row); "
-            "regress: labels are float targets (the model outputs values)"
-        },
+    task: Literal["classify", "regress"] = documented(
+        "classify",
+        "classify: labels are integer class ids 0..C-1 (a softmax per row); "
+        "regress: labels are float targets (the model outputs values)",
     )
-    num_classes: int | None = field(
-        default=None,
-        metadata={
-            "doc": "classify: number of classes (default: the largest training label + 1); "
-            "eval data reuses the training data's"
-        },
+    num_classes: int | None = documented(
+        None,
+        "classify: number of classes (default: the largest training label + 1); "
+        "eval data reuses the training data's",
     )
     batch_size: int = batch_size_field("rows")
     shuffle: bool = shuffle_field(
@@ -89,9 +91,7 @@ class RowOptions(SourceOptions):
         "number of batches (short parts are padded, nothing is dropped)"
     )
     part_index: int = part_index_field()
-    max_rows: int | None = field(
-        default=None, metadata={"doc": "read only the first N rows (quick runs and tests)"}
-    )
+    max_rows: int | None = documented(None, "read only the first N rows (quick runs and tests)")
     data_name: str = data_name_field()
     label_name: str = label_name_field()
 
@@ -126,21 +126,17 @@ class NDArrayOptions(RowOptions):
         "features": "source",
     }
 
-    labels: str | None = field(
-        default=None,
-        metadata={
-            "doc": ".npy file of the labels, one per row of source (only for a .npy source; "
-            "an .npz holds its labels under label_key); not read by `mxtrain predict`"
-        },
+    labels: str | None = documented(
+        None,
+        ".npy file of the labels, one per row of source (only for a .npy source; "
+        "an .npz holds its labels under label_key); not read by `mxtrain predict`",
     )
-    data_key: str = field(default="data", metadata={"doc": "the features' key in an .npz source"})
-    label_key: str = field(default="label", metadata={"doc": "the labels' key in an .npz source"})
-    vocab_size: int | None = field(
-        default=None,
-        metadata={
-            "doc": "integer (token id) data: number of ids, pad id 0 included (default: the "
-            "largest training id + 1)"
-        },
+    data_key: str = documented("data", "the features' key in an .npz source")
+    label_key: str = documented("label", "the labels' key in an .npz source")
+    vocab_size: int | None = documented(
+        None,
+        "integer (token id) data: number of ids, pad id 0 included (default: the "
+        "largest training id + 1)",
     )
 
     def validate(self) -> None:
@@ -178,17 +174,13 @@ class CsvOptions(RowOptions):
         "data_key": "feature_columns",
     }
 
-    label_column: str = field(
-        default="label",
-        metadata={"doc": "name of the label column (may be absent from `mxtrain predict` inputs)"},
+    label_column: str = documented(
+        "label", "name of the label column (may be absent from `mxtrain predict` inputs)"
     )
-    feature_columns: list[str] | None = field(
-        default=None,
-        metadata={
-            "doc": "names of the feature columns, in this order (default: all but the label)"
-        },
+    feature_columns: list[str] | None = documented(
+        None, "names of the feature columns, in this order (default: all but the label)"
     )
-    delimiter: str = field(default=",", metadata={"doc": "the field separator, one character"})
+    delimiter: str = documented(",", "the field separator, one character")
 
     def validate(self) -> None:
         super().validate()

@@ -58,8 +58,9 @@ from mxtrain.data.array_options import (
     NDArrayOptions,
     RowOptions,
 )
-from mxtrain.data.base import DataContext
+from mxtrain.data.base import DataContext, resolve_source
 from mxtrain.errors import DataError, MxtrainError
+from mxtrain.run.atomic import atomic_write_text
 from mxtrain.user_files import (
     RELATIVE_TO_CONFIG,
     UnusableFile,
@@ -114,8 +115,6 @@ class RowMeta:
 
     def save(self, path: str | Path) -> None:
         """Write it as JSON (atomically: a crash leaves no partial file)."""
-        from mxtrain.run.atomic import atomic_write_text
-
         atomic_write_text(Path(path), json.dumps(self.to_json(), indent=1) + "\n")
 
     @classmethod
@@ -323,17 +322,13 @@ def row_iter_settings(options: RowOptions, role: str, seed: int, source: str) ->
 # --------------------------------------------------------------------------------------------
 
 
-def resolve_source(name: str, base_dir: Path) -> Path:
-    path = Path(name).expanduser()
-    return path if path.is_absolute() else base_dir / path
-
-
 def require_file(path: Path, what: str) -> None:
     """DataError unless the data file ``path`` is a regular file we may read."""
     require_regular_file(path, what, missing_hint=RELATIVE_TO_CONFIG)
 
 
-def _load_error(path: Path, what: str, exc: BaseException) -> MxtrainError:
+def _unreadable_numpy_error(path: Path, what: str, exc: BaseException) -> MxtrainError:
+    """The error to raise when np.load failed on ``path``: what is wrong with the file."""
     if isinstance(exc, OSError) and exc.errno is not None:  # not the content: say what it is
         return as_error(UnusableFile.from_os_error(path, exc), what)
     text = str(exc)
@@ -364,7 +359,7 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
     try:
         loaded = np.load(path, allow_pickle=False)
     except _NUMPY_READ_ERRORS as exc:
-        raise _load_error(path, what, exc) from None
+        raise _unreadable_numpy_error(path, what, exc) from None
     if not isinstance(loaded, np.ndarray):
         loaded.close()
         raise DataError(
@@ -381,7 +376,7 @@ def _load_npz(
     try:
         archive = np.load(path, allow_pickle=False)
     except _NUMPY_READ_ERRORS as exc:
-        raise _load_error(path, "data file", exc) from None
+        raise _unreadable_numpy_error(path, "data file", exc) from None
     if isinstance(archive, np.ndarray):
         raise DataError(
             f"The data file {path} is a single .npy array, not an .npz archive.",
@@ -402,7 +397,7 @@ def _load_npz(
             data = archive[options.data_key]
             labels = archive[options.label_key] if want_labels else None
         except _NUMPY_READ_ERRORS as exc:
-            raise _load_error(path, "data file", exc) from None
+            raise _unreadable_numpy_error(path, "data file", exc) from None
     where = f"{path} [{options.label_key!r}]"
     data = _numeric(data, path, f"data file [{options.data_key!r}]")
     if labels is not None:
@@ -741,6 +736,22 @@ def _layout(shape: tuple[int, ...], integer: bool) -> str | None:
     return {2: "NHW", 3: "NCHW"}.get(len(shape))
 
 
+def _check_rows(
+    rows: int, labels: np.ndarray | None, num_parts: int, part_index: int, source: str
+) -> None:
+    """A label per row, and a row at least for each of the ``num_parts`` parts."""
+    if labels is not None and labels.shape[0] != rows:
+        raise ValueError(f"{labels.shape[0]} labels for {rows} rows")
+    if not 0 <= part_index < num_parts:
+        raise ValueError(f"part_index {part_index} is not in 0..{num_parts - 1}")
+    if rows < num_parts:
+        raise DataError(
+            f"The data {source} has {rows} rows, fewer than num_parts ({num_parts}): some "
+            "parts would get no rows at all.",
+            hint="Use fewer parts or more data.",
+        )
+
+
 class RowIter(mx.io.DataIter):
     """Fixed-size batches of rows (see the module docstring for padding, order and sharding).
 
@@ -766,16 +777,7 @@ class RowIter(mx.io.DataIter):
     ) -> None:
         super().__init__(batch_size)
         rows = int(data.shape[0])
-        if labels is not None and labels.shape[0] != rows:
-            raise ValueError(f"{labels.shape[0]} labels for {rows} rows")
-        if not 0 <= part_index < num_parts:
-            raise ValueError(f"part_index {part_index} is not in 0..{num_parts - 1}")
-        if rows < num_parts:
-            raise DataError(
-                f"The data {source} has {rows} rows, fewer than num_parts ({num_parts}): some "
-                "parts would get no rows at all.",
-                hint="Use fewer parts or more data.",
-            )
+        _check_rows(rows, labels, num_parts, part_index, source)
         self.meta = meta
         self.vocab = meta  # what `mxtrain fit` saves in the run folder (vocab.json)
         self.source = source
@@ -831,27 +833,31 @@ class RowIter(mx.io.DataIter):
         self.part_rows = len(range(part_index, rows, num_parts))
         self.padding_rows = self.num_batches * batch_size - self.part_rows
         if num_parts > 1:
-            log.info(
-                "%s: part %d of %d gets every %d-th row of the %s order, starting at "
-                "position %d: %d rows; every part runs %d batches of %d, so %d padding rows "
-                "are added to this part (padded, not trimmed: padding is ignored by loss and "
-                "metrics)",
-                source,
-                part_index,
-                num_parts,
-                num_parts,
-                "shuffled" if shuffle else "file",
-                part_index,
-                self.part_rows,
-                self.num_batches,
-                batch_size,
-                self.padding_rows,
-            )
+            self._log_part()
         self._order: np.ndarray | None = None
         self._fill: np.ndarray | None = None
         self._built_epoch: int | None = None
         self._cursor = 0
         self.reset()
+
+    def _log_part(self) -> None:
+        """Say which rows this worker's part holds and how it is padded (distributed)."""
+        log.info(
+            "%s: part %d of %d gets every %d-th row of the %s order, starting at "
+            "position %d: %d rows; every part runs %d batches of %d, so %d padding rows "
+            "are added to this part (padded, not trimmed: padding is ignored by loss and "
+            "metrics)",
+            self.source,
+            self.part_index,
+            self.num_parts,
+            self.num_parts,
+            "shuffled" if self.shuffle else "file",
+            self.part_index,
+            self.part_rows,
+            self.num_batches,
+            self.batch_size,
+            self.padding_rows,
+        )
 
     # -- order --------------------------------------------------------------------------------
 

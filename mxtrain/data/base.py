@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mxtrain.run.bucket_keys import as_tuples
+
 TASK_LM = "lm"  # next-token prediction: one softmax over the vocabulary per input position
 TASK_TAG = "tag"  # sequence labelling: one softmax over the labels per input token
 
@@ -65,6 +67,13 @@ class DataContext:
     last_batch: str | None = None
 
 
+def resolve_source(name: str, base_dir: Path) -> Path:
+    """A file a data section names: ``~`` expanded, relative to the config file's folder
+    (``base_dir``) unless absolute."""
+    path = Path(name).expanduser()
+    return path if path.is_absolute() else base_dir / path
+
+
 def model_inputs(data_iter: Any) -> dict[str, Any]:
     """What a model is built from, as JSON: the iterator's ``data_info`` (its class and
     fields), its default bucket key, buckets and input/label shapes (batch axis first).
@@ -101,8 +110,3 @@ def data_info_from(saved: dict[str, Any]) -> Any:
     except Exception:  # a vanished plugin class: the built-in one serves
         known = {f.name for f in dataclasses.fields(DataInfo)}
         return DataInfo(**{k: v for k, v in fields.items() if k in known})
-
-
-def as_tuples(value: Any) -> Any:
-    """JSON lists back to the tuples they were (shapes, bucket keys), recursively."""
-    return tuple(as_tuples(v) for v in value) if isinstance(value, list) else value

@@ -241,6 +241,17 @@ def chunk_sequences(
     )
 
 
+def sort_into_buckets(
+    chunk_start: np.ndarray, chunk_len: np.ndarray, chunk_row: np.ndarray, buckets: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The chunks of :func:`chunk_sequences` in source order (the chunks of a split sentence
+    stay adjacent inside their bucket), and the index of the smallest bucket holding each."""
+    order = np.lexsort((chunk_start, chunk_row))
+    chunk_start, chunk_len, chunk_row = chunk_start[order], chunk_len[order], chunk_row[order]
+    which = np.searchsorted(buckets, chunk_len, side="left")
+    return chunk_start, chunk_len, chunk_row, which
+
+
 class PrebuiltBatchIter(mx.io.DataIter):
     """The part the sequence iterators share: one epoch's batches built at ``reset()``.
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from mxtrain.data.bucket_sentence_options import (
@@ -12,7 +12,6 @@ from mxtrain.data.bucket_sentence_options import (
     check_specials,
 )
 from mxtrain.data.source_options import (
-    MAX_SEQUENCE_LENGTH,
     SourceOptions,
     batch_size_field,
     check_batch,
@@ -32,7 +31,13 @@ from mxtrain.data.source_options import (
     vocab_file_field,
 )
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_choice, check_positive_int, check_sharding
+from mxtrain.option_checks import (
+    MAX_SEQUENCE_LENGTH,
+    check_choice,
+    check_positive_int,
+    check_sharding,
+    documented,
+)
 
 #: longest ``bptt`` a config may ask for (a batch of that many steps is one bucket)
 MAX_BPTT = MAX_SEQUENCE_LENGTH
@@ -54,24 +59,19 @@ class BpttStreamOptions(SourceOptions):
     batch_size: int = batch_size_field(
         "streams", "the text is cut into this many contiguous pieces, read side by side"
     )
-    bptt: int = field(
-        default=35,
-        metadata={
-            "doc": "steps per batch: gradients flow back this far, the state carries on from "
-            "one batch to the next"
-        },
+    bptt: int = documented(
+        35,
+        "steps per batch: gradients flow back this far, the state carries on from "
+        "one batch to the next",
     )
-    random_length: bool = field(
-        default=False,
-        metadata={
-            "doc": "train only: each batch's length is drawn around bptt as AWD-LSTM does "
-            "(bptt, or bptt / 2 one time in 20, plus normal noise of sd length_step), "
-            "rounded to a multiple of length_step so a few buckets serve every length"
-        },
+    random_length: bool = documented(
+        False,
+        "train only: each batch's length is drawn around bptt as AWD-LSTM does "
+        "(bptt, or bptt / 2 one time in 20, plus normal noise of sd length_step), "
+        "rounded to a multiple of length_step so a few buckets serve every length",
     )
-    length_step: int = field(
-        default=5,
-        metadata={"doc": "random_length: lengths are multiples of this (the bucket spacing)"},
+    length_step: int = documented(
+        5, "random_length: lengths are multiples of this (the bucket spacing)"
     )
     vocab: str | None = vocab_file_field()
     specials: list[str] = specials_field()  # noqa: RUF009 - a field with a default_factory

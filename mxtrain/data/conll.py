@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mxtrain.data.base import resolve_source
 from mxtrain.data.tagged_options import CONLLU_COLUMNS, TaggedSequencesOptions
 from mxtrain.data.text_files import read_data_text
 from mxtrain.errors import DataError
@@ -71,6 +72,53 @@ def _column(
     return resolved
 
 
+def _is_conllu_word(fields: list[str], source: str, number: int) -> bool:
+    """Whether a CoNLL-U line is a word of its sentence (not a multi-word token range or an
+    empty node); DataError when it is not a CoNLL-U token line at all."""
+    if len(fields) != CONLLU_COLUMNS:
+        spaces = " (spaces instead of tabs?)" if len(fields) < CONLLU_COLUMNS else ""
+        raise DataError(
+            f"{source}:{number}: a CoNLL-U line has {CONLLU_COLUMNS} tab-separated "
+            f"columns, this one has {len(fields)}{spaces}.",
+            hint=_FORMAT_HINT,
+        )
+    ident = fields[0]
+    if _RANGE_ID.fullmatch(ident) or _EMPTY_NODE_ID.fullmatch(ident):
+        return False
+    if not _INT_ID.fullmatch(ident):
+        raise DataError(
+            f"{source}:{number}: the ID {ident!r} is not a word index (1, 2, ...), a "
+            "multi-word range (3-4) or an empty node (5.1).",
+            hint=_FORMAT_HINT,
+        )
+    return True
+
+
+def _token_label_columns(
+    fields: list[str],
+    token_index: int,
+    label_index: int,
+    labels: bool,
+    source: str,
+    number: int,
+    fmt: str,
+) -> tuple[int, int]:
+    """The positions of the token and label columns (-1: labels not read) in ``fields``, the
+    first token line (line ``number`` of ``source``)."""
+    ti = _column(token_index, len(fields), "token_column", source, number, fmt, fields)
+    li = -1
+    if labels:
+        li = _column(label_index, len(fields), "label_column", source, number, fmt, fields)
+        if li == ti:
+            raise DataError(
+                f"{source}:{number}: token_column {token_index} and label_column "
+                f"{label_index} are the same column of this {len(fields)}-column line, "
+                "so there are no labels.",
+                hint="Give a file with a label column, or set token_column and label_column.",
+            )
+    return ti, li
+
+
 def parse_conll(
     text: str,
     source: str,
@@ -114,22 +162,8 @@ def parse_conll(
             continue
         fields = [f.strip() for f in line.split("\t")] if tab else line.split()
         if conllu:
-            if len(fields) != CONLLU_COLUMNS:
-                spaces = " (spaces instead of tabs?)" if len(fields) < CONLLU_COLUMNS else ""
-                raise DataError(
-                    f"{source}:{number}: a CoNLL-U line has {CONLLU_COLUMNS} tab-separated "
-                    f"columns, this one has {len(fields)}{spaces}.",
-                    hint=_FORMAT_HINT,
-                )
-            ident = fields[0]
-            if _RANGE_ID.fullmatch(ident) or _EMPTY_NODE_ID.fullmatch(ident):
-                continue  # multi-word token range or empty node: not a word of the sentence
-            if not _INT_ID.fullmatch(ident):
-                raise DataError(
-                    f"{source}:{number}: the ID {ident!r} is not a word index (1, 2, ...), a "
-                    "multi-word range (3-4) or an empty node (5.1).",
-                    hint=_FORMAT_HINT,
-                )
+            if not _is_conllu_word(fields, source, number):
+                continue
         elif first is None:
             first = (len(fields), number)
         elif len(fields) != first[0]:
@@ -143,19 +177,9 @@ def parse_conll(
                 + _FORMAT_HINT,
             )
         if columns is None:
-            ti = _column(token_index, len(fields), "token_column", source, number, fmt, fields)
-            li = -1
-            if labels:
-                li = _column(label_index, len(fields), "label_column", source, number, fmt, fields)
-                if li == ti:
-                    raise DataError(
-                        f"{source}:{number}: token_column {token_index} and label_column "
-                        f"{label_index} are the same column of this {len(fields)}-column line, "
-                        "so there are no labels.",
-                        hint="Give a file with a label column, or set token_column and "
-                        "label_column.",
-                    )
-            columns = (ti, li)
+            columns = _token_label_columns(
+                fields, token_index, label_index, labels, source, number, fmt
+            )
         token = fields[columns[0]]
         if not conllu and token == DOCSTART:
             if close():
@@ -184,9 +208,7 @@ def read_conll(
     max_sentences: int | None = None,
 ) -> tuple[str, str, list[TaggedSentence]]:
     """(path for messages, format, sentences) of ``options.source``; DataError if none."""
-    path = Path(options.source).expanduser()
-    if not path.is_absolute():
-        path = base_dir / path
+    path = resolve_source(options.source, base_dir)
     name = str(path)
     text = read_data_text(path, options.source, expected="a CoNLL file")
     fmt, sentences = parse_conll(text, name, options, labels=labels, max_sentences=max_sentences)

@@ -37,8 +37,8 @@ import mxnet as mx
 import numpy as np
 
 from mxtrain.data.array_options import CLASSIFY_PAD_LABEL, TASK_CLASSIFY, ArrayDataInfo
-from mxtrain.data.arrays import RowMeta, prior_meta, require_file, resolve_source
-from mxtrain.data.base import DataContext
+from mxtrain.data.arrays import RowMeta, prior_meta, require_file
+from mxtrain.data.base import DataContext, resolve_source
 from mxtrain.data.sparse_image_options import ImageRecordOptions
 from mxtrain.errors import DataError
 from mxtrain.mxnet_errors import mxnet_reason

@@ -39,10 +39,9 @@ from mxtrain.data.arrays import (
     num_classes_of,
     prior_meta,
     regression_targets,
-    resolve_source,
     row_iter_settings,
 )
-from mxtrain.data.base import DataContext
+from mxtrain.data.base import DataContext, resolve_source
 from mxtrain.data.sparse_image_options import LibsvmOptions
 from mxtrain.errors import DataError
 from mxtrain.user_files import RELATIVE_TO_CONFIG, open_file

@@ -18,19 +18,17 @@ from typing import Any
 
 from mxtrain.errors import InvalidValue
 from mxtrain.option_checks import (
+    MAX_SEQUENCE_LENGTH,
     CheckedOptions,
     check_choice,
     check_positive_int,
     check_tensor,
+    documented,
     not_int,
 )
 
 #: what bucketed iterators do with a sentence longer than the largest bucket
 LONG_POLICIES = ("split", "truncate", "drop")
-#: Longest sequence (bucket length, bptt, exported bucket) a run may ask for: a bucket is
-#: one graph, and an unfused recurrent layer builds a node per step of it, so a length of
-#: 2**30 never finished building while its batch still fit a tensor.
-MAX_SEQUENCE_LENGTH = 100_000
 #: how ``buckets: auto`` places boundaries
 AUTO_BUCKET_RULES = ("quantile", "padding")
 
@@ -46,137 +44,110 @@ class SourceOptions(CheckedOptions):
 def batch_size_field(items: str, note: str = "") -> Any:
     """``batch_size`` (default 32): ``items`` per batch, e.g. ``"rows"``."""
     suffix = f" ({note})" if note else ""
-    return field(default=32, metadata={"doc": f"{items} per batch{suffix}"})
+    return documented(32, f"{items} per batch{suffix}")
 
 
 def shuffle_field(what: str, eval_order: str) -> Any:
     """``shuffle`` (default true), train iterators only; ``eval_order`` says how others read."""
-    return field(
-        default=True,
-        metadata={"doc": f"train only: shuffle {what}, seeded by (seed, epoch); {eval_order}"},
-    )
+    return documented(True, f"train only: shuffle {what}, seeded by (seed, epoch); {eval_order}")
 
 
 def num_parts_field(how: str) -> Any:
     """``num_parts`` (default 1): how many workers share the data; ``how`` says how it splits."""
-    return field(default=1, metadata={"doc": how})
+    return documented(1, how)
 
 
 def part_index_field() -> Any:
     """``part_index`` (default 0): the part this worker reads."""
-    return field(default=0, metadata={"doc": "which part this worker reads, 0..num_parts-1"})
+    return documented(0, "which part this worker reads, 0..num_parts-1")
 
 
 def data_name_field() -> Any:
     """``data_name``: the model's data input."""
-    return field(
-        default="data", metadata={"doc": "name of the model's data input (the symbol variable)"}
-    )
+    return documented("data", "name of the model's data input (the symbol variable)")
 
 
 def label_name_field() -> Any:
     """``label_name``: the model's label input."""
-    return field(
-        default="softmax_label",
-        metadata={"doc": "name of the model's label input (the symbol variable)"},
-    )
+    return documented("softmax_label", "name of the model's label input (the symbol variable)")
 
 
 def buckets_field(lengths: str) -> Any:
     """``buckets`` (default auto): the padded lengths; ``lengths`` says what is counted."""
-    return field(
-        default="auto",
-        metadata={
-            "doc": f"sorted {lengths} to pad to, or auto: quantiles of the sentence "
-            "lengths (eval iterators reuse the train iterator's buckets)"
-        },
+    return documented(
+        "auto",
+        f"sorted {lengths} to pad to, or auto: quantiles of the sentence "
+        "lengths (eval iterators reuse the train iterator's buckets)",
     )
 
 
 def num_buckets_field(default: int = 16) -> Any:
     """``num_buckets``: at most this many automatic buckets."""
-    return field(
-        default=default,
-        metadata={
-            "doc": "how many buckets 'buckets: auto' derives at most (null: no limit, "
-            "auto_buckets: padding only); every bucket's first batch is slower and keeps "
-            "memory of its own (see fit.bucket_memory)"
-        },
+    return documented(
+        default,
+        "how many buckets 'buckets: auto' derives at most (null: no limit, "
+        "auto_buckets: padding only); every bucket's first batch is slower and keeps "
+        "memory of its own (see fit.bucket_memory)",
     )
 
 
 def auto_buckets_field() -> Any:
     """``auto_buckets`` (default padding): the rule of ``buckets: auto``."""
-    return field(
-        default="padding",
-        metadata={
-            "doc": "how 'buckets: auto' places boundaries: padding (the fewest buckets, at "
-            "most num_buckets, whose padding stays within max_padding) or quantile (length "
-            "quantiles: on heavy-tailed lengths most computed positions can be padding)"
-        },
+    return documented(
+        "padding",
+        "how 'buckets: auto' places boundaries: padding (the fewest buckets, at "
+        "most num_buckets, whose padding stays within max_padding) or quantile (length "
+        "quantiles: on heavy-tailed lengths most computed positions can be padding)",
     )
 
 
 def max_padding_field() -> Any:
     """``max_padding`` (default 0.1): the padding rule's budget."""
-    return field(
-        default=0.1,
-        metadata={
-            "doc": "auto_buckets: padding: largest share of padded positions in the batches "
-            "computed, from rounding lengths up to buckets and from filling each bucket's "
-            "last batch (0 to 1, exclusive)"
-        },
+    return documented(
+        0.1,
+        "auto_buckets: padding: largest share of padded positions in the batches "
+        "computed, from rounding lengths up to buckets and from filling each bucket's "
+        "last batch (0 to 1, exclusive)",
     )
 
 
 def long_sentences_field(note: str = "") -> Any:
     """``long_sentences`` (default split): sentences longer than the largest bucket."""
-    return field(
-        default="split",
-        metadata={
-            "doc": "sentences longer than the largest bucket: split into chunks, truncate or "
-            f"drop (always counted and reported){note}"
-        },
+    return documented(
+        "split",
+        "sentences longer than the largest bucket: split into chunks, truncate or "
+        f"drop (always counted and reported){note}",
     )
 
 
 def max_sentences_field(what: str) -> Any:
     """``max_sentences`` (default null): read only the first N of ``what``."""
-    return field(
-        default=None, metadata={"doc": f"read only the first N {what} (quick runs and tests)"}
-    )
+    return documented(None, f"read only the first N {what} (quick runs and tests)")
 
 
 def text_source_field(how: str) -> Any:
     """``source`` of the text iterators (default treebank:train); ``how`` says how lines are
     read."""
-    return field(
-        default="treebank:train",
-        metadata={
-            "doc": "treebank:train|valid|test (PTB from the treebank package) or a UTF-8 text "
-            f"file, one sentence per line{how}"
-        },
+    return documented(
+        "treebank:train",
+        "treebank:train|valid|test (PTB from the treebank package) or a UTF-8 text "
+        f"file, one sentence per line{how}",
     )
 
 
 def level_field() -> Any:
     """``level`` (default word): what a token is."""
-    return field(
-        default="word",
-        metadata={
-            "doc": "tokens are whitespace-separated words, or characters (plus a space token)"
-        },
+    return documented(
+        "word", "tokens are whitespace-separated words, or characters (plus a space token)"
     )
 
 
 def vocab_file_field() -> Any:
     """``vocab`` (default null): a saved vocabulary for the train iterator."""
-    return field(
-        default=None,
-        metadata={
-            "doc": "train: load this saved vocab.json (relative to the config file's folder) "
-            "instead of building one; unknown words become <unk>"
-        },
+    return documented(
+        None,
+        "train: load this saved vocab.json (relative to the config file's folder) "
+        "instead of building one; unknown words become <unk>",
     )
 
 
@@ -193,24 +164,19 @@ def specials_field() -> Any:
 
 def min_count_field() -> Any:
     """``min_count`` (default 1): rarer tokens become <unk>."""
-    return field(
-        default=1, metadata={"doc": "tokens seen fewer times in the training data become <unk>"}
-    )
+    return documented(1, "tokens seen fewer times in the training data become <unk>")
 
 
 def max_vocab_field() -> Any:
     """``max_vocab`` (default null): the largest vocabulary."""
-    return field(
-        default=None,
-        metadata={
-            "doc": "largest vocabulary size, the specials (<pad> <unk> <eos> and specials) included"
-        },
+    return documented(
+        None, "largest vocabulary size, the specials (<pad> <unk> <eos> and specials) included"
     )
 
 
 def lowercase_field() -> Any:
     """``lowercase`` (default false)."""
-    return field(default=False, metadata={"doc": "lowercase the text before tokenizing"})
+    return documented(False, "lowercase the text before tokenizing")
 
 
 # -- checks of the shared keys -------------------------------------------------------------------

@@ -36,6 +36,7 @@ from mxtrain.option_checks import (
     check_positive_int,
     check_sharding,
     check_thread_count,
+    documented,
     not_int,
 )
 
@@ -49,16 +50,13 @@ class LibsvmOptions(RowOptions):
     in memory and each batch is densified (``(batch_size, num_features)`` float32).
     """
 
-    num_features: int | None = field(
-        default=None,
-        metadata={
-            "doc": "number of features (default: the largest index of the training file, "
-            "+1 when zero_based); eval, score and predict reuse the training value (vocab.json)"
-        },
+    num_features: int | None = documented(
+        None,
+        "number of features (default: the largest index of the training file, "
+        "+1 when zero_based); eval, score and predict reuse the training value (vocab.json)",
     )
-    zero_based: bool = field(
-        default=False,
-        metadata={"doc": "indices start at 0 (false: at 1, as written by the LibSVM tools)"},
+    zero_based: bool = documented(
+        False, "indices start at 0 (false: at 1, as written by the LibSVM tools)"
     )
 
     def validate(self) -> None:
@@ -82,50 +80,38 @@ class ImageRecordOptions(SourceOptions):
     data_shape: list[int] = field(
         metadata={"doc": "shape of one output image [channels, height, width] (channels 1 or 3)"},
     )
-    num_classes: int | None = field(
-        default=None,
-        metadata={
-            "doc": "number of classes (labels are class ids 0..C-1); required for training, "
-            "eval data reuses the training data's"
-        },
+    num_classes: int | None = documented(
+        None,
+        "number of classes (labels are class ids 0..C-1); required for training, "
+        "eval data reuses the training data's",
     )
-    path_imgidx: str | None = field(
-        default=None,
-        metadata={
-            "doc": "the .idx index of source (default: source with the suffix .idx, if it "
-            "exists); ignored, with a warning, when its name does not match source's"
-        },
+    path_imgidx: str | None = documented(
+        None,
+        "the .idx index of source (default: source with the suffix .idx, if it "
+        "exists); ignored, with a warning, when its name does not match source's",
     )
-    task: Literal["classify"] = field(
-        default="classify", metadata={"doc": "classify (the only task of this iterator)"}
-    )
+    task: Literal["classify"] = documented("classify", "classify (the only task of this iterator)")
     batch_size: int = batch_size_field("images")
     shuffle: bool = shuffle_field(
         "the images", "eval and predict iterators always read in file order"
     )
-    rand_crop: bool = field(default=False, metadata={"doc": "train only: random crops"})
-    rand_mirror: bool = field(default=False, metadata={"doc": "train only: random mirroring"})
-    resize: int = field(
-        default=-1,
-        metadata={"doc": "scale the shorter edge to this many pixels first (-1: keep)"},
-    )
-    mean_r: float = field(default=0.0, metadata={"doc": "subtracted from the R channel"})
-    mean_g: float = field(default=0.0, metadata={"doc": "subtracted from the G channel"})
-    mean_b: float = field(default=0.0, metadata={"doc": "subtracted from the B channel"})
-    std_r: float = field(default=1.0, metadata={"doc": "the R channel is divided by this"})
-    std_g: float = field(default=1.0, metadata={"doc": "the G channel is divided by this"})
-    std_b: float = field(default=1.0, metadata={"doc": "the B channel is divided by this"})
-    scale: float = field(
-        default=1.0, metadata={"doc": "multiply pixels by this after mean/std (e.g. 0.00390625)"}
-    )
+    rand_crop: bool = documented(False, "train only: random crops")
+    rand_mirror: bool = documented(False, "train only: random mirroring")
+    resize: int = documented(-1, "scale the shorter edge to this many pixels first (-1: keep)")
+    mean_r: float = documented(0.0, "subtracted from the R channel")
+    mean_g: float = documented(0.0, "subtracted from the G channel")
+    mean_b: float = documented(0.0, "subtracted from the B channel")
+    std_r: float = documented(1.0, "the R channel is divided by this")
+    std_g: float = documented(1.0, "the G channel is divided by this")
+    std_b: float = documented(1.0, "the B channel is divided by this")
+    scale: float = documented(1.0, "multiply pixels by this after mean/std (e.g. 0.00390625)")
     num_parts: int = num_parts_field(
         "split the file among this many workers (ImageRecordIter's byte-range "
         "partition: parts may differ in size by a batch)"
     )
     part_index: int = part_index_field()
-    preprocess_threads: int = field(
-        default=1,
-        metadata={"doc": "decoding/augmentation threads of ImageRecordIter (at most 1024)"},
+    preprocess_threads: int = documented(
+        1, "decoding/augmentation threads of ImageRecordIter (at most 1024)"
     )
     data_name: str = data_name_field()
     label_name: str = label_name_field()

@@ -43,6 +43,7 @@ from mxtrain.data.batching import (
     flatten_sequences,
     log_long_sentences,
     long_bucket_rows,
+    sort_into_buckets,
     warn_about_padding,
 )
 from mxtrain.data.bucket_sentence import automatic_buckets
@@ -183,12 +184,7 @@ def _token_vocab(
             f"The data {source} is read as words, but {origin} was built at level {vocab.level!r}.",
             hint="Give a word-level vocabulary (the vocab.json of a word-level run).",
         )
-    if vocab.lowercase is not None and vocab.lowercase != options.lowercase:
-        raise DataError(
-            f"The data {source} has lowercase: {str(options.lowercase).lower()}, but "
-            f"{origin} was built with lowercase: {str(vocab.lowercase).lower()}.",
-            hint="Use the same lowercase setting for all data of one model.",
-        )
+    vocab.check_lowercase(options.lowercase, source, origin)
     return vocab
 
 
@@ -327,10 +323,9 @@ class TaggedSequenceIter(PrebuiltBatchIter):
                 f"than the largest bucket ({largest}) and long_sentences is drop.",
                 hint="Use long_sentences: split or truncate, or larger buckets.",
             )
-        # keep sentence order inside each bucket (chunks of a split sentence stay adjacent)
-        order = np.lexsort((chunk_start, chunk_row))
-        chunk_start, chunk_len, chunk_row = chunk_start[order], chunk_len[order], chunk_row[order]
-        which = np.searchsorted(self.buckets, chunk_len, side="left")
+        chunk_start, chunk_len, chunk_row, which = sort_into_buckets(
+            chunk_start, chunk_len, chunk_row, self.buckets
+        )
 
         pad = self.pad_id
         # predict's buckets beyond the largest: a batch of just their sentences, within the

@@ -27,7 +27,7 @@ from mxtrain.data.source_options import (
     vocab_file_field,
 )
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import check_choice, check_positive_int, not_int
+from mxtrain.option_checks import check_choice, check_positive_int, documented, not_int
 
 FORMATS = ("auto", "conll", "conllu")
 DELIMITERS = ("whitespace", "tab")
@@ -55,34 +55,26 @@ class TaggedSequencesOptions(SourceOptions):
             "file's folder)"
         },
     )
-    format: Literal["auto", "conll", "conllu"] = field(
-        default="auto",
-        metadata={
-            "doc": "conll: every line a token; conllu: 10 tab-separated columns, '#' comment "
-            "lines, multi-word ranges (3-4) and empty nodes (5.1) skipped; auto: conllu when "
-            "the first token line has 10 tab-separated columns and an integer ID, else conll"
-        },
+    format: Literal["auto", "conll", "conllu"] = documented(
+        "auto",
+        "conll: every line a token; conllu: 10 tab-separated columns, '#' comment "
+        "lines, multi-word ranges (3-4) and empty nodes (5.1) skipped; auto: conllu when "
+        "the first token line has 10 tab-separated columns and an integer ID, else conll",
     )
-    delimiter: Literal["whitespace", "tab"] = field(
-        default="whitespace",
-        metadata={
-            "doc": "conll columns are separated by any whitespace, or by single tabs (tokens "
-            "may then contain spaces); conllu always uses tabs"
-        },
+    delimiter: Literal["whitespace", "tab"] = documented(
+        "whitespace",
+        "conll columns are separated by any whitespace, or by single tabs (tokens "
+        "may then contain spaces); conllu always uses tabs",
     )
-    token_column: int | None = field(
-        default=None,
-        metadata={
-            "doc": "0-based column of the token (negative: from the end); null: 0 for conll, "
-            "1 (FORM) for conllu"
-        },
+    token_column: int | None = documented(
+        None,
+        "0-based column of the token (negative: from the end); null: 0 for conll, "
+        "1 (FORM) for conllu",
     )
-    label_column: int | None = field(
-        default=None,
-        metadata={
-            "doc": "0-based column of the label (negative: from the end); null: -1 (the last) "
-            "for conll, 3 (UPOS) for conllu. Not read when predicting"
-        },
+    label_column: int | None = documented(
+        None,
+        "0-based column of the label (negative: from the end); null: -1 (the last) "
+        "for conll, 3 (UPOS) for conllu. Not read when predicting",
     )
     batch_size: int = batch_size_field("sentences")
     buckets: list[int] | Literal["auto"] = buckets_field("sentence lengths (tokens)")
@@ -92,26 +84,19 @@ class TaggedSequencesOptions(SourceOptions):
     shuffle: bool = shuffle_field(
         "sentences and batches", "eval iterators always read in a fixed order"
     )
-    min_count: int = field(
-        default=1,
-        metadata={
-            "doc": "tokens seen fewer times in the training data become <unk> (2 teaches the "
-            "model what to do with unseen words); labels are always all kept"
-        },
+    min_count: int = documented(
+        1,
+        "tokens seen fewer times in the training data become <unk> (2 teaches the "
+        "model what to do with unseen words); labels are always all kept",
     )
-    max_vocab: int | None = field(
-        default=None,
-        metadata={
-            "doc": "largest token vocabulary size, the 3 specials <pad> <unk> <eos> included"
-        },
+    max_vocab: int | None = documented(
+        None, "largest token vocabulary size, the 3 specials <pad> <unk> <eos> included"
     )
     long_sentences: Literal["split", "truncate", "drop"] = long_sentences_field(
         "; predicting never cuts a sentence"
     )
     max_sentences: int | None = max_sentences_field("sentences")
-    lowercase: bool = field(
-        default=False, metadata={"doc": "lowercase the tokens (not the labels) before lookup"}
-    )
+    lowercase: bool = documented(False, "lowercase the tokens (not the labels) before lookup")
     vocab: str | None = vocab_file_field()
 
     def validate(self) -> None:

@@ -137,6 +137,16 @@ class Vocab:
             out.append(tokens[index])
         return out
 
+    def check_lowercase(self, lowercase: bool, source: str, origin: str) -> None:
+        """DataError when the data ``source`` is lowercased (``lowercase``) unlike the text
+        this vocabulary (``origin`` in the message) was built from."""
+        if self.lowercase is not None and self.lowercase != lowercase:
+            raise DataError(
+                f"The data {source} has lowercase: {str(lowercase).lower()}, but "
+                f"{origin} was built with lowercase: {str(self.lowercase).lower()}.",
+                hint="Use the same lowercase setting for all data of one model.",
+            )
+
     def to_json(self) -> dict[str, Any]:
         """The saved form; ``reserved`` (the extra specials) only when there are any, so a
         vocabulary without them is saved exactly as before."""

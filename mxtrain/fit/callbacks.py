@@ -131,7 +131,9 @@ class CallbackRunner(RunHook):
             entry = CALLBACKS.get(section.name, base_dir=base_dir, where=where)
             factory = entry.load()
             with entry.calling("it was created", f"fit.callbacks[{i}]"):
-                callback = factory(**dict(section.options or {}))
+                # callbacks are plugins: their options are the section's other keys, as written
+                options = section.options if isinstance(section.options, Mapping) else {}
+                callback = factory(**options)
             if not any(callable(getattr(callback, e, None)) for e in EVENTS):
                 raise ConfigError(
                     f"{where} defines none of the callback methods {', '.join(EVENTS)}.",

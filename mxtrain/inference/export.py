@@ -34,11 +34,22 @@ from typing import Any
 
 import numpy as np
 
+from mxtrain.build import build_sym_gen
+from mxtrain.config import load_config
+from mxtrain.data.base import data_info_from
 from mxtrain.errors import ConfigError, InvalidValue, RunFolderError
+from mxtrain.graph_sizes import graph_problem, input_problem
 from mxtrain.mxnet_errors import mxnet_reason
 from mxtrain.run.atomic import temporary_name
-from mxtrain.run.bucket_keys import key_problem, read_model_inputs, trained_keys
+from mxtrain.run.bucket_keys import as_tuples, key_problem, read_model_inputs, trained_keys
+from mxtrain.run.choose import (
+    merge_selectors,
+    open_run_folder,
+    parse_checkpoint_ref,
+    resolve_checkpoint,
+)
 from mxtrain.run.params import ParamsMismatchError, param_problems, params_mismatch_error
+from mxtrain.run.plugin_files import kept_plugins
 from mxtrain.user_files import os_error_problem, require_usable_path
 
 log = logging.getLogger("mxtrain")
@@ -69,6 +80,7 @@ def _head_op(out: Any) -> tuple[str, dict[str, str]]:
 
 def _forward_of(out: Any) -> Any:
     """The inference computation of one output of the training graph."""
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     op, attrs = _head_op(out)
@@ -91,6 +103,7 @@ def _forward_of(out: Any) -> Any:
 def inference_symbol(symbol: Any, label_names: list[str]) -> tuple[Any, list[str]]:
     """``symbol`` without its loss head; returns it and the names of the outputs dropped
     because they need a label."""
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     kept, dropped = [], []
@@ -141,17 +154,6 @@ def export_run(
     does; the files are written into a staging folder beside ``out_dir`` and moved in when
     all of them are complete, so a failed (or killed) export leaves nothing under ``out_dir``.
     """
-
-    from mxtrain.build import build_sym_gen
-    from mxtrain.config import load_config
-    from mxtrain.data.base import as_tuples, data_info_from
-    from mxtrain.run.choose import (
-        merge_selectors,
-        open_run_folder,
-        parse_checkpoint_ref,
-        resolve_checkpoint,
-    )
-    from mxtrain.run.plugin_files import kept_plugins
 
     path, choice = parse_checkpoint_ref(ref)
     run = open_run_folder(path)
@@ -297,9 +299,8 @@ def _export_keys(
     out_dir: Path,
     fmt: str,
 ) -> list[ExportedGraph]:
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
-
-    from mxtrain.graph_sizes import graph_problem, input_problem
 
     exported = []
     for key in keys:
@@ -372,6 +373,7 @@ ONNX_OPSET = 13
 def _onnx_ready(graph: Any) -> Any:
     """``graph`` as MXNet's ONNX exporter takes it: fused RNN layers with state outputs (it
     converts no other form; the extra outputs are not graph outputs)."""
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     tree = json.loads(graph.tojson())
@@ -383,6 +385,7 @@ def _onnx_ready(graph: Any) -> Any:
 
 def unsupported_operators(graph: Any) -> list[str]:
     """The operators of ``graph`` MXNet's ONNX exporter cannot convert."""
+    # deferred: MXNet's ONNX exporter loads onnx (the [onnx] extra)
     from mxnet.onnx.mx2onnx._export_model import get_operator_support
 
     supported = set(get_operator_support(ONNX_OPSET)) | {"null"}
@@ -396,8 +399,8 @@ def write_onnx(
     """``graph`` with ``params`` (no arg:/aux: prefixes) as an ONNX model at ``path``;
     returns the ONNX model's output names (MXNet's exporter names them after their nodes)."""
     try:
-        import onnx
-        from mxnet.onnx import export_model
+        import onnx  # optional dependency: onnx (the [onnx] extra)
+        from mxnet.onnx import export_model  # optional dependency: onnx (the [onnx] extra)
     except ImportError:
         raise ConfigError(
             "ONNX export needs the onnx package, which is not installed.",

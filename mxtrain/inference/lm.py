@@ -138,6 +138,7 @@ def _lm_batch(module: Any, batch: Any, pad: int, top: int) -> list[tuple[int, in
     Per device part of the batch: (first row, end row, [log-likelihood, tokens], top-k
     probabilities, top-k ids). Only these small arrays ever leave the device.
     """
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     data, label = batch.data[0], batch.label[0]

@@ -35,7 +35,7 @@ from mxtrain.run.atomic import temporary_name, write_atomically
 _SYMLINK_HOPS = 40  # as the kernel's own limit on nested symbolic links
 
 
-def _names_open_descriptor(path: Path) -> bool:
+def _resolves_into_fd_folder(path: Path) -> bool:
     """Whether ``path`` (through its symbolic links) is an entry of a ``fd`` folder.
 
     ``/dev/stdout`` -> ``/proc/self/fd/1`` names whatever descriptor 1 is (a terminal, a pipe
@@ -61,7 +61,7 @@ def is_stream(path: Path) -> bool:
         mode = os.stat(path).st_mode
     except OSError:
         return False
-    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or _names_open_descriptor(path)
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or _resolves_into_fd_folder(path)
 
 
 def resolve_output(path: Path) -> Path:

@@ -135,6 +135,7 @@ class ClassPredictions:
 
 def predict_classes(opened: Any, top_k: int) -> ClassPredictions:
     """Run a classifier's predict iterator through its module; rows in input order."""
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     info = opened.data_iter.data_info

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mxtrain.build import build_metric
 from mxtrain.inference.open import open_run
 from mxtrain.inference.output import finite_or_none
 from mxtrain.run.plugin_files import uses_kept_plugins
@@ -61,7 +62,7 @@ def score_checkpoint(
     opened = open_run(
         ref, epoch=epoch, overrides=overrides, batch_size=batch_size, data=data, role="eval"
     )
-    from mxtrain.build import build_metric
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     from mxtrain.engine.loop import MetricSet, score
 
     config = opened.config

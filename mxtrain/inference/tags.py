@@ -134,6 +134,7 @@ def _tag_batch(module: Any, steps: int, top: int) -> list[tuple[int, int, Any, A
     probabilities, top-k ids), all (rows, time[, k]), label ids counted from 0 = the first
     real label.
     """
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     parts = []

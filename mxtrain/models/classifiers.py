@@ -40,7 +40,7 @@ from mxtrain.models.rnn_common import (
     layer_count,
     state_size,
 )
-from mxtrain.option_checks import check_choice
+from mxtrain.option_checks import check_choice, documented
 
 ACTIVATIONS = ("relu", "tanh", "sigmoid")
 POOLINGS = ("last", "mean", "max")
@@ -81,7 +81,7 @@ def _check_task(model: str, data_info: DataInfo) -> str:
 
 def _output(x: Any, label: Any, data_info: DataInfo, task: str) -> Any:
     """Output layer and loss for ``task`` on top of features ``x`` (batch, hidden)."""
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     if task == "classify":
         x = mx.sym.FullyConnected(x, num_hidden=int(data_info.num_classes or 0), name="pred")
@@ -112,15 +112,12 @@ class MlpOptions:
         default_factory=lambda: [64],
         metadata={"doc": "sizes of the hidden layers, in order ([] for a linear model)"},
     )
-    activation: Literal["relu", "tanh", "sigmoid"] = field(
-        default="relu", metadata={"doc": "non-linearity after each hidden layer"}
+    activation: Literal["relu", "tanh", "sigmoid"] = documented(
+        "relu", "non-linearity after each hidden layer"
     )
-    dropout: float = field(
-        default=0.0, metadata={"doc": "dropout after each hidden layer (training only)"}
-    )
-    batch_norm: bool = field(
-        default=False,
-        metadata={"doc": "batch normalization after each hidden layer, before the activation"},
+    dropout: float = documented(0.0, "dropout after each hidden layer (training only)")
+    batch_norm: bool = documented(
+        False, "batch normalization after each hidden layer, before the activation"
     )
 
     def __post_init__(self) -> None:
@@ -152,7 +149,7 @@ def build_mlp(options: MlpOptions, data_info: DataInfo) -> SymGen:
     data_name, label_name = _names(data_info)
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx
+        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
         x = mx.sym.flatten(mx.sym.Variable(data_name))
         for i, size in enumerate(options.hidden, start=1):
@@ -185,14 +182,12 @@ class LenetOptions:
         default_factory=lambda: [20, 50],
         metadata={"doc": "output channels of the two convolutions"},
     )
-    kernel: int = field(default=5, metadata={"doc": "convolution kernel size (odd)"})
-    hidden: int = field(default=500, metadata={"doc": "size of the fully connected layer"})
-    activation: Literal["relu", "tanh", "sigmoid"] = field(
-        default="relu", metadata={"doc": "non-linearity after each convolution and the FC layer"}
+    kernel: int = documented(5, "convolution kernel size (odd)")
+    hidden: int = documented(500, "size of the fully connected layer")
+    activation: Literal["relu", "tanh", "sigmoid"] = documented(
+        "relu", "non-linearity after each convolution and the FC layer"
     )
-    dropout: float = field(
-        default=0.0, metadata={"doc": "dropout before the output layer (training only)"}
-    )
+    dropout: float = documented(0.0, "dropout before the output layer (training only)")
 
     def __post_init__(self) -> None:
         self.validate()
@@ -233,7 +228,7 @@ def build_lenet(options: LenetOptions, data_info: DataInfo) -> SymGen:
         )
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx
+        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
         key = tuple(bucket_key) if isinstance(bucket_key, tuple | list) else ()
         if len(key) not in (2, 3):
@@ -286,27 +281,21 @@ class RnnClassifierOptions(RecurrentOptions):
     num_embed: int = embed_size(64)
     num_hidden: int = state_size(64)
     num_layers: int = layer_count(1)
-    mode: Literal["lstm", "gru"] = field(default="lstm", metadata={"doc": "recurrent cell type"})
-    cell: Literal["auto", "fused", "unfused"] = field(
-        default="auto",
-        metadata={
-            "doc": "fused: one RNN operator per direction (fast, CPU and GPU); unfused: one "
-            "cell per layer and step; auto: fused"
-        },
+    mode: Literal["lstm", "gru"] = documented("lstm", "recurrent cell type")
+    cell: Literal["auto", "fused", "unfused"] = documented(
+        "auto",
+        "fused: one RNN operator per direction (fast, CPU and GPU); unfused: one "
+        "cell per layer and step; auto: fused",
     )
-    bidirectional: bool = field(
-        default=False,
-        metadata={
-            "doc": "also read each row backwards (from its last real token) and concatenate "
-            "both directions' pooled states"
-        },
+    bidirectional: bool = documented(
+        False,
+        "also read each row backwards (from its last real token) and concatenate "
+        "both directions' pooled states",
     )
-    pooling: Literal["last", "mean", "max"] = field(
-        default="last",
-        metadata={
-            "doc": "last: the state after the last real token; mean/max: over the real "
-            "positions (padding is never pooled)"
-        },
+    pooling: Literal["last", "mean", "max"] = documented(
+        "last",
+        "last: the state after the last real token; mean/max: over the real "
+        "positions (padding is never pooled)",
     )
     dropout: float = dropout_rate()
 
@@ -343,7 +332,7 @@ def build_rnn_classifier(options: RnnClassifierOptions, data_info: DataInfo) -> 
 
     def recurrent(x: Any, prefix: str, steps: int) -> Any:
         """(T, B, E) -> (T, B, H): a stack of forward-only layers."""
-        import mxnet as mx
+        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
         if options.fused:
             cell = mx.rnn.FusedRNNCell(
@@ -366,7 +355,7 @@ def build_rnn_classifier(options: RnnClassifierOptions, data_info: DataInfo) -> 
 
     def pool(out: Any, lengths: Any) -> Any:
         """(T, B, H) -> (B, H) over each row's real positions."""
-        import mxnet as mx
+        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
         if options.pooling == "last":
             return mx.sym.SequenceLast(out, sequence_length=lengths, use_sequence_length=True)
@@ -382,7 +371,7 @@ def build_rnn_classifier(options: RnnClassifierOptions, data_info: DataInfo) -> 
         return mx.sym.max(masked, axis=0)
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx
+        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
         key = tuple(bucket_key) if isinstance(bucket_key, tuple | list) else (bucket_key,)
         steps = key[0] if len(key) == 1 else None

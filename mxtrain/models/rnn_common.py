@@ -21,13 +21,14 @@ is silently ignored on CPU in MXNet 1.9.1.)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from mxtrain.data.base import DataInfo
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import CheckedOptions, check_choice, check_positive_int
+from mxtrain.option_checks import CheckedOptions, check_choice, check_positive_int, documented
 
 MODES = ("lstm", "gru")
 #: the loss formulations a language model can train on; ``auto`` is measured per machine
@@ -94,7 +95,18 @@ def check_parameter_count(name: str, estimate: int) -> None:
         )
 
 
-def check_recurrent_sizes(options: Any) -> None:
+class RecurrentSizes(Protocol):
+    """The sizes every recurrent model's options declare (read-only: frozen dataclasses)."""
+
+    @property
+    def num_embed(self) -> int: ...
+    @property
+    def num_hidden(self) -> int: ...
+    @property
+    def num_layers(self) -> int: ...
+
+
+def check_recurrent_sizes(options: RecurrentSizes) -> None:
     """num_embed/num_hidden/num_layers in range and their parameter count bounded."""
     check_layer_sizes(options, "num_embed", "num_hidden", "num_layers")
     hidden, embed, layers = options.num_hidden, options.num_embed, options.num_layers
@@ -130,7 +142,7 @@ def check_bucket_key(model: str, bucket_key: Any) -> int:
 
 
 def _cell(mode: str, num_hidden: int, prefix: str) -> Any:
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     if mode == "lstm":
         return mx.rnn.LSTMCell(num_hidden, prefix=prefix)
@@ -155,7 +167,7 @@ def rnn_layers(
     ``dropout`` applies between layers. ``lengths`` (batch,) are the real lengths of the rows
     (padding at the end), used by the right-to-left direction; None: the whole rows.
     """
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     if not bidirectional:
         x, _ = left_to_right_layers(
@@ -228,7 +240,7 @@ def left_to_right_layers(
     per layer, (batch, hidden). The module carries the final states into the next batch
     (``BucketingModule(states=...)``).
     """
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     check_choice("mode", mode, MODES)
     names = state_input_names(mode, num_layers, fused, prefix) if state_inputs else []
@@ -273,22 +285,22 @@ STATE_DOC = "size of each recurrent layer's state"
 
 def embed_size(default: int) -> Any:
     """The ``num_embed`` field of a recurrent model's options."""
-    return field(default=default, metadata={"doc": "size of the token embeddings"})
+    return documented(default, "size of the token embeddings")
 
 
 def state_size(default: int, doc: str = STATE_DOC) -> Any:
     """The ``num_hidden`` field of a recurrent model's options."""
-    return field(default=default, metadata={"doc": doc})
+    return documented(default, doc)
 
 
 def layer_count(default: int) -> Any:
     """The ``num_layers`` field of a recurrent model's options."""
-    return field(default=default, metadata={"doc": "number of stacked recurrent layers"})
+    return documented(default, "number of stacked recurrent layers")
 
 
 def dropout_rate(doc: str = DROPOUT_DOC) -> Any:
     """The ``dropout`` field of a recurrent model's options (0: none)."""
-    return field(default=0.0, metadata={"doc": doc})
+    return documented(0.0, doc)
 
 
 class RecurrentOptions(CheckedOptions):
@@ -310,29 +322,24 @@ class LmOptions(RecurrentOptions):
     dropout: float = dropout_rate(
         "dropout after the embedding, between recurrent layers and before the output"
     )
-    cell: Literal["auto", "fused", "unfused"] = field(
-        default="auto",
-        metadata={
-            "doc": "fused: one RNN operator (CPU and GPU); unfused: one cell per layer and "
-            "step; auto: the faster on this machine, measured once per CPU and kept (the two "
-            "round differently: runs on one machine match, runs on two CPUs may not; a run "
-            "that skipped the measurement: fused)"
-        },
+    cell: Literal["auto", "fused", "unfused"] = documented(
+        "auto",
+        "fused: one RNN operator (CPU and GPU); unfused: one cell per layer and "
+        "step; auto: the faster on this machine, measured once per CPU and kept (the two "
+        "round differently: runs on one machine match, runs on two CPUs may not; a run "
+        "that skipped the measurement: fused)",
     )
-    ignore_padding: bool = field(
-        default=True,
-        metadata={"doc": "padding positions get no gradient (SoftmaxOutput ignore_label = pad id)"},
+    ignore_padding: bool = documented(
+        True, "padding positions get no gradient (SoftmaxOutput ignore_label = pad id)"
     )
-    loss: Literal["auto", "softmax", "log_softmax", "softmax_output", "nll"] = field(
-        default="auto", metadata={"doc": LOSS_DOC}
+    loss: Literal["auto", "softmax", "log_softmax", "softmax_output", "nll"] = documented(
+        "auto", LOSS_DOC
     )
-    sampled_softmax: int = field(default=0, metadata={"doc": SAMPLED_SOFTMAX_DOC})
-    tie_weights: bool = field(
-        default=False,
-        metadata={
-            "doc": "the output layer uses the embedding matrix as its weights (Press & Wolf "
-            "2017: fewer parameters, often a lower perplexity); needs num_embed == num_hidden"
-        },
+    sampled_softmax: int = documented(0, SAMPLED_SOFTMAX_DOC)
+    tie_weights: bool = documented(
+        False,
+        "the output layer uses the embedding matrix as its weights (Press & Wolf "
+        "2017: fewer parameters, often a lower perplexity); needs num_embed == num_hidden",
     )
 
     def validate(self) -> None:
@@ -412,39 +419,16 @@ def build_rnn_lm(
     pad_id = data_info.pad_id
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx
+        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
         seq_len = check_bucket_key(model, bucket_key)
-        data = mx.sym.Variable("data")
-        label = mx.sym.Variable("softmax_label")
         embed_weight = mx.sym.Variable("embed_weight")
-        x = mx.sym.Embedding(
-            data,
-            weight=embed_weight,
-            input_dim=vocab_size,
-            output_dim=options.num_embed,
-            name="embed",
-        )
-        if options.dropout > 0:
-            x = mx.sym.Dropout(x, p=options.dropout, name="embed_dropout")
-        x, finals = left_to_right_layers(
-            x,
-            seq_len,
-            mode=mode,
-            num_hidden=options.num_hidden,
-            num_layers=options.num_layers,
-            dropout=options.dropout,
-            fused=options.fused,
-            prefix=f"{mode}_",
-            state_inputs=stateful,
-        )
-        x = mx.sym.reshape(x, shape=(-1, options.num_hidden))
-        if options.dropout > 0:
-            x = mx.sym.Dropout(x, p=options.dropout, name="pred_dropout")
-        label = mx.sym.reshape(label, shape=(-1,))
+        x, finals = _lm_hidden_states(options, embed_weight, seq_len, vocab_size, mode, stateful)
+        label = mx.sym.reshape(mx.sym.Variable("softmax_label"), shape=(-1,))
         ignore_label = pad_id if options.ignore_padding else None
         if sampled:
-            heads = [_sampled_training_loss(x, label, embed_weight, ignore_label)]
+            nll = _sampled_lm_nll(options, num_classes, x, label, embed_weight)
+            heads = [trained_loss(nll, label, ignore_label)]
         else:
             tied = {"weight": embed_weight} if options.tie_weights else {}
             x = mx.sym.FullyConnected(x, num_hidden=num_classes, name="pred", **tied)
@@ -456,29 +440,6 @@ def build_rnn_lm(
             return out, ("data",), ("softmax_label",)
         ends = [mx.sym.BlockGrad(final, name=f"{name}_last") for name, final in finals.items()]
         return mx.sym.Group(heads + ends), ("data",), ("softmax_label",)
-
-    def _sampled_training_loss(
-        hidden: Any, label: Any, embed_weight: Any, ignore_label: int | None
-    ) -> Any:
-        import mxnet as mx
-
-        if options.tie_weights:
-            weight = embed_weight
-        else:  # the shapes FullyConnected("pred") would infer: the full graph's parameters
-            weight = mx.sym.Variable("pred_weight", shape=(num_classes, options.num_hidden))
-        bias = mx.sym.Variable("pred_bias", shape=(num_classes,))
-        candidates, tries = log_uniform_candidates(options.sampled_softmax, num_classes)
-        nll = sampled_softmax_nll(
-            hidden,
-            weight,
-            bias,
-            label,
-            candidates,
-            tries,
-            num_sampled=options.sampled_softmax,
-            num_classes=num_classes,
-        )
-        return trained_loss(nll, label, ignore_label)
 
     stateful = bool(getattr(data_info, "stream", False))
     if options.sampled_softmax:
@@ -507,6 +468,68 @@ def build_rnn_lm(
 
         sym_gen.training_variant = training_variant  # type: ignore[attr-defined]
     return sym_gen
+
+
+def _lm_hidden_states(
+    options: LmOptions,
+    embed_weight: Any,
+    seq_len: int,
+    vocab_size: int,
+    mode: str,
+    stateful: bool,
+) -> tuple[Any, dict[str, Any]]:
+    """A language model's graph from the token ids to the output layer's input, (batch *
+    time, num_hidden), and its recurrent final states (stateful streams only)."""
+    import mxnet as mx  # deferred: listing and validating models does not load MXNet
+
+    x = mx.sym.Embedding(
+        mx.sym.Variable("data"),
+        weight=embed_weight,
+        input_dim=vocab_size,
+        output_dim=options.num_embed,
+        name="embed",
+    )
+    if options.dropout > 0:
+        x = mx.sym.Dropout(x, p=options.dropout, name="embed_dropout")
+    x, finals = left_to_right_layers(
+        x,
+        seq_len,
+        mode=mode,
+        num_hidden=options.num_hidden,
+        num_layers=options.num_layers,
+        dropout=options.dropout,
+        fused=options.fused,
+        prefix=f"{mode}_",
+        state_inputs=stateful,
+    )
+    x = mx.sym.reshape(x, shape=(-1, options.num_hidden))
+    if options.dropout > 0:
+        x = mx.sym.Dropout(x, p=options.dropout, name="pred_dropout")
+    return x, finals
+
+
+def _sampled_lm_nll(
+    options: LmOptions, num_classes: int, hidden: Any, label: Any, embed_weight: Any
+) -> Any:
+    """Each position's sampled-softmax -log p(label) over the full graph's output parameters."""
+    import mxnet as mx  # deferred: listing and validating models does not load MXNet
+
+    if options.tie_weights:
+        weight = embed_weight
+    else:  # the shapes FullyConnected("pred") would infer: the full graph's parameters
+        weight = mx.sym.Variable("pred_weight", shape=(num_classes, options.num_hidden))
+    bias = mx.sym.Variable("pred_bias", shape=(num_classes,))
+    candidates, tries = log_uniform_candidates(options.sampled_softmax, num_classes)
+    return sampled_softmax_nll(
+        hidden,
+        weight,
+        bias,
+        label,
+        candidates,
+        tries,
+        num_sampled=options.sampled_softmax,
+        num_classes=num_classes,
+    )
 
 
 def check_sampled_count(num_sampled: int, num_classes: int) -> None:
@@ -538,7 +561,7 @@ def log_uniform_candidates(num_sampled: int, num_classes: int) -> tuple[Any, Any
     random generator, which training reseeds before every batch, so a resumed run repeats
     them.
     """
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     with mx.AttrScope(ctx_group=SAMPLER_GROUP):
         ids, tries = mx.sym._internal._sample_unique_zipfian(
@@ -561,9 +584,7 @@ def draw_probability(ids: Any, num_classes: int) -> Any:
     the draws against this formula.) Written with log1p: the ratio is within 1e-5 of 1 for
     ids near 100k, where float32 log loses the difference.
     """
-    import math
-
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     upper = mx.sym.minimum(ids + 1.5, float(num_classes))
     lower = mx.sym.maximum(ids + 0.5, 1.0)
@@ -573,7 +594,7 @@ def draw_probability(ids: Any, num_classes: int) -> Any:
 def log_expected_count(ids: Any, tries: Any, num_classes: int) -> Any:
     """log of the chance that ``tries`` draws include each id in ``ids``: log(1 - (1 -
     P(id))^tries), the correction sampled softmax subtracts from each logit."""
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     never = mx.sym.broadcast_mul(mx.sym.log1p(-draw_probability(ids, num_classes)), tries)
     return mx.sym.log(-mx.sym.expm1(never))
@@ -602,7 +623,7 @@ def sampled_softmax_nll(
     equal to the row's label is masked out. The output layer
     is computed only for the K candidates and the N labels: (K + N) x H instead of V x H.
     """
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     label_logit = mx.sym.sum(hidden * mx.sym.take(weight, label), axis=1) + mx.sym.take(bias, label)
     label_logit = label_logit - log_expected_count(label, tries, num_classes)
@@ -634,7 +655,7 @@ def sampled_softmax_nll(
 def floored_nll(probability: Any) -> Any:
     """-log(max(probability, PROBABILITY_FLOOR)): finite loss and gradient when the label's
     probability underflows to 0."""
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     return -mx.sym.log(mx.sym.maximum(probability, PROBABILITY_FLOOR))
 
@@ -642,7 +663,7 @@ def floored_nll(probability: Any) -> Any:
 def trained_loss(nll: Any, label: Any, ignore_label: int | None) -> Any:
     """The per-position loss as the trained output ``nll_output``, zero (and no gradient)
     where ``label == ignore_label``."""
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     if ignore_label is not None:
         nll = nll * (label != ignore_label)
@@ -673,7 +694,7 @@ def loss_heads(
     With ``probabilities=False`` the first output is the per-position loss (``nll_output``)
     wherever the formulation can give it without the probabilities.
     """
-    import mxnet as mx
+    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     check_choice("loss", formulation, LOSS_FORMULATIONS)
     if formulation == "softmax_output":

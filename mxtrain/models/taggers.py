@@ -6,7 +6,7 @@ Recurrent layers and their parameter names: :mod:`mxtrain.models.rnn_common`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from mxtrain.data.base import DataInfo
@@ -27,6 +27,7 @@ from mxtrain.models.rnn_common import (
     rnn_layers,
     state_size,
 )
+from mxtrain.option_checks import documented
 
 
 @dataclass(frozen=True)
@@ -40,20 +41,16 @@ class RnnTaggerOptions(RecurrentOptions):
     num_embed: int = embed_size(100)
     num_hidden: int = state_size(100, "state size of each recurrent layer, per direction")
     num_layers: int = layer_count(1)
-    bidirectional: bool = field(
-        default=True,
-        metadata={
-            "doc": "read each sentence left-to-right and right-to-left (each up to its own "
-            "length, so padding never changes a prediction) and concatenate the states"
-        },
+    bidirectional: bool = documented(
+        True,
+        "read each sentence left-to-right and right-to-left (each up to its own "
+        "length, so padding never changes a prediction) and concatenate the states",
     )
-    cell: Literal["lstm", "gru"] = field(default="lstm", metadata={"doc": "recurrent cell"})
-    fused: Literal["auto", "fused", "unfused"] = field(
-        default="auto",
-        metadata={
-            "doc": "fused: RNN operators (fast, CPU and GPU; bidirectional: one per layer and "
-            "direction); unfused: one cell per layer and step; auto: fused"
-        },
+    cell: Literal["lstm", "gru"] = documented("lstm", "recurrent cell")
+    fused: Literal["auto", "fused", "unfused"] = documented(
+        "auto",
+        "fused: RNN operators (fast, CPU and GPU; bidirectional: one per layer and "
+        "direction); unfused: one cell per layer and step; auto: fused",
     )
     dropout: float = dropout_rate()
 
@@ -97,7 +94,7 @@ def build_rnn_tagger(options: RnnTaggerOptions, data_info: DataInfo) -> SymGen:
     width = options.num_hidden * directions
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx
+        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
         seq_len = check_bucket_key("rnn_tagger", bucket_key)
         data = mx.sym.Variable("data")

@@ -18,10 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mxtrain import option_checks
-from mxtrain.data import source_options
-from mxtrain.data.base import as_tuples
 from mxtrain.errors import RunFolderError
+from mxtrain.option_checks import MAX_SEQUENCE_LENGTH, MAX_TENSOR_ELEMENTS
 from mxtrain.run.folder import RunFolder
 from mxtrain.run.layout import STATE_FILE
 from mxtrain.user_files import read_file
@@ -29,10 +27,10 @@ from mxtrain.user_files import read_file
 #: what every model_inputs.json holds (export needs data_info too)
 MODEL_INPUTS_KEYS = {"default_bucket_key", "provide_data"}
 
-#: the longest sequence (bucket key) a run folder or ``export --bucket`` may ask for, and
-#: the most elements one MXNet 1.9.1 array may hold: the config's own limits
-MAX_SEQUENCE_LENGTH = source_options.MAX_SEQUENCE_LENGTH
-MAX_ELEMENTS = option_checks.MAX_TENSOR_ELEMENTS
+
+def as_tuples(value: Any) -> Any:
+    """JSON lists back to the tuples they were (shapes, bucket keys), recursively."""
+    return tuple(as_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def key_problem(key: Any) -> str | None:
@@ -44,8 +42,8 @@ def key_problem(key: Any) -> str | None:
     if isinstance(key, tuple):
         if not key or any(type(d) is not int or d < 1 for d in key):
             return "a shape key must be positive integers"
-        if math.prod(key) > MAX_ELEMENTS:
-            return f"a shape key must hold at most {MAX_ELEMENTS:,} elements"
+        if math.prod(key) > MAX_TENSOR_ELEMENTS:
+            return f"a shape key must hold at most {MAX_TENSOR_ELEMENTS:,} elements"
         return None
     if type(key) is not int:
         return "a bucket key is a sequence length, a shape or a name"

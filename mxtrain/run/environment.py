@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +85,6 @@ def git_state(folder: Path, *, timeout: float = GIT_TIMEOUT_S) -> dict[str, Any]
 
 def _package_version(name: str) -> str | None:
     try:
-        from importlib.metadata import version
-
         return version(name)
     except Exception:  # a missing or broken distribution is just an unknown version
         return None
@@ -94,8 +93,9 @@ def _package_version(name: str) -> str | None:
 def versions() -> dict[str, str]:
     """mxtrain's, MXNet's, NumPy's and Python's versions (every checkpoint records them;
     imports MXNet: call after threads are set)."""
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
-    import numpy
+    import numpy  # deferred: imported with MXNet, after the thread settings
 
     return {
         "mxtrain": __version__,
@@ -107,6 +107,7 @@ def versions() -> dict[str, str]:
 
 def _mxnet_features() -> list[str] | None:
     """The build features of :data:`MXNET_FEATURES` this MXNet has (None: it cannot say)."""
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     import mxnet as mx
 
     try:

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mxtrain.config.schema import Config
 from mxtrain.errors import ConfigError, DataError, RunFolderError
 from mxtrain.registry import plugin_file_path, redirected_plugin_files
 from mxtrain.run.atomic import atomic_write_bytes, atomic_write_text
@@ -35,7 +36,7 @@ from mxtrain.user_files import UnusableFile, read_regular
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 
 
-def plugin_references(config: Any) -> list[str]:
+def plugin_references(config: Config) -> list[str]:
     """The ``file.py`` parts of every file plugin the config uses, in config order."""
     names = [config.model.name, config.data.train.name]
     if config.data.eval is not None:
@@ -51,7 +52,7 @@ def plugin_references(config: Any) -> list[str]:
     return files
 
 
-def keep_plugin_files(config: Any, run_path: Path) -> list[Path]:
+def keep_plugin_files(config: Config, run_path: Path) -> list[Path]:
     """Copy the config's plugin files into ``run_path/plugins`` and write the manifest.
 
     Returns the kept copies. Two files of the same name from different folders are kept as

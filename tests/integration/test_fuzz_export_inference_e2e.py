@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from mxtrain.cli.main import cli
 from mxtrain.config import load_config
 from mxtrain.fit.new_run import fit_experiment
-from mxtrain.run.bucket_keys import MAX_SEQUENCE_LENGTH
+from mxtrain.option_checks import MAX_SEQUENCE_LENGTH
 from mxtrain.run.layout import STATE_FILE
 
 REPO = Path(__file__).resolve().parents[2]

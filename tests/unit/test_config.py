@@ -16,13 +16,7 @@ import yaml
 
 import mxtrain
 from mxtrain.config import (
-    INITIALIZERS,
-    OPTIMIZERS,
-    REQUIRED,
     Config,
-    ContextSection,
-    LrSchedulerSection,
-    OptimizerSection,
     Registries,
     config_to_dict,
     dump_config,
@@ -31,6 +25,14 @@ from mxtrain.config import (
     parse_config,
 )
 from mxtrain.config.resume_policy import may_change
+from mxtrain.config.schema import (
+    INITIALIZERS,
+    OPTIMIZERS,
+    REQUIRED,
+    ContextSection,
+    LrSchedulerSection,
+    OptimizerSection,
+)
 from mxtrain.errors import ConfigError, ExitCode, InvalidValue
 from mxtrain.registry import Registry
 
@@ -1453,3 +1455,25 @@ def test_bad_multipliers_name_file_line_and_key(
 def test_multipliers_may_change_on_resume() -> None:
     assert may_change("optimizer.lr_mult") and may_change("optimizer.lr_mult.embed_*")
     assert may_change("optimizer.wd_mult.*_bias")
+
+
+CHAR_TRAIN_ONLY = """\
+data:
+  train: {iterator: bucket_sentence, source: train.txt, level: char, lowercase: true}
+  eval: {iterator: bucket_sentence, source: valid.txt, shuffle: false}
+"""
+
+
+def test_eval_inherits_how_train_reads_text_when_it_does_not_say(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, CHAR_TRAIN_ONLY))
+    assert config.data.eval is not None
+    assert config.data.eval.options.level == "char"
+    assert config.data.eval.options.lowercase is True
+    assert config.data.eval.options.source == "valid.txt"
+    assert config.data.eval.options.shuffle is False
+
+
+def test_eval_that_reads_text_differently_from_train_is_still_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, CHAR_TRAIN_ONLY), ("data.eval.level=word",))
+    assert "data.eval.level is 'word' but data.train.level is 'char'" in str(info.value)

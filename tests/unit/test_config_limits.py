@@ -172,6 +172,19 @@ def test_eval_must_read_text_like_train(tmp_path: Path, key: str, value: str) ->
     assert code == 2 and f"{config}:" in output and f"data.eval.{key}" in output
 
 
+def test_eval_that_omits_the_text_keys_reads_text_like_train(tmp_path: Path) -> None:
+    config = tmp_path / "char.yaml"
+    text = (ROOT / "configs" / "ptb_char_lstm.yaml").read_text(encoding="utf-8")
+    eval_at = text.index("  eval:")
+    head, tail = text[:eval_at], text[eval_at:]
+    config.write_text(head + tail.replace("    level: char\n", "", 1), encoding="utf-8")
+    assert "level" not in config.read_text(encoding="utf-8")[eval_at:]
+    code, output = check(config, "data.train.lowercase=true")
+    assert code == 0, output
+    eval_part = output[output.index("  eval:") :]
+    assert "level: char" in eval_part and "lowercase: true" in eval_part
+
+
 def test_gradient_compression_with_local_kvstore_is_refused_by_check(config: Path) -> None:
     code, output = check(config, "kvstore.gradient_compression={type: 2bit}")
     assert code == 2 and "--set kvstore.gradient_compression=" in output

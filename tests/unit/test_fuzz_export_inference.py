@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from mxtrain.engine.bucketing import BucketingModule
 from mxtrain.errors import ConfigError, ExitCode, RunFolderError
 from mxtrain.mxnet_errors import exception_summary, mxnet_reason
+from mxtrain.option_checks import MAX_SEQUENCE_LENGTH
 from mxtrain.run.bucket_keys import (
-    MAX_SEQUENCE_LENGTH,
     check_keys,
     key_problem,
     read_model_inputs,

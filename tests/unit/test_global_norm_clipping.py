@@ -11,7 +11,7 @@ from batch_helpers import ArrayBatch, initialised_module
 from float_bounds import assert_close_at_scale, chunked_sum_of_squares_bound, gamma
 
 from mxtrain.build import build_lr_scheduler
-from mxtrain.config import LrSchedulerSection
+from mxtrain.config.schema import LrSchedulerSection
 from mxtrain.engine.bucketing import BucketingModule
 from mxtrain.optimizers import EpochSchedule
 
