@@ -5,7 +5,7 @@ mxtrain calls a model factory as ``factory(data_info, **options)`` and an iterat
 (checked against the function's keyword parameters, so a misspelled key is an error with a
 suggestion); a metric class is called as ``cls()`` (``cls(pad_id=...)`` when it takes
 ``pad_id``). Reference them as ``file.py:attr`` (relative to the config) or
-``package.module:attr``. The README's "Plugins" section lists the whole contract; each piece
+``package.module:attr``. docs/plugins.md lists the whole contract; each piece
 of it is marked "contract:" below.
 
 Here: a residual MLP; an iterator that generates the classic "spirals" problem (points on

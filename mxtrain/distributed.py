@@ -81,7 +81,7 @@ def check_kvstore(kvstore_cfg: KVStoreSection, contexts: list[Any]) -> None:
                 "kvstore.type horovod needs Horovod built with MXNet support, which is not "
                 "installed.",
                 hint="Build it with `HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 pip install "
-                "--no-build-isolation horovod` (README: Horovod), or use a dist_* kvstore "
+                "--no-build-isolation horovod` (docs/scale.md: Horovod), or use a dist_* kvstore "
                 "with `mxtrain launch`.",
             ) from None
         hvd.init()

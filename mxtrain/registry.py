@@ -205,7 +205,7 @@ def _import_target(target: str, base_dir: Path | None, what: str) -> Any:
         ) from None
 
 
-#: what a metric object provides (the README's plugin contract, "Metric")
+#: what a metric object provides (the plugin contract in docs/plugins.md, "Metric")
 METRIC_METHODS = (
     "update",
     "get",
@@ -279,7 +279,7 @@ def metric_problem(target: Any) -> str | None:
 METRIC_HINT = (
     "Name an mx.metric.EvalMetric class or instance (e.g. 'mxnet.metric:Accuracy'), or a "
     "class with name, update, get, get_interval, reset, reset_interval, get_state and "
-    "set_state (see the README, Plugins); built-in metrics: {builtins}."
+    "set_state (see docs/plugins.md); built-in metrics: {builtins}."
 )
 
 

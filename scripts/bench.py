@@ -870,7 +870,7 @@ def summarize(rounds: list[dict[str, Any]], ours: str, theirs: str) -> dict[str,
 def machine() -> dict[str, Any]:
     from mxtrain.run.environment import cpu_facts
 
-    # the instruction set decides which kernels win (README, BENCHMARKS.md)
+    # the instruction set decides which kernels win (docs/speed.md, BENCHMARKS.md)
     facts = cpu_facts()
     cpu, isa = facts["cpu"], facts["isa"]
     import mxnet as mx

@@ -114,7 +114,7 @@ def _print_header(details: Any) -> None:
 
 def _print_config(details: Any, full: bool) -> None:
     # deferred: import cost (`mxtrain --help` imports every command)
-    from mxtrain.run.history import config_value
+    from mxtrain.config.resume_policy import value_at
 
     click.echo("")
     if details.config is None:
@@ -134,7 +134,7 @@ def _print_config(details: Any, full: bool) -> None:
         click.echo(f"config   model {model.get('name')}: {options}")
     rows = []
     for key in SUMMARY_KEYS:
-        value = config_value(details.config, key)
+        value = value_at(details.config, key)
         if value is not None:
             rows.append((key, _short(value)))
     _table(rows, indent="         ", numbers_right=False)

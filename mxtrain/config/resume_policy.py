@@ -118,7 +118,7 @@ def diff_configs(saved: Mapping[str, Any], requested: Mapping[str, Any]) -> list
             continue  # a run records what auto chose on its machine: not a change
         key = _covering(key, old, new)
         if not any(c.key == key for c in changes):
-            changes.append(ConfigChange(key, _pick(saved, key), _pick(requested, key)))
+            changes.append(ConfigChange(key, value_at(saved, key), value_at(requested, key)))
     return changes
 
 
@@ -133,7 +133,8 @@ def _covering(key: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     return key
 
 
-def _pick(tree: Mapping[str, Any], dotted: str) -> Any:
+def value_at(tree: Mapping[str, Any] | None, dotted: str) -> Any:
+    """The value at a dotted key of a plain config tree, or None when absent."""
     value: Any = tree
     for part in dotted.split("."):
         if not isinstance(value, Mapping):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain.config import config_to_dict, load_config
-from mxtrain.config.resume_policy import ConfigChange, diff_configs
+from mxtrain.config.resume_policy import ConfigChange, diff_configs, value_at
 from mxtrain.config.saved import read_config_tree
 from mxtrain.errors import ConfigError, RunFolderError
 from mxtrain.metric_tracker import MetricTracker, lower_is_better
@@ -226,7 +226,7 @@ def _read_run(
         status=UNREADABLE if problems else str(status.get("status") or "unknown"),
         problem="; ".join(problems) or None,
         epochs_done=sum(1 for row in epochs if not row.partial),
-        num_epoch=_number(config_value(config, "fit.num_epoch")),
+        num_epoch=_number(value_at(config, "fit.num_epoch")),
         best=best_value(config, epochs),
         started=_number(status.get("started"), float),
         duration_s=_duration(status),
@@ -292,16 +292,6 @@ def _number(value: Any, kind: type = int) -> Any:
     return kind(value)
 
 
-def config_value(tree: dict[str, Any] | None, dotted: str) -> Any:
-    """The value at a dotted key of a plain config tree, or None when absent."""
-    value: Any = tree
-    for part in dotted.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(part)
-    return value
-
-
 # ----------------------------------------------------------------------------- metrics
 
 
@@ -341,8 +331,8 @@ def main_metric(
     ``fit.metrics``, else the first logged; on the eval data when the run has any."""
     has_eval = any(row.eval for row in epochs)
     split = "eval" if has_eval else "train"
-    candidates = [config_value(config, "checkpoint.best_metric")]
-    metrics = config_value(config, "fit.metrics")
+    candidates = [value_at(config, "checkpoint.best_metric")]
+    metrics = value_at(config, "fit.metrics")
     if isinstance(metrics, list):
         candidates += metrics
     for row in epochs:
@@ -364,7 +354,7 @@ def best_value(config: dict[str, Any] | None, epochs: Sequence[EpochRow]) -> Bes
     metric, split = main_metric(config, epochs)
     if metric is None or split is None:
         return None
-    mode = config_value(config, "checkpoint.best_mode")
+    mode = value_at(config, "checkpoint.best_mode")
     tracker = MetricTracker(
         metric, lower_is_better(metric, mode if isinstance(mode, str) else "auto")
     )
