@@ -165,7 +165,8 @@ def build_module(
     training): the outputs only feed the config's metrics, so a model whose metrics all read
     its loss leaves the probabilities out. ``shared_params``: a module whose parameter arrays
     this one binds (BucketingModule.bind)."""
-    from mxtrain.engine.bucketing import BucketingModule, ParamPatternError
+    from mxtrain.engine.bucketing import BucketingModule
+    from mxtrain.engine.parameters import ParamPatternError
 
     fit_cfg = config.fit
     sym_gen = build_sym_gen(

@@ -673,7 +673,7 @@ def measure_kernel_choices(config: Config, *, remeasure: bool = False) -> list[A
     measured and kept; ``remeasure`` measures every one again (``mxtrain kernels --measure``).
     """
     configure_threads(config.context, measure=True, remeasure=remeasure)  # before MXNet loads
-    from mxtrain.engine.bucketing import fewest_rows
+    from mxtrain.engine.shapes import fewest_rows
 
     config = _with_thread_settings(config)
     contexts = build_contexts(config.context)
@@ -727,7 +727,7 @@ def _prepare(
 
     from mxtrain import distributed
     from mxtrain.build import build_data_iter, build_initializer, build_module, optimizer_arguments
-    from mxtrain.engine.bucketing import fewest_rows
+    from mxtrain.engine.shapes import fewest_rows
 
     if config.logging.tensorboard:  # before anything is written: a missing extra says so
         from mxtrain.tensorboard import require_writer
@@ -808,7 +808,7 @@ def _prepare(
         optimizer_params["rescale_grad"] = 1.0 / (batch_size * fit_cfg.grad_accumulation * workers)
     kvstore = dist_kv if dist_kv is not None else distributed.create_kvstore(kv_cfg, contexts)
     from mxtrain.build import param_pattern_error
-    from mxtrain.engine.bucketing import ParamPatternError
+    from mxtrain.engine.parameters import ParamPatternError
 
     try:
         module.init_optimizer(

@@ -495,7 +495,7 @@ def open_run(
             chosen.describe(),
         )
     from mxtrain.build import build_data_iter, build_module
-    from mxtrain.engine.bucketing import fewest_rows
+    from mxtrain.engine.shapes import fewest_rows
 
     section, where = _data_section(config, role, data_file, batch_size)
     contexts = build_contexts(config.context)
