@@ -653,6 +653,43 @@ def test_bucket_memory_auto_is_a_loose_bound_that_leaves_the_allocator_alone(
     assert switched  # a bound the user set: freed memory leaves the process at once
 
 
+def test_bucket_memory_is_logged_only_where_there_are_buckets_to_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An MLP's or an image model's data has one bucket key: the bound means nothing there,
+    so the line stays out of the log; it appears once a second key binds."""
+    rng = np.random.RandomState(0)
+
+    def flat_batch(rows: int) -> Any:
+        return mx.io.DataBatch(
+            [mx.nd.array(rng.uniform(size=(rows, 5)))],
+            [mx.nd.array(rng.uniform(size=(rows, 3)))],
+            bucket_key=5,
+            provide_data=[mx.io.DataDesc("data", (rows, 5))],
+            provide_label=[mx.io.DataDesc("lro_label", (rows, 3))],
+        )
+
+    with caplog.at_level(logging.INFO, logger="mxtrain.engine.bucketing"):
+        mlp = BucketingModule(flat_sym_gen, 5, ONE, bucket_memory="auto")
+        mlp.bind([("data", (BATCH, 5))], [("lro_label", (BATCH, 3))])
+        mlp.init_params(mx.init.Xavier())
+        mlp.init_optimizer("local", "sgd", {"learning_rate": 0.1})
+        for rows in (BATCH, BATCH, 2):  # a short last batch reshapes the one bucket
+            mlp.forward_backward(flat_batch(rows))
+            mlp.update()
+    assert "bucket_memory" not in caplog.text
+
+    with caplog.at_level(logging.INFO, logger="mxtrain.engine.bucketing"):
+        lm = BucketingModule(lstm_sym_gen, 12, ONE, bucket_memory="auto")
+        lm.bind(*shapes(12))
+        lm.init_params(mx.init.Xavier())
+        for length in (12, 12, 5, 8):
+            lm.forward(make_batch(rng, length), is_train=False)
+    lines = [r.getMessage() for r in caplog.records if "bucket_memory" in r.getMessage()]
+    assert len(lines) == 1
+    assert lines[0].startswith("bucket_memory 5: bound buckets hold at most")
+
+
 def test_bucket_memory_must_fit_the_default_bucket() -> None:
     with pytest.raises(ValueError, match="bucket_memory must be at least 1"):
         BucketingModule(lstm_sym_gen, 12, ONE, bucket_memory=0.5)
