@@ -32,6 +32,7 @@ def _measured_threads(
     when nothing is left to measure: both set in the config or exported, a distributed
     process (its peers on the same machine would measure at once), one usable core, or
     CPU-less settings. ``remeasure``: measure again what this machine kept."""
+    from mxtrain import kernel_choices
     from mxtrain.engine import kernels
 
     omp, policy = context_cfg.omp_threads, getattr(context_cfg, "omp_wait_policy", "auto")
@@ -52,7 +53,7 @@ def _measured_threads(
     facts["usable_cores"] = str(cores)
     machine = kernels.machine_key(facts)
     cache = kernels.KernelCache(kernels.cache_dir() / kernels.CACHE_FILE)
-    p = kernels.THREAD_PROBE
+    p = kernel_choices.THREAD_PROBE
     problem = (
         f"{p['rows']} x {p['hidden']} -> {p['classes']} output layer + loss and a 2 x "
         f"{p['hidden']} lstm, one batch"
@@ -60,7 +61,7 @@ def _measured_threads(
     key = f"openmp: threads {counts}, wait {list(waits)}, {problem}"
 
     def measure() -> dict[str, float]:
-        return {f"{n} {w}": kernels.measure_threads(n, w) for n in counts for w in waits}
+        return {f"{n} {w}": kernel_choices.measure_threads(n, w) for n in counts for w in waits}
 
     rule = f"{max(counts) if want_threads else counts[0]} {waits[0]}"
     decision = kernels.decide(cache, machine, key, measure, rule, remeasure=remeasure)
