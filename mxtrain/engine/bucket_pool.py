@@ -202,11 +202,17 @@ class Bucket:
 class BucketPool:
     """Binds, reshapes and unbinds the buckets' executors over one parameter store.
 
-    ``bucket_memory`` (a factor of at least 1, or None for no bound) caps the input
-    positions of the buckets bound at once at that many times the default bucket's: binding
-    another one first unbinds the buckets used least often so far (then least recently).
-    ``strict_memory``: freed executor memory leaves the process at once (a bound the user
-    set), rather than only when the heaps are trimmed after unbinding.
+    ``bucket_memory`` bounds what stays bound. Every bound bucket keeps memory of its own
+    that executors cannot share (operator state such as a fused RNN's workspace, which grows
+    with the bucket's length), so keeping every bucket bound costs memory in proportion to
+    the number of buckets. With ``bucket_memory = f`` the buckets bound at once hold at most
+    ``f`` times the default bucket's input positions: binding another one first unbinds the
+    buckets used least often so far (then least recently); rebinding later costs a bind and
+    a slower first batch. The default bucket's first executors then only hold the parameters
+    and the shared memory pool and never run. ``None`` keeps every bucket bound (``"auto"``
+    of the module is :data:`AUTO_BUCKET_MEMORY`). ``strict_memory``: freed executor memory
+    leaves the process at once (a bound the user set), rather than only when the heaps are
+    trimmed after unbinding.
     """
 
     def __init__(

@@ -61,6 +61,24 @@ def _check_bucket_memory(bucket_memory: float | str | None) -> float | None:
     return bucket_memory
 
 
+def _devices(
+    context: Any | Sequence[Any], work_load_list: Sequence[float] | None
+) -> tuple[list[Any], list[float]]:
+    """The contexts (default: the CPU) and each one's share of a batch (default: equal)."""
+    if context is None:
+        context = mx.cpu()
+    contexts = [context] if isinstance(context, mx.Context) else list(context)
+    if not contexts:
+        raise ValueError("at least one context is required")
+    if work_load_list is None:
+        work_load_list = [1.0] * len(contexts)
+    if len(work_load_list) != len(contexts):
+        raise ValueError(
+            f"work_load_list has {len(work_load_list)} entries for {len(contexts)} contexts"
+        )
+    return contexts, list(work_load_list)
+
+
 class BucketingModule:
     """Train one network unrolled at several sizes ("buckets") with shared parameters.
 
@@ -69,24 +87,12 @@ class BucketingModule:
     ``fixed_param_exclude``); a glob that matches no parameter raises
     :class:`~mxtrain.engine.parameters.ParamPatternError`.
 
-    ``bucket_memory`` bounds what stays bound. Every bound bucket keeps memory of its own
-    that executors cannot share (operator state such as a fused RNN's workspace, which grows
-    with the bucket's length), so keeping every bucket bound costs memory in proportion to
-    the number of buckets. With ``bucket_memory = f`` the buckets bound at once hold at most
-    ``f`` times the default bucket's input positions: binding another one first unbinds the
-    buckets used least often so far (then least recently); rebinding later costs a bind and
-    a slower first batch. The default bucket's first executors then only hold the parameters
-    and the shared memory pool and never run. ``"auto"`` is
-    :data:`~mxtrain.engine.bucket_pool.AUTO_BUCKET_MEMORY`; ``None`` keeps every bucket bound.
+    ``bucket_memory`` (a factor of at least 1, ``"auto"`` or None) bounds the memory of the
+    buckets bound at once (:class:`~mxtrain.engine.bucket_pool.BucketPool`).
 
     ``states`` (begin-state input name -> final-state output name) makes the module carry
-    recurrent state from one batch to the next, as truncated backpropagation through time
-    needs (MXNet's modules take the input names as ``state_names`` and leave the copying to
-    the caller). The inputs are neither parameters nor data: no gradient, not saved with the
-    parameters. After each forward, every device's final states are kept on that device and
-    become the next batch's begin states, whichever bucket it is. They start from zeros, and
-    go back to zeros when a batch has ``reset_states`` set (an iterator's stream restarts),
-    when its state shape differs (another batch size) and on :meth:`reset_states`.
+    recurrent state from one batch to the next
+    (:class:`~mxtrain.engine.carried_states.CarriedStates`).
 
     Collaborators, for code that needs one job's details: ``pool``, ``store``, ``step``,
     ``carried`` and ``optimization`` (None before :meth:`init_optimizer`).
@@ -111,17 +117,7 @@ class BucketingModule:
         # a small cost per batch); the default one only trims the heaps after unbinding
         strict_memory = bucket_memory != "auto"
         bound = _check_bucket_memory(bucket_memory)
-        if context is None:
-            context = mx.cpu()
-        contexts = [context] if isinstance(context, mx.Context) else list(context)
-        if not contexts:
-            raise ValueError("at least one context is required")
-        if work_load_list is None:
-            work_load_list = [1.0] * len(contexts)
-        if len(work_load_list) != len(contexts):
-            raise ValueError(
-                f"work_load_list has {len(work_load_list)} entries for {len(contexts)} contexts"
-            )
+        contexts, work_load = _devices(context, work_load_list)
         self._contexts: list[Any] = contexts
         self.logger = logger or _LOG
 
@@ -143,7 +139,7 @@ class BucketingModule:
             sym_gen,
             default_bucket_key,
             contexts,
-            list(work_load_list),
+            work_load,
             self.store,
             default_symbol=symbol,
             data_names=data,
@@ -396,28 +392,11 @@ class BucketingModule:
         lr_mult: Mapping[str, float] | None = None,
         wd_mult: Mapping[str, float] | None = None,
     ) -> None:
-        """Create the optimizer, the kvstore (if any) and the updater.
-
-        ``lr_mult``/``wd_mult``: fnmatch glob -> multiplier of the learning rate / weight
-        decay of the parameters it matches
-        (:func:`~mxtrain.engine.parameters.resolve_multipliers`: a glob matching nothing,
-        or a parameter matched twice, raises ``ParamPatternError``). They replace MXNet's
-        per-name settings on top of its defaults (a symbol's ``__lr_mult__`` attributes; no
-        weight decay for names not ending in ``_weight``/``_gamma``).
-
-        ``clip_global_norm``: before each update, once the gradients are summed over devices
-        (and workers), scale them all by ``min(1, clip_global_norm / norm)`` where ``norm``
-        is their global L2 norm times ``rescale_grad`` (the norm of the gradient the
-        optimizer applies), so 1 device, N devices and ``dist_sync`` clip alike. It needs
-        the updates on the workers (not ``update_on_kvstore``). :meth:`take_grad_norm` reads
-        the mean norm.
-
-        ``kvstore`` is a type name, an ``mx.kv.KVStore`` or None. As in MXNet, a single device
-        without ``dist`` gets no kvstore; whether updates run on the kvstore follows MXNet
-        (``MXNET_UPDATE_ON_KVSTORE``, big-parameter rule for ``local``) unless
-        ``update_on_kvstore`` says otherwise. ``rescale_grad`` defaults to 1/batch_size
-        (times the number of workers for ``dist_sync``).
-        """
+        """Create the optimizer, the kvstore (if any) and the updater: ``kvstore``,
+        ``update_on_kvstore``, ``lr_mult`` and ``wd_mult`` as
+        :func:`~mxtrain.engine.optimizer_setup.create_optimization` takes them;
+        ``clip_global_norm`` as :class:`~mxtrain.engine.step.GradientClipper` applies it
+        (:meth:`take_grad_norm` reads the mean norm)."""
         self._require(params=True)
         if self.optimization is not None and not force_init:
             self.logger.warning("optimizer already initialized, ignoring init_optimizer()")

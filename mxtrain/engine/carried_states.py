@@ -19,7 +19,15 @@ __all__ = ["CarriedStates"]
 
 class CarriedStates:
     """``states`` (begin-state input name -> final-state output name) and, per input and
-    device, the final state of the last forward (None: zeros)."""
+    device, the final state of the last forward (None: zeros).
+
+    Truncated backpropagation through time carries state from one batch to the next
+    (MXNet's modules take the input names as ``state_names`` and leave the copying to the
+    caller). After each forward, every device's final states are kept on that device and
+    become the next batch's begin states, whichever bucket it is. They start from zeros, and
+    go back to zeros when a batch has ``reset_states`` set (an iterator's stream restarts),
+    when its state shape differs (another batch size) and on :meth:`reset`.
+    """
 
     def __init__(self, states: Mapping[str, str] | None, contexts: list[Any]) -> None:
         self.states = dict(states or {})

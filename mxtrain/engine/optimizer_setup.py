@@ -196,9 +196,21 @@ def create_optimization(
     wd_mult: Mapping[str, float] | None,
     on_kvstore_ready: Callable[[Any], None] | None = None,
 ) -> Optimization:
-    """The optimizer, kvstore and updater for ``store`` on ``ndev`` devices (see
-    ``BucketingModule.init_optimizer``); ``batch_size`` is the default bucket's and
-    ``clips`` whether gradients are clipped by their global norm.
+    """The optimizer, kvstore and updater for ``store`` on ``ndev`` devices; ``batch_size``
+    is the default bucket's and ``clips`` whether gradients are clipped by their global norm
+    (which needs the updates on the workers).
+
+    ``kvstore`` is a type name, an ``mx.kv.KVStore`` or None. As in MXNet, a single device
+    without ``dist`` gets no kvstore; whether updates run on the kvstore follows MXNet
+    (``MXNET_UPDATE_ON_KVSTORE``, big-parameter rule for ``local``) unless
+    ``update_on_kvstore`` says otherwise. ``rescale_grad`` defaults to 1/batch_size (times
+    the number of workers for ``dist_sync``).
+
+    ``lr_mult``/``wd_mult``: fnmatch glob -> multiplier of the learning rate / weight decay
+    of the parameters it matches (:func:`~mxtrain.engine.parameters.resolve_multipliers`: a
+    glob matching nothing, or a parameter matched twice, raises ``ParamPatternError``). They
+    replace MXNet's per-name settings on top of its defaults (a symbol's ``__lr_mult__``
+    attributes; no weight decay for names not ending in ``_weight``/``_gamma``).
 
     ``on_kvstore_ready(kv)`` runs once everything is checked and before the kvstore receives
     the weights (the module waits there for an old kvstore it replaces)."""

@@ -77,8 +77,10 @@ def _merge(per_dev: list[list[Any]], axes: Sequence[int]) -> list[Any]:
 
 
 class GradientClipper:
-    """Scales the summed gradients so that their global norm is at most ``bound``, and keeps
-    the norms for :meth:`take_norm`."""
+    """Clipping by the global norm: before each update, once the gradients are summed over
+    devices (and workers), scale them all by ``min(1, bound / norm)`` where ``norm`` is their
+    global L2 norm times ``rescale_grad`` (the norm of the gradient the optimizer applies), so
+    1 device, N devices and ``dist_sync`` clip alike. Keeps the norms for :meth:`take_norm`."""
 
     def __init__(self, bound: float) -> None:
         self.bound = bound
