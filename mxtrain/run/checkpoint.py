@@ -149,11 +149,11 @@ class LoadedCheckpoint:
     state: dict[str, Any]  # what the caller passed to save_checkpoint
     bucket_keys: list[Any] | None  # tuple keys come back as tuples
     versions: dict[str, str]
-    #: recurrent state carried across batches (``ModuleCheckpoint.recurrent_states``), empty if none
+    #: recurrent state carried across batches (``BucketingModule.get_states``), empty if none
     recurrent_states: dict[str, Any] = field(default_factory=dict)
 
 
-#: prefix of the recurrent-state arrays in ``optimizer.nd`` (``ModuleCheckpoint.recurrent_states``)
+#: prefix of the recurrent-state arrays in ``optimizer.nd`` (``BucketingModule.get_states``)
 RECURRENT_STATE = "recurrent_state:"
 
 # ----------------------------------------------------------------------------- file primitives
@@ -255,7 +255,16 @@ def save_checkpoint(
         fsync_dir(run.path)
     _tidy(root, run, prefix)
     # gather everything first: a state that cannot be saved fails before anything is written
-    files = _checkpoint_files(module.checkpoint_state(), tag, state, bucket_keys)
+    state_bytes = _dump_json(
+        {
+            "format": FORMAT_VERSION,
+            "state": dict(state),
+            "bucket_keys": None if bucket_keys is None else [_encode_key(k) for k in bucket_keys],
+            "versions": environment.versions(),
+        },
+        "the training state",
+    )
+    files = _checkpoint_files(module.checkpoint_state(), tag, state_bytes)
 
     pid = os.getpid()
     tmp = root / work_folder_name("tmp", tag, pid)
@@ -308,22 +317,9 @@ class _CheckpointFiles:
     state: bytes
 
 
-def _checkpoint_files(
-    handed: ModuleCheckpoint,
-    tag: str,
-    state: Mapping[str, Any],
-    bucket_keys: Sequence[Any] | None,
-) -> _CheckpointFiles:
-    """What the files of checkpoint ``tag`` hold (``state``: the caller's training state)."""
-    state_bytes = _dump_json(
-        {
-            "format": FORMAT_VERSION,
-            "state": dict(state),
-            "bucket_keys": None if bucket_keys is None else [_encode_key(k) for k in bucket_keys],
-            "versions": environment.versions(),
-        },
-        "the training state",
-    )
+def _checkpoint_files(handed: ModuleCheckpoint, tag: str, state_bytes: bytes) -> _CheckpointFiles:
+    """What the files of checkpoint ``tag`` hold: what the module handed over, and the
+    training state (``state.json``'s bytes)."""
     if handed.optimizer_on_servers:
         log.warning(
             "checkpoint %s: the optimizer state lives on the kvstore servers and is not "
