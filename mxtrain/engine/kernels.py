@@ -18,11 +18,10 @@ fastest candidate of a short measurement on the run's own shapes and first devic
   instead of 7 on a Zen 5 EPYC, one thread. The arena limit binds only threads that have not
   allocated yet, so :func:`prepare_allocator` sets it before MXNet starts its threads.
 
-This module times what it is handed (graph builders, :func:`measure_graphs`) and keeps the
-choices; it knows no model. The graphs and the measuring process's entry point are
-mxtrain.kernel_choices'. Each measurement runs in a process of its own (:func:`run_in_child`),
-once per machine (CPU
-model, instruction set, MXNet and mxtrain versions, OpenMP threads, device) and problem
+This module times the graphs it is handed (:func:`measure_graphs`) and keeps the choices; it
+knows no model: mxtrain.kernel_choices builds the graphs and is the measuring process's entry
+point. Each measurement runs in a process of its own (:func:`run_in_child`), once per machine
+(CPU model, instruction set, MXNet and mxtrain versions, OpenMP threads, device) and problem
 shape, and the choice is kept, outside the run folder, in
 ``$MXTRAIN_CACHE_DIR/kernels.json`` (default ``$XDG_CACHE_HOME/mxtrain``, else
 ``~/.cache/mxtrain``). A kept choice is never measured again because the load changed: the
