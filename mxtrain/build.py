@@ -179,7 +179,8 @@ def build_module(
     its loss leaves the probabilities out. ``shared_params``: a module whose parameter arrays
     this one binds (BucketingModule.bind)."""
     # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
-    from mxtrain.engine.bucketing import BucketingModule, ParamPatternError
+    from mxtrain.engine.bucketing import BucketingModule
+    from mxtrain.engine.parameters import ParamPatternError
 
     fit_cfg = config.fit
     sym_gen = build_sym_gen(

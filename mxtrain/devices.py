@@ -10,6 +10,7 @@ import os
 import sys
 from typing import Any
 
+from mxtrain import kernel_choices
 from mxtrain.config.schema import ContextSection
 from mxtrain.engine import kernels
 from mxtrain.engine.kernels import busy_cpus
@@ -53,7 +54,7 @@ def _measured_threads(
     facts["usable_cores"] = str(cores)
     machine = kernels.machine_key(facts)
     cache = kernels.KernelCache(kernels.cache_dir() / kernels.CACHE_FILE)
-    p = kernels.THREAD_PROBE
+    p = kernel_choices.THREAD_PROBE
     problem = (
         f"{p['rows']} x {p['hidden']} -> {p['classes']} output layer + loss and a 2 x "
         f"{p['hidden']} lstm, one batch"
@@ -61,7 +62,7 @@ def _measured_threads(
     key = f"openmp: threads {counts}, wait {list(waits)}, {problem}"
 
     def measure() -> dict[str, float]:
-        return {f"{n} {w}": kernels.measure_threads(n, w) for n in counts for w in waits}
+        return {f"{n} {w}": kernel_choices.measure_threads(n, w) for n in counts for w in waits}
 
     rule = f"{max(counts) if want_threads else counts[0]} {waits[0]}"
     decision = kernels.decide(cache, machine, key, measure, rule, remeasure=remeasure)

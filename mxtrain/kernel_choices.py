@@ -4,6 +4,10 @@ Fit resolves them before it builds the model: the resolved values go into the co
 folder records (so resume, score and predict rebuild the same graph, bit for bit), the log
 gets one line per choice and the run folder ``kernels.json`` with the figures behind them.
 A config loaded back from a run folder has nothing left to resolve.
+
+The engine times and keeps; this module says what to time (the language models' output layer
+and loss, their recurrent layers, the OpenMP probe) and is the measuring process's entry
+point: ``python -m mxtrain.kernel_choices REQUEST`` prints the figures as JSON.
 """
 
 from __future__ import annotations
@@ -11,25 +15,38 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from mxtrain.config.schema import Config
 from mxtrain.engine import kernels
-from mxtrain.engine.kernels import Choice
+from mxtrain.engine.kernels import Choice, GraphBuilder
+from mxtrain.models.rnn_common import (
+    LOSS_FORMULATIONS,
+    UNMEASURED_LOSS,
+    LmOptions,
+    left_to_right_layers,
+    loss_heads,
+)
+from mxtrain.run.atomic import atomic_write_text
 
 log = logging.getLogger("mxtrain")
 RUN_FILE = "kernels.json"
+#: the module the measuring processes run (this one)
+ENTRY = "mxtrain.kernel_choices"
 
 
 def resolve(
-    config: Any,
+    config: Config,
     data_iter: Any,
     contexts: list[Any],
     *,
     probabilities: bool,
     not_measured: str = "",
     remeasure: bool = False,
-) -> tuple[Any, list[Choice]]:
+) -> tuple[Config, list[Choice]]:
     """``config`` with its ``auto`` kernel settings replaced, and what was chosen and why.
 
     ``probabilities``: whether training computes the softmax probabilities (a metric reads
@@ -37,25 +54,24 @@ def resolve(
     distributed run, whose workers must agree on the graph; a resumed one). ``remeasure``:
     measure again what this machine kept (``mxtrain kernels --measure``).
     """
-    from mxtrain.models.rnn_common import UNMEASURED_LOSS, LmOptions
-
     options = config.model.options
     info = data_iter.data_info
-    is_lm = isinstance(options, LmOptions) and bool(info.num_classes)
+    lm_options = options if isinstance(options, LmOptions) and info.num_classes else None
+    is_lm = lm_options is not None
     ctx = contexts[0]
     request: dict[str, Any] = {"device": ctx.device_type, "device_id": ctx.device_id}
     batch = int(data_iter.provide_data[0].shape[0])
     steps = _steps(data_iter)
     head: list[int] = []  # output layer + loss: rows, hidden, classes (language models)
     head_problem = ""
-    if is_lm:
-        head = [batch * steps, options.num_hidden, int(info.num_classes)]
+    if lm_options is not None:
+        head = [batch * steps, lm_options.num_hidden, int(info.num_classes)]
         head_problem = f"{head[0]} x {head[1]} -> {head[2]} output layer + loss"
     measurer = _Measurer(str(ctx), remeasure)
     choices: list[Choice] = []
 
     context = config.context
-    buffers = context.large_buffers
+    buffers: str = context.large_buffers
     if buffers != "auto":
         choices.append(Choice("context.large_buffers", buffers, "config"))
     else:
@@ -75,9 +91,9 @@ def resolve(
             choice = measurer.choose("context.large_buffers", head_problem, requests, "release")
             buffers = choice.value
             choices.append(choice)
-        config = dataclasses.replace(
-            config, context=dataclasses.replace(context, large_buffers=buffers)
-        )
+        # a value of kernels.BUFFER_POLICIES; ContextSection checks it again on replace
+        context = dataclasses.replace(context, large_buffers=cast(Any, buffers))
+        config = dataclasses.replace(config, context=context)
     request["large_buffers"] = buffers
 
     if isinstance(options, LmOptions):
@@ -140,7 +156,7 @@ class _Measurer:
         def measure() -> dict[str, float]:
             figures: dict[str, float] = {}
             for request in requests:
-                figures.update(kernels.measure_in_child(request))
+                figures.update(measure_in_child(request))
             return figures
 
         decision = kernels.decide(
@@ -156,7 +172,7 @@ class _Measurer:
         )
 
 
-def apply_process_settings(config: Any) -> None:
+def apply_process_settings(config: Config) -> None:
     """Put the process-wide settings of a resolved config in force (the allocator)."""
     policy = config.context.large_buffers
     if policy != "auto" and not kernels.set_large_buffers(policy):
@@ -171,8 +187,6 @@ def log_choices(choices: list[Choice]) -> None:
 
 def write_run_file(run_dir: Path, choices: list[Choice], device: str) -> None:
     """RUN/kernels.json: the machine and every choice with the figures behind it."""
-    from mxtrain.run.atomic import atomic_write_text
-
     record = {
         "machine": kernels.machine_facts(device),
         "cache": str(kernels.cache_dir() / kernels.CACHE_FILE),
@@ -212,3 +226,152 @@ def forget_choices() -> int:
     cache = kernels.KernelCache(kernels.cache_dir() / kernels.CACHE_FILE)
     with cache.locked():
         return sum(cache.forget(m) for m in list(cache.entries) if _this_machine(m))
+
+
+# ----------------------------------------------------------------------------- measuring
+# What the measuring process (measure_in_child) times. MXNet is imported inside these
+# functions: in the parent it must load only after configure_threads set the OpenMP
+# environment, and the child imports it with the settings it was started with.
+
+
+def measure_in_child(
+    request: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> dict[str, float]:
+    """Run one measurement (``request["kind"]``: loss, cell, buffers or threads) in a fresh
+    Python process (:func:`mxtrain.engine.kernels.run_in_child`) and return its figures."""
+    return kernels.run_in_child(ENTRY, request, env)
+
+
+def _output_layer_and_loss(
+    x: Any, classes: int, formulation: str | None = None, *, probabilities: bool = False
+) -> Any:
+    """Output layer (``pred``) on the rows ``x`` and the loss (``formulation``, default the
+    unmeasured one) against ``softmax_label``, padding id 0: lstm_lm's head."""
+    import mxnet as mx  # deferred: see the section comment
+
+    logits = mx.sym.FullyConnected(x, num_hidden=classes, name="pred")
+    label = mx.sym.Variable("softmax_label")
+    heads = loss_heads(
+        logits, label, formulation or UNMEASURED_LOSS, 0, probabilities=probabilities
+    )
+    return heads[0] if len(heads) == 1 else mx.sym.Group(heads)
+
+
+def _head_graph(
+    rows: int, hidden: int, classes: int, formulation: str | None = None, **kw: bool
+) -> GraphBuilder:
+    """The output layer + loss on ``rows`` x ``hidden`` inputs, built when called."""
+
+    def build() -> tuple[Any, dict[str, tuple[int, ...]]]:
+        import mxnet as mx  # deferred: see the section comment
+
+        symbol = _output_layer_and_loss(mx.sym.Variable("x"), classes, formulation, **kw)
+        return symbol, {"x": (rows, hidden), "softmax_label": (rows,)}
+
+    return build
+
+
+def measure_loss(
+    ctx: Any, rows: int, hidden: int, classes: int, *, probabilities: bool
+) -> dict[str, float]:
+    """ms per forward+backward of output layer + loss for each formulation."""
+    graphs = {
+        formulation: _head_graph(rows, hidden, classes, formulation, probabilities=probabilities)
+        for formulation in LOSS_FORMULATIONS
+    }
+    return kernels.measure_graphs(ctx, graphs, classes)
+
+
+def measure_cell(
+    ctx: Any, mode: str, batch: int, steps: int, embed: int, hidden: int, layers: int
+) -> dict[str, float]:
+    """ms per forward+backward of the recurrent layers, fused and unfused."""
+
+    def layers_graph(fused: bool) -> GraphBuilder:
+        def build() -> tuple[Any, dict[str, tuple[int, ...]]]:
+            import mxnet as mx  # deferred: see the section comment
+
+            out, _ = left_to_right_layers(
+                mx.sym.Variable("x"),
+                steps,
+                mode=mode,
+                num_hidden=hidden,
+                num_layers=layers,
+                dropout=0.0,
+                fused=fused,
+                prefix=f"{mode}_",
+            )
+            return mx.sym.MakeLoss(mx.sym.mean(out)), {"x": (batch, steps, embed)}
+
+        return build
+
+    graphs = {cell: layers_graph(cell == "fused") for cell in ("fused", "unfused")}
+    return kernels.measure_graphs(ctx, graphs)
+
+
+def measure_buffer_policy(ctx: Any, rows: int, hidden: int, classes: int) -> float:
+    """ms per forward+backward of output layer + loss under the allocator policy in force."""
+    graphs = {"head": _head_graph(rows, hidden, classes)}
+    return kernels.measure_graphs(ctx, graphs, classes)["head"]
+
+
+#: the fixed workload the OpenMP settings are measured on (chosen before the data is read):
+#: the default word LM's output layer + loss and its recurrent layers, one batch
+THREAD_PROBE = {"rows": 1120, "hidden": 200, "classes": 10000, "batch": 32, "steps": 35}
+
+
+def measure_threads(threads: int, policy: str) -> float:
+    """ms of the thread probe in a child process with ``threads`` OpenMP threads and wait
+    ``policy`` (environment variables OpenMP reads once, at start)."""
+    env = {"OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": policy.upper()}
+    request = {"kind": "threads", "device": "cpu", "device_id": 0}
+    return measure_in_child(request, env)["probe"]
+
+
+def _thread_probe(ctx: Any) -> float:
+    """ms of one forward+backward of :data:`THREAD_PROBE`'s workload."""
+
+    def build() -> tuple[Any, dict[str, tuple[int, ...]]]:
+        import mxnet as mx  # deferred: see the section comment
+
+        p = THREAD_PROBE
+        seq, _ = left_to_right_layers(
+            mx.sym.Variable("x"),
+            p["steps"],
+            mode="lstm",
+            num_hidden=p["hidden"],
+            num_layers=2,
+            dropout=0.0,
+            fused=True,
+            prefix="lstm_",
+        )
+        rows = mx.sym.reshape(seq, shape=(-1, p["hidden"]))
+        symbol = _output_layer_and_loss(rows, p["classes"])
+        return symbol, {"x": (p["batch"], p["steps"], p["hidden"]), "softmax_label": (p["rows"],)}
+
+    return kernels.measure_graphs(ctx, {"probe": build}, THREAD_PROBE["classes"])["probe"]
+
+
+def _measure(request: Mapping[str, Any]) -> dict[str, float]:
+    """What the measuring process does with ``request`` (see measure_in_child)."""
+    import mxnet as mx  # deferred: see the section comment
+
+    ctx = mx.gpu(request["device_id"]) if request["device"] == "gpu" else mx.cpu()
+    policy = str(request.get("large_buffers"))
+    if policy in kernels.BUFFER_POLICIES:
+        kernels.set_large_buffers(policy)
+    kind = request["kind"]
+    if kind == "buffers":
+        return {policy: measure_buffer_policy(ctx, *request["shape"])}
+    if kind == "loss":
+        rows, hidden, classes = request["shape"]
+        return measure_loss(ctx, rows, hidden, classes, probabilities=request["probabilities"])
+    if kind == "cell":
+        return measure_cell(ctx, request["mode"], *request["shape"])
+    if kind == "threads":
+        return {"probe": _thread_probe(ctx)}
+    raise ValueError(f"unknown measurement {kind!r}")
+
+
+if __name__ == "__main__":
+    print(json.dumps(_measure(json.loads(sys.argv[1]))))

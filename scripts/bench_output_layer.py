@@ -23,49 +23,31 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+import mxnet as mx
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mxtrain.engine.kernels import bind_random, median_ms, waited  # after sys.path: this checkout
 
 #: rounds over every formulation; each one's best round counts
 ROUNDS = 3
 
 
 def _median_ms(step: Any, repeats: int) -> float:
-    import mxnet as mx
-
-    for _ in range(2):
-        step()
-    mx.nd.waitall()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        mx.nd.waitall()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    """Median ms of ``step`` and a wait for its results (mxtrain.engine.kernels' timing)."""
+    return median_ms(waited(step), repeats)
 
 
 def _executor(symbol: Any, shapes: dict[str, tuple[int, ...]]) -> Any:
-    import mxnet as mx
-    import numpy as np
-
-    executor = symbol.simple_bind(mx.cpu(), grad_req="write", **shapes)
-    rng = np.random.default_rng(0)
-    for array in executor.arg_dict.values():
-        array[:] = mx.nd.array(rng.uniform(-0.1, 0.1, array.shape))
-    return executor
+    return bind_random(symbol, mx.cpu(), shapes)
 
 
 def formulations(batch: int, steps: int, hidden: int, classes: int) -> dict[str, Any]:
     """name -> (symbol, input shapes); every output is (rows, classes) logits."""
-    import mxnet as mx
-
     x = mx.sym.Variable("x")
     weight, bias = mx.sym.Variable("pred_weight"), mx.sym.Variable("pred_bias")
     rows = (batch * steps, hidden)
@@ -88,8 +70,6 @@ def formulations(batch: int, steps: int, hidden: int, classes: int) -> dict[str,
 
 def measure(batch: int, steps: int, hidden: int, classes: int, repeats: int) -> dict[str, Any]:
     """GFLOP/s of every formulation (forward; forward+backward) and the GEMM peak."""
-    import mxnet as mx
-
     flop = 2.0 * batch * steps * hidden * classes  # one product; backward is two more
     out: dict[str, Any] = {"shape": [batch * steps, hidden, classes], "formulations": {}}
     executors = {

@@ -25,7 +25,7 @@ def gamma(n: int, u: float = FLOAT32_U) -> float:
 
 def chunked_sum_of_squares_bound(size: int, chunk: int) -> float:
     """Relative error bound of a float32 sum of ``size`` squares summed as one dot product
-    per ``chunk`` values and the partial sums then added (``bucketing._sum_of_squares``).
+    per ``chunk`` values and the partial sums then added (``step.sum_of_squares``).
 
     With S the exact sum of squares, m = min(size, chunk) the longest dot and
     k = ceil(size / chunk) the number of partial sums:

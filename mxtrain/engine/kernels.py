@@ -6,7 +6,7 @@ the loss formulation that wins on one EPYC loses on the next. Each ``auto`` belo
 fastest candidate of a short measurement on the run's own shapes and first device:
 
 * ``model.loss`` (language models): ``softmax``, ``log_softmax`` or ``softmax_output``, timed
-  as output layer + loss, forward and backward (mxtrain.models.rnn_common.loss_heads);
+  as output layer + loss, forward and backward;
 * ``model.cell`` (language models): the fused RNN operator or one cell per layer and step;
 * ``context.large_buffers`` (CPU): ``reuse`` keeps freed memory in the process (glibc's mallopt:
   no mmap, no trimming, one malloc arena) so that a buffer of tens of MB allocated every batch
@@ -18,8 +18,10 @@ fastest candidate of a short measurement on the run's own shapes and first devic
   instead of 7 on a Zen 5 EPYC, one thread. The arena limit binds only threads that have not
   allocated yet, so :func:`prepare_allocator` sets it before MXNet starts its threads.
 
-Each measurement runs in a process of its own (measure_in_child), once per machine (CPU
-model, instruction set, MXNet and mxtrain versions, OpenMP threads, device) and problem
+This module times the graphs it is handed (:func:`measure_graphs`) and keeps the choices; it
+knows no model: mxtrain.kernel_choices builds the graphs and is the measuring process's entry
+point. Each measurement runs in a process of its own (:func:`run_in_child`), once per machine
+(CPU model, instruction set, MXNet and mxtrain versions, OpenMP threads, device) and problem
 shape, and the choice is kept, outside the run folder, in
 ``$MXTRAIN_CACHE_DIR/kernels.json`` (default ``$XDG_CACHE_HOME/mxtrain``, else
 ``~/.cache/mxtrain``). A kept choice is never measured again because the load changed: the
@@ -38,12 +40,17 @@ import json
 import logging
 import os
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from mxtrain import __version__
 from mxtrain.engine import allocator
+from mxtrain.run.environment import cpu_facts
 
 CACHE_VERSION = 1
 CACHE_FILE = "kernels.json"
@@ -99,9 +106,6 @@ def cache_dir() -> Path:
 def machine_facts(device: str) -> dict[str, str]:
     """What a kept choice is valid for: CPU model, instruction set, MXNet and mxtrain
     versions, OpenMP threads, device (and oneDNN's ISA cap when DNNL_MAX_CPU_ISA sets one)."""
-    from mxtrain import __version__
-    from mxtrain.run.environment import cpu_facts
-
     facts = cpu_facts()
     cap = os.environ.get("DNNL_MAX_CPU_ISA") or os.environ.get("MKLDNN_MAX_CPU_ISA")
     return {
@@ -116,8 +120,6 @@ def machine_facts(device: str) -> dict[str, str]:
 
 def _mxnet_version() -> str:
     """The installed MXNet's version, without importing it (threads are set before that)."""
-    from importlib import metadata
-
     for name in ("mxnet", "mxnet-mkl", "mxnet-cu112", "mxnet-cu117", "mxnet-cu110"):
         try:
             return metadata.version(name)
@@ -347,12 +349,13 @@ def median_ms(step: Callable[[], None], repeats: int = REPEATS, warmup: int = WA
     return statistics.median(times) * 1e3
 
 
-def _train_step(
-    symbol: Any, ctx: Any, shapes: dict[str, tuple[int, ...]], classes: int = 2
-) -> Callable[[], None]:
-    """The forward+backward step of ``symbol`` bound on ``ctx`` with random inputs (labels
-    in 1..classes-1: 0 is the padding id the loss ignores)."""
-    import mxnet as mx
+def bind_random(
+    symbol: Any, ctx: Any, shapes: Mapping[str, tuple[int, ...]], classes: int = 2
+) -> Any:
+    """An executor of ``symbol`` bound on ``ctx`` for training, its inputs drawn from a fixed
+    seed: uniform in [-0.1, 0.1), ``softmax_label`` (no gradient) in 1..classes-1 (0 is the
+    padding id the loss ignores)."""
+    import mxnet as mx  # deferred: MXNet must load after the OpenMP settings are in place
     import numpy as np
 
     req = {n: "null" if n == "softmax_label" else "write" for n in symbol.list_arguments()}
@@ -363,75 +366,41 @@ def _train_step(
             array[:] = mx.nd.array(rng.integers(1, max(2, classes), array.shape))
         else:
             array[:] = mx.nd.array(rng.uniform(-0.1, 0.1, array.shape))
+    return executor
 
-    def step() -> None:
-        executor.forward(is_train=True)
-        executor.backward()
+
+def waited(step: Callable[[], object]) -> Callable[[], None]:
+    """``step`` followed by a wait for all its results (what :func:`median_ms` times)."""
+    import mxnet as mx  # deferred: MXNet must load after the OpenMP settings are in place
+
+    def run() -> None:
+        step()
         mx.nd.waitall()
 
-    return step
+    return run
 
 
-def _output_layer_and_loss(
-    x: Any, classes: int, formulation: str | None = None, *, probabilities: bool = False
-) -> Any:
-    """Output layer (``pred``) on the rows ``x`` and the loss (``formulation``, default the
-    unmeasured one) against ``softmax_label``, padding id 0: lstm_lm's head."""
-    import mxnet as mx
-
-    from mxtrain.models.rnn_common import UNMEASURED_LOSS, loss_heads
-
-    logits = mx.sym.FullyConnected(x, num_hidden=classes, name="pred")
-    label = mx.sym.Variable("softmax_label")
-    heads = loss_heads(
-        logits, label, formulation or UNMEASURED_LOSS, 0, probabilities=probabilities
-    )
-    return heads[0] if len(heads) == 1 else mx.sym.Group(heads)
+def train_step(
+    symbol: Any, ctx: Any, shapes: Mapping[str, tuple[int, ...]], classes: int = 2
+) -> Callable[[], None]:
+    """The forward+backward step of ``symbol`` on random inputs (:func:`bind_random`)."""
+    executor = bind_random(symbol, ctx, shapes, classes)
+    return waited(lambda: (executor.forward(is_train=True), executor.backward()))
 
 
-def measure_loss(
-    ctx: Any, rows: int, hidden: int, classes: int, *, probabilities: bool
+#: a graph to time: ``() -> (symbol, input shapes)``, built only when its turn comes
+GraphBuilder = Callable[[], tuple[Any, Mapping[str, tuple[int, ...]]]]
+
+
+def measure_graphs(
+    ctx: Any, graphs: Mapping[str, GraphBuilder], classes: int = 2
 ) -> dict[str, float]:
-    """ms per forward+backward of output layer + loss for each formulation."""
-    import mxnet as mx
-
-    from mxtrain.models.rnn_common import LOSS_FORMULATIONS
-
+    """ms per forward+backward of each graph (median, rounded to 0.01 ms), one after the
+    other: a graph is built, bound and timed before the next one is built."""
     figures = {}
-    for formulation in LOSS_FORMULATIONS:
-        symbol = _output_layer_and_loss(
-            mx.sym.Variable("x"), classes, formulation, probabilities=probabilities
-        )
-        shapes = {"x": (rows, hidden), "softmax_label": (rows,)}
-        step = _train_step(symbol, ctx, shapes, classes)
-        figures[formulation] = round(median_ms(step), 2)
-    return figures
-
-
-def measure_cell(
-    ctx: Any, mode: str, batch: int, steps: int, embed: int, hidden: int, layers: int
-) -> dict[str, float]:
-    """ms per forward+backward of the recurrent layers, fused and unfused."""
-    import mxnet as mx
-
-    from mxtrain.models.rnn_common import left_to_right_layers
-
-    figures = {}
-    for cell in ("fused", "unfused"):
-        x = mx.sym.Variable("x")
-        out, _ = left_to_right_layers(
-            x,
-            steps,
-            mode=mode,
-            num_hidden=hidden,
-            num_layers=layers,
-            dropout=0.0,
-            fused=cell == "fused",
-            prefix=f"{mode}_",
-        )
-        symbol = mx.sym.MakeLoss(mx.sym.mean(out))
-        step = _train_step(symbol, ctx, {"x": (batch, steps, embed)})
-        figures[cell] = round(median_ms(step), 2)
+    for name, build in graphs.items():
+        symbol, shapes = build()
+        figures[name] = round(median_ms(train_step(symbol, ctx, shapes, classes)), 2)
     return figures
 
 
@@ -467,31 +436,20 @@ def set_large_buffers(policy: str) -> bool:
     return bool(ok)
 
 
-def measure_buffer_policy(ctx: Any, rows: int, hidden: int, classes: int) -> float:
-    """ms per forward+backward of output layer + loss under the allocator policy in force."""
-    import mxnet as mx
-
-    symbol = _output_layer_and_loss(mx.sym.Variable("x"), classes)
-    step = _train_step(symbol, ctx, {"x": (rows, hidden), "softmax_label": (rows,)}, classes)
-    return round(median_ms(step), 2)
-
-
 #: how long one measuring process may take before it counts as failed
 CHILD_TIMEOUT_S = 600
 
 
-def measure_in_child(
-    request: dict[str, Any], env: dict[str, str] | None = None
+def run_in_child(
+    entry: str, request: Mapping[str, Any], env: Mapping[str, str] | None = None
 ) -> dict[str, float]:
-    """Run one measurement (``request["kind"]``: loss, cell or buffers) in a fresh Python
-    process and return its figures. A process of its own because measuring in the training
-    process slowed the training after it by 13-18% (an epoch of the default word LM on a Zen 5
-    EPYC), and because the allocator policy must be in force before the first large buffer.
-    Raises RuntimeError with the child's last words when it fails."""
-    import subprocess
-    import sys
-
-    command = [sys.executable, "-m", "mxtrain.engine.kernels", json.dumps(request)]
+    """Run one measurement in a fresh Python process, ``python -m entry REQUEST`` (the entry
+    module prints its figures as JSON on its last line), and return its figures. A process
+    of its own because measuring in the training process slowed the training after it by
+    13-18% (an epoch of the default word LM on a Zen 5 EPYC), because the allocator policy
+    must be in force before the first large buffer, and because OpenMP reads its settings
+    (``env``) once, at start. Raises RuntimeError with the child's last words when it fails."""
+    command = [sys.executable, "-m", entry, json.dumps(dict(request))]
     try:
         done = subprocess.run(
             command,
@@ -512,9 +470,6 @@ def measure_in_child(
     return {str(k): float(v) for k, v in figures.items()}
 
 
-#: the fixed workload the OpenMP settings are measured on (chosen before the data is read):
-#: the default word LM's output layer + loss and its recurrent layers, one batch
-THREAD_PROBE = {"rows": 1120, "hidden": 200, "classes": 10000, "batch": 32, "steps": 35}
 WAIT_POLICIES = ("active", "passive")
 
 
@@ -527,61 +482,3 @@ def thread_candidates(cores: int) -> list[int]:
         counts.add(n)
         n *= 2
     return sorted(counts)
-
-
-def measure_threads(threads: int, policy: str) -> float:
-    """ms of the thread probe in a child process with ``threads`` OpenMP threads and wait
-    ``policy`` (environment variables OpenMP reads once, at start)."""
-    env = {"OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": policy.upper()}
-    request = {"kind": "threads", "device": "cpu", "device_id": 0}
-    return measure_in_child(request, env)["probe"]
-
-
-def _thread_probe(ctx: Any) -> float:
-    import mxnet as mx
-
-    from mxtrain.models.rnn_common import left_to_right_layers
-
-    p = THREAD_PROBE
-    x = mx.sym.Variable("x")
-    seq, _ = left_to_right_layers(
-        x,
-        p["steps"],
-        mode="lstm",
-        num_hidden=p["hidden"],
-        num_layers=2,
-        dropout=0.0,
-        fused=True,
-        prefix="lstm_",
-    )
-    rows = mx.sym.reshape(seq, shape=(-1, p["hidden"]))
-    symbol = _output_layer_and_loss(rows, p["classes"])
-    shapes = {"x": (p["batch"], p["steps"], p["hidden"]), "softmax_label": (p["rows"],)}
-    return round(median_ms(_train_step(symbol, ctx, shapes, p["classes"])), 2)
-
-
-def _measure(request: dict[str, Any]) -> dict[str, float]:
-    """What the measuring process does with ``request`` (see measure_in_child)."""
-    import mxnet as mx
-
-    ctx = mx.gpu(request["device_id"]) if request["device"] == "gpu" else mx.cpu()
-    policy = str(request.get("large_buffers"))
-    if policy in BUFFER_POLICIES:
-        set_large_buffers(policy)
-    kind = request["kind"]
-    if kind == "buffers":
-        return {policy: measure_buffer_policy(ctx, *request["shape"])}
-    if kind == "loss":
-        rows, hidden, classes = request["shape"]
-        return measure_loss(ctx, rows, hidden, classes, probabilities=request["probabilities"])
-    if kind == "cell":
-        return measure_cell(ctx, request["mode"], *request["shape"])
-    if kind == "threads":
-        return {"probe": _thread_probe(ctx)}
-    raise ValueError(f"unknown measurement {kind!r}")
-
-
-if __name__ == "__main__":
-    import sys
-
-    print(json.dumps(_measure(json.loads(sys.argv[1]))))

@@ -179,7 +179,7 @@ def place_worker(
 ) -> Worker:
     """The devices, and in a distributed run the kvstore (created first and only once: a
     second dist kvstore hangs), the announced rank and the rank's shard of ``data.train``."""
-    from mxtrain.engine.bucketing import fewest_rows  # deferred: it imports MXNet
+    from mxtrain.engine.shapes import fewest_rows  # deferred: it imports MXNet
 
     contexts = build_contexts(context_cfg)
     min_batch = fewest_rows(len(contexts), context_cfg.work_load)
@@ -266,7 +266,7 @@ def measure_kernel_choices(config: Config, *, remeasure: bool = False) -> list[C
     """
     configure_threads(config.context, measure=True, remeasure=remeasure)  # before MXNet loads
     config = with_thread_settings(config)
-    from mxtrain.engine.bucketing import fewest_rows  # deferred: MXNet after the threads
+    from mxtrain.engine.shapes import fewest_rows  # deferred: MXNet after the threads
 
     contexts = build_contexts(config.context)
     min_batch = fewest_rows(len(contexts), config.context.work_load)
@@ -326,7 +326,7 @@ def init_optimizer(
 ) -> Coordinator | None:
     """The optimizer of ``config.optimizer`` on ``module`` with its kvstore; for dist_sync
     workers, the coordinator that makes them decide together (None otherwise)."""
-    from mxtrain.engine.bucketing import ParamPatternError  # deferred: it imports MXNet
+    from mxtrain.engine.parameters import ParamPatternError  # deferred: it imports MXNet
 
     opt_cfg, kv_cfg, dist_kv = config.optimizer, config.kvstore, worker.dist_kv
     optimizer_name, optimizer_params = optimizer_arguments(opt_cfg)

@@ -255,7 +255,7 @@ def open_run(
             status.get("status"),
             chosen.describe(),
         )
-    from mxtrain.engine.bucketing import fewest_rows  # deferred: MXNet after the threads
+    from mxtrain.engine.shapes import fewest_rows  # deferred: MXNet after the threads
 
     section, where = _data_section(config, role, data_file, batch_size)
     contexts = build_contexts(config.context)

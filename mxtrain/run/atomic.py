@@ -75,7 +75,7 @@ def write_atomically(
 
 def save_atomically(path: Path, save: Callable[[Path], None]) -> None:
     """Like :func:`write_atomically` for a library that writes a file by name itself
-    (``symbol.save``, ``module.save_params``): ``save(temporary_path)``."""
+    (``symbol.save``, ``mx.nd.save``): ``save(temporary_path)``."""
     tmp = temporary_name(path)
     try:
         save(tmp)

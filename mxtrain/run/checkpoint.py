@@ -10,7 +10,7 @@ Layout::
         e0003-b000120/              3 epochs and 120 batches of the 4th (mid-epoch)
             params.nd               arg:/aux: NDArrays (same bytes as <prefix>-0003.params)
             optimizer.nd            optimizer state arrays (mx.nd.save)
-            optimizer.json          optimizer counters and state layout (see BucketingModule)
+            optimizer.json          optimizer counters and state layout (engine/optimizer_state.py)
             state.json              the caller's training state, bucket keys, versions
             manifest.json           written last: size and sha256 of every file above
         damaged-e0003-b000000-1/    a damaged checkpoint, set aside (resume, a save, retention)
@@ -41,6 +41,7 @@ from typing import Any
 
 from mxtrain import __version__
 from mxtrain.crashpoints import crash_point
+from mxtrain.engine.checkpoint_state import CheckpointSource, ModuleCheckpoint
 from mxtrain.errors import ExitCode, MxtrainError, RunFolderError
 from mxtrain.mxnet_errors import mxnet_reason
 from mxtrain.run import environment
@@ -73,6 +74,7 @@ from mxtrain.run.params import (
     ParamsFileError,
     load_named_arrays,
     param_problems,
+    params_file_entries,
     params_mismatch_error,
     read_params,
 )
@@ -99,6 +101,7 @@ __all__ = [
     "save_symbol",
     "tidy_checkpoints",
     "verify_checkpoint",
+    "write_params_file",
 ]
 
 FORMAT_VERSION = 1
@@ -162,10 +165,14 @@ def _write_bytes(path: Path, data: bytes) -> None:
     write_durably(path, lambda handle: handle.write(data))
 
 
-def _save_nd(path: Path, arrays: Mapping[str, Any]) -> None:
-    import mxnet as mx
+def _save_arrays(path: Path, arrays: Mapping[str, Any]) -> None:
+    import mxnet as mx  # deferred: importing mxnet costs ~1 s for commands that only read
 
     mx.nd.save(str(path), dict(arrays))
+
+
+def _save_nd(path: Path, arrays: Mapping[str, Any]) -> None:
+    _save_arrays(path, arrays)
     fsync_file(path)  # MXNet wrote and closed the file itself
 
 
@@ -225,7 +232,7 @@ def _decode_key(key: Any) -> Any:
 
 def save_checkpoint(
     run: RunFolder,
-    module: Any,
+    module: CheckpointSource,
     *,
     prefix: str,
     epoch: int,
@@ -233,7 +240,8 @@ def save_checkpoint(
     state: Mapping[str, Any],
     bucket_keys: Sequence[Any] | None = None,
 ) -> Checkpoint:
-    """Write checkpoint ``e<epoch>-b<batch>`` atomically; return it.
+    """Write checkpoint ``e<epoch>-b<batch>`` of what ``module.checkpoint_state()`` hands
+    over, atomically; return it.
 
     ``epoch`` counts finished epochs and ``batch`` the batches trained of the next one, so
     ``batch == 0`` is an epoch-end checkpoint, which also writes ``<prefix>-<epoch>.params``
@@ -246,7 +254,6 @@ def save_checkpoint(
         root.mkdir()
         fsync_dir(run.path)
     _tidy(root, run, prefix)
-
     # gather everything first: a state that cannot be saved fails before anything is written
     state_bytes = _dump_json(
         {
@@ -257,26 +264,7 @@ def save_checkpoint(
         },
         "the training state",
     )
-    arg, aux = module.get_params()
-    params = {f"arg:{k}": v for k, v in arg.items()}
-    params.update({f"aux:{k}": v for k, v in aux.items()})
-    opt_arrays: dict[str, Any] = {}
-    opt_meta: dict[str, Any] | None = None
-    if getattr(module, "optimizer_initialized", False):
-        if getattr(module, "updater", None) is not None:
-            opt_arrays, opt_meta = module.get_optimizer_states()
-        else:
-            log.warning(
-                "checkpoint %s: the optimizer state lives on the kvstore servers and is not "
-                "saved; a resume from it starts the optimizer state afresh",
-                tag,
-            )
-    opt_bytes = _dump_json(opt_meta, "the optimizer state")
-    # the recurrent state a stream model carries into the next batch (truncated BPTT): part
-    # of where training stands, kept beside the optimizer's arrays
-    get_states = getattr(module, "get_states", None)
-    if callable(get_states):
-        opt_arrays.update({RECURRENT_STATE + k: v for k, v in get_states().items()})
+    files = _checkpoint_files(module.checkpoint_state(), tag, state_bytes)
 
     pid = os.getpid()
     tmp = root / work_folder_name("tmp", tag, pid)
@@ -288,33 +276,7 @@ def save_checkpoint(
     try:
         if os.path.lexists(final):
             _keep_damaged_aside(root, tag)
-        tmp.mkdir()
-        crash_point("checkpoint.tmp-created", tag=tag)
-        _save_nd(tmp / PARAMS_FILE, params)
-        crash_point("checkpoint.params-written", tag=tag)
-        _save_nd(tmp / OPTIMIZER_ARRAYS_FILE, opt_arrays)
-        crash_point("checkpoint.optimizer-arrays-written", tag=tag)
-        _write_bytes(tmp / OPTIMIZER_META_FILE, opt_bytes)
-        crash_point("checkpoint.optimizer-meta-written", tag=tag)
-        _write_bytes(tmp / STATE_FILE, state_bytes)
-        crash_point("checkpoint.state-written", tag=tag)
-        files = {name: _digest(tmp / name) for name in DATA_FILES}
-        manifest: dict[str, Any] = {
-            "format": FORMAT_VERSION,
-            "tag": tag,
-            "epoch": epoch,
-            "batch": batch,
-            "created": created,
-            "mxtrain": __version__,
-            "files": files,
-            "top_level_params": None,
-        }
-        if top is not None:
-            manifest["top_level_params"] = {"file": top.name, **files[PARAMS_FILE]}
-        _write_bytes(tmp / MANIFEST_FILE, _seal(manifest))
-        crash_point("checkpoint.manifest-written", tag=tag)
-        fsync_dir(tmp)
-        crash_point("checkpoint.tmp-synced", tag=tag)
+        _write_folder(tmp, files, tag, epoch, batch, created, top)
         if top is not None and top_tmp is not None:
             # in place before the checkpoint appears: a listed epoch-end checkpoint always has
             # its Module.load-able file
@@ -324,17 +286,7 @@ def save_checkpoint(
             crash_point("checkpoint.top-params-renamed", tag=tag)
             fsync_dir(run.path)
             crash_point("checkpoint.top-params-synced", tag=tag)
-        replacing = final.exists()
-        if replacing:
-            os.rename(final, aside)  # a crash from here until the next rename: see _tidy
-            crash_point("checkpoint.old-moved-aside", tag=tag)
-        os.replace(tmp, final)
-        crash_point("checkpoint.moved-in", tag=tag)
-        fsync_dir(root)
-        crash_point("checkpoint.root-synced", tag=tag)
-        if replacing:
-            shutil.rmtree(aside, ignore_errors=True)
-            crash_point("checkpoint.old-removed", tag=tag)
+        _move_into_place(root, tmp, final, aside, tag)
     except Exception as exc:
         # a real crash leaves these for _tidy; an error we see is cleaned up now
         shutil.rmtree(tmp, ignore_errors=True)
@@ -353,6 +305,90 @@ def save_checkpoint(
             ) from exc
         raise
     return Checkpoint(tag, epoch, batch, final, created)
+
+
+@dataclass(frozen=True)
+class _CheckpointFiles:
+    """The contents of a checkpoint's files, ready to write."""
+
+    params: dict[str, Any]  # arg:/aux: arrays
+    optimizer_arrays: dict[str, Any]  # the optimizer's arrays and the recurrent states
+    optimizer_meta: bytes
+    state: bytes
+
+
+def _checkpoint_files(handed: ModuleCheckpoint, tag: str, state_bytes: bytes) -> _CheckpointFiles:
+    """What the files of checkpoint ``tag`` hold: what the module handed over, and the
+    training state (``state.json``'s bytes)."""
+    if handed.optimizer_on_servers:
+        log.warning(
+            "checkpoint %s: the optimizer state lives on the kvstore servers and is not "
+            "saved; a resume from it starts the optimizer state afresh",
+            tag,
+        )
+    opt_bytes = _dump_json(handed.optimizer_meta, "the optimizer state")
+    # the recurrent state a stream model carries into the next batch (truncated BPTT): part
+    # of where training stands, kept beside the optimizer's arrays
+    opt_arrays = dict(handed.optimizer_arrays)
+    opt_arrays.update({RECURRENT_STATE + k: v for k, v in handed.recurrent_states.items()})
+    params = params_file_entries(handed.arg_params, handed.aux_params)
+    return _CheckpointFiles(params, opt_arrays, opt_bytes, state_bytes)
+
+
+def _write_folder(
+    tmp: Path,
+    files: _CheckpointFiles,
+    tag: str,
+    epoch: int,
+    batch: int,
+    created: float,
+    top: Path | None,
+) -> None:
+    """Write every file of the checkpoint into the new folder ``tmp``, the manifest last,
+    and sync the folder."""
+    tmp.mkdir()
+    crash_point("checkpoint.tmp-created", tag=tag)
+    _save_nd(tmp / PARAMS_FILE, files.params)
+    crash_point("checkpoint.params-written", tag=tag)
+    _save_nd(tmp / OPTIMIZER_ARRAYS_FILE, files.optimizer_arrays)
+    crash_point("checkpoint.optimizer-arrays-written", tag=tag)
+    _write_bytes(tmp / OPTIMIZER_META_FILE, files.optimizer_meta)
+    crash_point("checkpoint.optimizer-meta-written", tag=tag)
+    _write_bytes(tmp / STATE_FILE, files.state)
+    crash_point("checkpoint.state-written", tag=tag)
+    digests = {name: _digest(tmp / name) for name in DATA_FILES}
+    manifest: dict[str, Any] = {
+        "format": FORMAT_VERSION,
+        "tag": tag,
+        "epoch": epoch,
+        "batch": batch,
+        "created": created,
+        "mxtrain": __version__,
+        "files": digests,
+        "top_level_params": None,
+    }
+    if top is not None:
+        manifest["top_level_params"] = {"file": top.name, **digests[PARAMS_FILE]}
+    _write_bytes(tmp / MANIFEST_FILE, _seal(manifest))
+    crash_point("checkpoint.manifest-written", tag=tag)
+    fsync_dir(tmp)
+    crash_point("checkpoint.tmp-synced", tag=tag)
+
+
+def _move_into_place(root: Path, tmp: Path, final: Path, aside: Path, tag: str) -> None:
+    """Rename the complete folder ``tmp`` to ``final``, setting an old one aside first and
+    removing it after."""
+    replacing = final.exists()
+    if replacing:
+        os.rename(final, aside)  # a crash from here until the next rename: see _tidy
+        crash_point("checkpoint.old-moved-aside", tag=tag)
+    os.replace(tmp, final)
+    crash_point("checkpoint.moved-in", tag=tag)
+    fsync_dir(root)
+    crash_point("checkpoint.root-synced", tag=tag)
+    if replacing:
+        shutil.rmtree(aside, ignore_errors=True)
+        crash_point("checkpoint.old-removed", tag=tag)
 
 
 def _keep_damaged_aside(root: Path, tag: str) -> None:
@@ -910,5 +946,12 @@ def save_symbol(symbol: Any, run: RunFolder, prefix: str) -> Path:
 def save_params(module: Any, run: RunFolder, prefix: str, epoch: int) -> Path:
     """Save only the parameters as ``<prefix>-<epoch:04d>.params`` (no checkpoint folder)."""
     path = run.params_file(prefix, epoch)
-    module.save_params(path)  # atomic and durable by itself (save_atomically)
+    write_params_file(path, *module.get_params())
     return path
+
+
+def write_params_file(path: Path, arg: Mapping[str, Any], aux: Mapping[str, Any]) -> None:
+    """Write parameters in MXNet's format (``arg:NAME``/``aux:NAME``: ``mx.mod.Module.load``
+    reads it), atomically and durably (the old file or the whole new one survives a crash)."""
+    entries = params_file_entries(arg, aux)
+    save_atomically(path, lambda tmp: _save_arrays(tmp, entries))

@@ -1,7 +1,7 @@
 """MXNet parameter files: the one reader of ``arg:NAME`` / ``aux:NAME`` array files.
 
-Checkpoints (``params.nd``), the top-level ``<prefix>-NNNN.params`` files and the module's own
-``load_params`` all read through :func:`read_params`; each caller words the error for its
+Checkpoints (``params.nd``) and the top-level ``<prefix>-NNNN.params`` files are read through
+:func:`read_params` (and named by :func:`params_file_entries`); each caller words the error for its
 reader (a checkpoint falls back to an older one, ``score`` names the epoch to pick instead).
 Whether the arrays fit a model is :func:`param_problems`, the one check before MXNet sees them.
 """
@@ -35,7 +35,7 @@ class ParamsFileError(ValueError):
 
 def load_named_arrays(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Every array of an ``mx.nd.save`` file by name (``{}`` for a saved empty dict)."""
-    import mxnet as mx
+    import mxnet as mx  # deferred: importing mxnet costs ~1 s for commands that only read
 
     try:
         check_regular(path)  # MXNet would hang on a FIFO and call unreadable files damaged
@@ -69,6 +69,14 @@ def read_params(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str,
     if not args and not auxs:
         raise ParamsFileError("empty", "holds no parameters")
     return args, auxs
+
+
+def params_file_entries(arg: Mapping[str, Any], aux: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of a parameter file (``arg:NAME``, ``aux:NAME``) for these arrays: what
+    :func:`read_params` reads back."""
+    entries = {f"arg:{k}": v for k, v in arg.items()}
+    entries.update({f"aux:{k}": v for k, v in aux.items()})
+    return entries
 
 
 #: (arg shapes, aux shapes) of a model by name; None where a shape is not known

@@ -73,6 +73,13 @@ def mlp_run(demo: Path) -> Path:
     return runs / "ndarray_mlp"
 
 
+def test_mlp_log_has_no_bucket_memory_line(mlp_run: Path) -> None:
+    """An MLP's data is not bucketed: fit.bucket_memory bounds nothing there and is not logged."""
+    log = (mlp_run / "train.log").read_text(encoding="utf-8")
+    assert "epoch" in log
+    assert "bucket_memory" not in log
+
+
 def test_fit_reaches_high_eval_accuracy(mlp_run: Path) -> None:
     accuracy = logged_eval(mlp_run, "accuracy")
     assert sorted(accuracy) == [1, 2, 3]

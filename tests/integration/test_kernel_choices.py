@@ -10,6 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from mxtrain import kernel_choices
 from mxtrain.cli.main import cli
 from mxtrain.engine import kernels
 
@@ -80,7 +81,7 @@ def test_explicit_values_are_not_measured(
     def refuse(request):  # pragma: no cover - failing is the point
         raise AssertionError(f"measured {request}")
 
-    monkeypatch.setattr(kernels, "measure_in_child", refuse)
+    monkeypatch.setattr(kernel_choices, "measure_in_child", refuse)
     run = fit(
         tiny_config,
         "explicit",
@@ -105,7 +106,7 @@ def test_a_failed_measurement_falls_back_and_says_why(
     def broken(request):
         raise RuntimeError("exit code 1: out of memory")
 
-    monkeypatch.setattr(kernels, "measure_in_child", broken)
+    monkeypatch.setattr(kernel_choices, "measure_in_child", broken)
     run = fit(tiny_config, "fallback", "model.cell=auto")
     choices = recorded(run)
     assert choices["model.loss"]["value"] == "softmax"
@@ -118,7 +119,7 @@ def test_a_failed_measurement_falls_back_and_says_why(
     assert "the measurement failed (exit code 1: out of memory); using softmax" in log
     # the failure is this machine's answer until the user measures again: the next run
     # neither measures nor computes differently
-    monkeypatch.setattr(kernels, "measure_in_child", lambda request: pytest.fail("measured"))
+    monkeypatch.setattr(kernel_choices, "measure_in_child", lambda request: pytest.fail("measured"))
     again = recorded(fit(tiny_config, "fallback-again", "model.cell=auto"))
     for key in MEASURED:
         assert again[key]["source"] == "cache"
@@ -139,7 +140,7 @@ def test_an_unusable_cache_costs_a_measurement_not_the_run(
     blocked = tmp_path / "a-file"
     blocked.write_text("")
     monkeypatch.setenv("MXTRAIN_CACHE_DIR", str(blocked / "sub"))  # cannot be created
-    monkeypatch.setattr(kernels, "measure_in_child", lambda request: pytest.fail("measured"))
+    monkeypatch.setattr(kernel_choices, "measure_in_child", lambda request: pytest.fail("measured"))
     run = fit(tiny_config, "unwritable")
     # a choice no later run could see would differ from run to run: the fallback, unmeasured
     assert "could not write the kernel cache" in (run / "train.log").read_text()
@@ -159,7 +160,7 @@ def test_resume_keeps_the_recorded_choices_and_never_measures(
     def refuse(request):  # pragma: no cover - failing is the point
         raise AssertionError(f"measured {request}")
 
-    monkeypatch.setattr(kernels, "measure_in_child", refuse)
+    monkeypatch.setattr(kernel_choices, "measure_in_child", refuse)
     before = (stopped / "kernels.json").read_text()
     code, out = invoke("resume", str(stopped), "--set", "fit.num_epoch=2", "--progress", "plain")
     assert code == 0, out
@@ -205,7 +206,7 @@ def test_openmp_settings_are_measured_kept_and_recorded_whatever_the_load(
         asked.append((threads, policy))
         return 100.0 / threads + (0 if policy == "passive" else 5)
 
-    monkeypatch.setattr(kernels, "measure_threads", fake)
+    monkeypatch.setattr(kernel_choices, "measure_threads", fake)
     run = fit(tiny_config, "threads")
     assert sorted(asked) == [(n, p) for n in (1, 2, 4) for p in ("active", "passive")]
     choices = recorded(run)
@@ -236,7 +237,7 @@ def test_exported_or_configured_openmp_settings_are_kept(
     def refuse(threads: int, policy: str) -> float:  # pragma: no cover - failing is the point
         raise AssertionError("measured")
 
-    monkeypatch.setattr(kernels, "measure_threads", refuse)
+    monkeypatch.setattr(kernel_choices, "measure_threads", refuse)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as conftest exports it
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     run = fit(tiny_config, "exported")  # one thread: no team whose waiting could matter

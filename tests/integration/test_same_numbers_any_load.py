@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import params
 
+from mxtrain import kernel_choices
 from mxtrain.cli.main import cli
 from mxtrain.engine import kernels
 
@@ -96,7 +97,7 @@ def fake_measurements(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[s
             return {"fused": 1.0, "unfused": 2.0}
         return {request["large_buffers"]: 1.0 if request["large_buffers"] == "release" else 2.0}
 
-    monkeypatch.setattr(kernels, "measure_in_child", measure)
+    monkeypatch.setattr(kernel_choices, "measure_in_child", measure)
     return loss
 
 

@@ -9,13 +9,17 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import ctypes
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import mxnet as mx
 import numpy as np
 import pytest
 
-from mxtrain.engine.bucketing import BucketingModule, key_fits, largest_key, split_batch
+from mxtrain.engine.bucketing import BucketingModule
+from mxtrain.engine.shapes import key_fits, largest_key, split_batch
+from mxtrain.run.checkpoint import write_params_file
+from mxtrain.run.params import read_params
 
 VOCAB = 50
 HIDDEN = 16
@@ -152,9 +156,9 @@ def test_training_matches_stock(
     our_metric = mx.metric.Perplexity(None)
     train(ours, batches, params, kvstore, optimizer, opt_params, metric=our_metric)
 
-    assert ours.update_on_kvstore == (len(contexts) > 1 and update_on_kv == "1")
-    assert (ours.kvstore is None) == (len(contexts) == 1)
-    assert sorted(ours.bucket_keys) == sorted(BUCKETS)
+    assert ours.optimization.update_on_kvstore == (len(contexts) > 1 and update_on_kv == "1")
+    assert (ours.optimization.kvstore is None) == (len(contexts) == 1)
+    assert sorted(ours.pool.bucket_keys) == sorted(BUCKETS)
     stock_arg, stock_aux = stock.get_params()
     our_arg, our_aux = ours.get_params()
     assert_params_close(our_arg, stock_arg, **TOL)
@@ -171,8 +175,8 @@ def test_training_matches_stock(
         (out,) = ours.get_outputs()
         assert out.shape == (batch.data[0].shape[0] * batch.bucket_key, VOCAB)
         np.testing.assert_allclose(out.asnumpy(), ref.asnumpy(), **TOL)
-        assert ours.output_shapes == stock.output_shapes
-        assert ours.curr_bucket_key == batch.bucket_key
+        assert ours.pool.curr.output_shapes == stock.output_shapes
+        assert ours.pool.curr.key == batch.bucket_key
 
 
 @pytest.mark.parametrize("initializer", [None, mx.init.Xavier(factor_type="in", magnitude=2)])
@@ -191,7 +195,7 @@ def test_initial_params_match_stock(initializer: Any) -> None:
         for name in ref:
             np.testing.assert_array_equal(got[name].asnumpy(), ref[name].asnumpy(), name)
     # and the values reached both devices
-    for name, arrays in ours._params.items():
+    for name, arrays in ours.store.params.items():
         np.testing.assert_array_equal(arrays[0].asnumpy(), arrays[1].asnumpy(), name)
 
 
@@ -212,8 +216,8 @@ def test_fixed_params_are_frozen() -> None:
         same = np.array_equal(after[name].asnumpy(), before[0][name].asnumpy())
         assert same == (name in frozen), name
     # no gradient memory for frozen parameters, in any bucket
-    for key in mod.bucket_keys:
-        grad_dict = mod._buckets[key].execs[0].grad_dict
+    for key in mod.pool.bucket_keys:
+        grad_dict = mod.pool.buckets[key].execs[0].grad_dict
         assert all(grad_dict.get(n) is None for n in frozen)
 
 
@@ -251,11 +255,11 @@ def test_bucket_larger_than_default_gets_own_memory_and_trains(
         train(ours, batches, params, "local", "sgd", OPTIMIZERS["sgd"], default_key=8)
     warnings = [r for r in caplog.records if "larger than the default" in r.getMessage()]
     assert len(warnings) == 1  # once, although bucket 12 was used three times
-    assert not ours._buckets[12].shares_memory and ours._buckets[5].shares_memory
+    assert not ours.pool.buckets[12].shares_memory and ours.pool.buckets[5].shares_memory
     assert_params_close(ours.get_params()[0], stock.get_params()[0], **TOL)
 
     # the big bucket uses the very same parameter memory, but not the default's input buffers
-    big, default = ours._buckets[12], ours._buckets[8]
+    big, default = ours.pool.buckets[12], ours.pool.buckets[8]
     for i in range(2):
         for name in ours.param_names:
             assert _ptr(big.execs[i].arg_dict[name]) == _ptr(default.execs[i].arg_dict[name])
@@ -275,13 +279,13 @@ def test_smaller_buckets_share_memory_with_default() -> None:
     mod.bind(*shapes(12))
     mod.init_params()
     for key in (5, 8):
-        mod.switch_bucket(key, *shapes(key))
+        mod.pool.switch(key, *shapes(key))
     mod.prepare(make_batch(np.random.RandomState(0), 7))  # bound ahead, not made current
-    assert mod.curr_bucket_key == 8
-    assert mod.bucket_keys == [12, 5, 8, 7]
-    default = mod._buckets[12]
+    assert mod.pool.curr.key == 8
+    assert mod.pool.bucket_keys == [12, 5, 8, 7]
+    default = mod.pool.buckets[12]
     for key in (5, 8, 7):
-        bucket = mod._buckets[key]
+        bucket = mod.pool.buckets[key]
         assert bucket.shares_memory
         for i in range(2):
             small, big = bucket.execs[i], default.execs[i]
@@ -300,7 +304,7 @@ def test_save_params_is_stock_format(tmp_path: Any) -> None:
     mod = BucketingModule(lstm_sym_gen, 12, mx.cpu())
     train(mod, make_batches(3), params, "local", "sgd", OPTIMIZERS["sgd"])
     prefix = str(tmp_path / "lm")
-    mod.save_params(f"{prefix}-0001.params")
+    write_params_file(Path(f"{prefix}-0001.params"), *mod.get_params())
     saved = mx.nd.load(f"{prefix}-0001.params")
     assert sorted(saved) == sorted(f"arg:{n}" for n in mod.param_names)
     assert not list(tmp_path.glob("*.tmp-*"))
@@ -312,12 +316,12 @@ def test_save_params_is_stock_format(tmp_path: Any) -> None:
 
     other = BucketingModule(lstm_sym_gen, 12, TWO)
     other.bind(*shapes(12), for_training=False)
-    other.load_params(f"{prefix}-0001.params")
+    other.set_params(*read_params(f"{prefix}-0001.params"))
     assert_params_close(other.get_params()[0], mod.get_params()[0], rtol=0, atol=0)
 
     mx.nd.save(str(tmp_path / "bad.params"), {"weird:x": mx.nd.zeros(1)})
     with pytest.raises(ValueError, match="weird:x"):
-        other.load_params(tmp_path / "bad.params")
+        other.set_params(*read_params(tmp_path / "bad.params"))
     with pytest.raises(ValueError, match="not in the network"):
         other.set_params({**params[0], "extra_weight": mx.nd.zeros(1)}, {})
     without_bias = {k: v for k, v in params[0].items() if k != "pred_bias"}
@@ -335,7 +339,7 @@ def test_set_params_after_init_optimizer_reaches_kvstore() -> None:
     params = initial_params()
     mod = BucketingModule(lstm_sym_gen, 12, TWO)
     train(mod, make_batches(2), params, "local", "sgd", {"learning_rate": 0.1})
-    assert mod.update_on_kvstore
+    assert mod.optimization.update_on_kvstore
     mod.set_params(*params)
     batch = make_batches(1)[0]
     mod.forward_backward(batch)
@@ -420,7 +424,7 @@ def test_input_grads_aux_states_and_custom_metric_match_stock() -> None:
     bad.bind([("data", (6, 4))], [("lro_label", (6, 3))])
     bad.init_params()
     with pytest.raises(ValueError, match="fc1_weight"):
-        bad.switch_bucket(2, [("data", (6, 2))], [("lro_label", (6, 3))])
+        bad.pool.switch(2, [("data", (6, 2))], [("lro_label", (6, 3))])
 
 
 def test_inference_binding_and_errors() -> None:
@@ -428,8 +432,8 @@ def test_inference_binding_and_errors() -> None:
     with pytest.raises(RuntimeError, match="bind"):
         mod.init_params()
     mod.bind(*shapes(12), for_training=False)
-    assert mod.label_shapes == [("softmax_label", (BATCH, 12))]
-    assert all(g is None for g in mod._buckets[12].execs[0].grad_arrays)
+    assert mod.pool.curr.label_descs == [("softmax_label", (BATCH, 12))]
+    assert all(g is None for g in mod.pool.buckets[12].execs[0].grad_arrays)
     with pytest.raises(RuntimeError, match="init_params"):
         mod.forward(make_batch(np.random.RandomState(0), 5))
     mod.set_params(*initial_params())
@@ -450,24 +454,25 @@ def test_force_rebind_keeps_params_and_reshaped_default_still_shares() -> None:
     train(mod, make_batches(4), params, "local", "sgd", OPTIMIZERS["sgd"])
     trained = mod.get_params()[0]
     mod.bind(*shapes(12), for_training=False, force_rebind=True)
-    assert mod.bucket_keys == [12]
+    assert mod.pool.bucket_keys == [12]
     assert_params_close(mod.get_params()[0], trained, rtol=0, atol=0)
 
     # a short batch of the default key reshapes it; later buckets still share the first binding
     rng = np.random.RandomState(4)
     mod.forward(make_batch(rng, 12, batch=2))
-    assert mod.data_shapes == [("data", (2, 12))]
+    assert mod.pool.curr.data_descs == [("data", (2, 12))]
     assert mod.get_outputs()[0].shape == (2 * 12, VOCAB)
     mod.forward(make_batch(rng, 8))
-    assert mod._buckets[8].shares_memory
+    assert mod.pool.buckets[8].shares_memory
     mod.forward(make_batch(rng, 12))
-    assert mod.data_shapes == [("data", (BATCH, 12))]
-    assert mod._buckets[12] is mod._default  # back to the first executors, not a new reshape
+    assert mod.pool.curr.data_descs == [("data", (BATCH, 12))]
+    # back to the first executors, not a new reshape
+    assert mod.pool.buckets[12] is mod.pool.default
     # no provide_label: label shapes follow the data's batch size
     short = make_batch(rng, 8, batch=3)
     short.provide_label = None
     mod.forward(short)
-    assert mod.label_shapes == [("softmax_label", (3, 8))]
+    assert mod.pool.curr.label_descs == [("softmax_label", (3, 8))]
 
 
 def test_key_helpers() -> None:
@@ -499,24 +504,28 @@ def test_kvstore_choices(monkeypatch: pytest.MonkeyPatch) -> None:
 
     one = module(ONE)
     one.init_optimizer("local", "sgd", {"learning_rate": 0.1})
-    assert one.kvstore is None and not one.update_on_kvstore and one.updater is not None
+    assert (
+        one.optimization.kvstore is None
+        and not one.optimization.update_on_kvstore
+        and one.optimization.updater is not None
+    )
     assert one.optimizer.rescale_grad == pytest.approx(1 / BATCH)
     assert one.optimizer.idx2name == dict(enumerate(one.param_names))
 
     one = module(ONE)
     one.init_optimizer("local", "sgd", update_on_kvstore=True)
-    assert one.kvstore is not None and one.update_on_kvstore
-    assert one.updater is one.kvstore._updater
+    assert one.optimization.kvstore is not None and one.optimization.update_on_kvstore
+    assert one.optimization.updater is one.optimization.kvstore._updater
 
     two = module(TWO)
     kv = mx.kv.create("device")
     two.init_optimizer(kv, "adam", {"learning_rate": 0.1})
-    assert two.kvstore is kv and two.update_on_kvstore
+    assert two.optimization.kvstore is kv and two.optimization.update_on_kvstore
 
     two = module(TWO)
     with pytest.warns(UserWarning, match="rescale_grad"):
         two.init_optimizer("local", mx.optimizer.SGD(learning_rate=0.1), update_on_kvstore=False)
-    assert two.kvstore.type == "local" and not two.update_on_kvstore
+    assert two.optimization.kvstore.type == "local" and not two.optimization.update_on_kvstore
     assert two.optimizer.idx2name[2 * 3 + 1] == two.param_names[3]  # index * num_device + k
 
     with pytest.raises(ValueError, match="needs a kvstore"):
@@ -565,10 +574,10 @@ def test_bucket_memory_bounds_bound_buckets_and_keeps_the_numbers(sym_gen: Any) 
     bounded.init_optimizer(kvstore="local", optimizer="adam", optimizer_params=OPTIMIZERS["adam"])
     for batch in batches:
         bounded.prepare(batch)
-        assert bounded.bound_positions <= budget
+        assert bounded.pool.bound_positions <= budget
         bounded.forward_backward(batch)
         bounded.update()
-        assert bounded.bound_positions <= budget
+        assert bounded.pool.bound_positions <= budget
     # the buckets came back after being unbound (24 batches over three buckets)
     assert bounded.rebinds > 0
     assert_params_close(bounded.get_params()[0], reference.get_params()[0], rtol=0, atol=0)
@@ -589,18 +598,18 @@ def test_bucket_memory_keeps_the_current_bucket_and_defers_binding_ahead(
     mod.init_params(mx.init.Xavier())
     rng = np.random.RandomState(0)
     big, small = make_batch(rng, 12), make_batch(rng, 5)
-    assert mod.bound_positions == 0  # the first executors hold the store and never run
+    assert mod.pool.bound_positions == 0  # the first executors hold the store and never run
     mod.forward(big, is_train=False)
-    assert mod.bucket_keys == [12]
+    assert mod.pool.bucket_keys == [12]
     # binding ahead would need 12 + 5 positions of 12: it waits for forward
     mod.prepare(small)
-    assert mod.bucket_keys == [12] and mod.curr_bucket_key == 12
+    assert mod.pool.bucket_keys == [12] and mod.pool.curr.key == 12
     with caplog.at_level(logging.INFO, logger="mxtrain.engine.bucketing"):
         mod.forward(small, is_train=False)
-    assert mod.bucket_keys == [5]
+    assert mod.pool.bucket_keys == [5]
     assert "unbinding bucket 12, the least used" in caplog.text
     mod.forward(big, is_train=False)
-    assert mod.bucket_keys == [12] and mod.rebinds == 1
+    assert mod.pool.bucket_keys == [12] and mod.rebinds == 1
 
 
 def test_bucket_memory_unbinds_the_least_used_bucket_first() -> None:
@@ -612,7 +621,7 @@ def test_bucket_memory_unbinds_the_least_used_bucket_first() -> None:
     for length in (8, 8, 8, 8, 5, 12):  # 8 and 5 fit (13 of 24 steps); 12 needs room
         mod.forward(make_batch(rng, length), is_train=False)
     # least recently used would have unbound 8 (used before 5); 5 was used once
-    assert sorted(mod.bucket_keys) == [8, 12]
+    assert sorted(mod.pool.bucket_keys) == [8, 12]
     mod.forward(make_batch(rng, 8), is_train=False)
     assert mod.rebinds == 0
 
@@ -620,20 +629,20 @@ def test_bucket_memory_unbinds_the_least_used_bucket_first() -> None:
 def test_bucket_memory_auto_is_a_loose_bound_that_leaves_the_allocator_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from mxtrain.engine import bucketing
+    from mxtrain.engine import bucket_pool
 
     switched: list[bool] = []
-    monkeypatch.setattr(bucketing, "return_freed_memory", lambda: switched.append(True))
+    monkeypatch.setattr(bucket_pool, "return_freed_memory", lambda: switched.append(True))
     mod = BucketingModule(lstm_sym_gen, 12, ONE, bucket_memory="auto")
     mod.bind(*shapes(12))
     mod.init_params(mx.init.Xavier())
     rng = np.random.RandomState(0)
     for length in (12, 5, 8, 9, 11, 10, 2):  # 57 steps of 5 x 12 = 60: all stay bound
         mod.forward(make_batch(rng, length), is_train=False)
-    assert sorted(mod.bucket_keys) == [2, 5, 8, 9, 10, 11, 12] and mod.rebinds == 0
+    assert sorted(mod.pool.bucket_keys) == [2, 5, 8, 9, 10, 11, 12] and mod.rebinds == 0
     mod.forward(make_batch(rng, 7), is_train=False)
-    assert mod.bound_positions <= int(bucketing.AUTO_BUCKET_MEMORY * BATCH * 12)
-    assert 7 in mod.bucket_keys
+    assert mod.pool.bound_positions <= int(bucket_pool.AUTO_BUCKET_MEMORY * BATCH * 12)
+    assert 7 in mod.pool.bucket_keys
     # the default bound never switches the allocator (a cost per batch), only trims heaps
     assert switched == []
     strict = BucketingModule(lstm_sym_gen, 12, ONE, bucket_memory=1.0)
@@ -642,6 +651,43 @@ def test_bucket_memory_auto_is_a_loose_bound_that_leaves_the_allocator_alone(
     for length in (12, 5, 8):
         strict.forward(make_batch(rng, length), is_train=False)
     assert switched  # a bound the user set: freed memory leaves the process at once
+
+
+def test_bucket_memory_is_logged_only_where_there_are_buckets_to_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An MLP's or an image model's data has one bucket key: the bound means nothing there,
+    so the line stays out of the log; it appears once a second key binds."""
+    rng = np.random.RandomState(0)
+
+    def flat_batch(rows: int) -> Any:
+        return mx.io.DataBatch(
+            [mx.nd.array(rng.uniform(size=(rows, 5)))],
+            [mx.nd.array(rng.uniform(size=(rows, 3)))],
+            bucket_key=5,
+            provide_data=[mx.io.DataDesc("data", (rows, 5))],
+            provide_label=[mx.io.DataDesc("lro_label", (rows, 3))],
+        )
+
+    with caplog.at_level(logging.INFO, logger="mxtrain.engine.bucketing"):
+        mlp = BucketingModule(flat_sym_gen, 5, ONE, bucket_memory="auto")
+        mlp.bind([("data", (BATCH, 5))], [("lro_label", (BATCH, 3))])
+        mlp.init_params(mx.init.Xavier())
+        mlp.init_optimizer("local", "sgd", {"learning_rate": 0.1})
+        for rows in (BATCH, BATCH, 2):  # a short last batch reshapes the one bucket
+            mlp.forward_backward(flat_batch(rows))
+            mlp.update()
+    assert "bucket_memory" not in caplog.text
+
+    with caplog.at_level(logging.INFO, logger="mxtrain.engine.bucketing"):
+        lm = BucketingModule(lstm_sym_gen, 12, ONE, bucket_memory="auto")
+        lm.bind(*shapes(12))
+        lm.init_params(mx.init.Xavier())
+        for length in (12, 12, 5, 8):
+            lm.forward(make_batch(rng, length), is_train=False)
+    lines = [r.getMessage() for r in caplog.records if "bucket_memory" in r.getMessage()]
+    assert len(lines) == 1
+    assert lines[0].startswith("bucket_memory 5: bound buckets hold at most")
 
 
 def test_bucket_memory_must_fit_the_default_bucket() -> None:
@@ -663,7 +709,7 @@ def test_unbound_executors_are_freed_without_the_cyclic_gc() -> None:
         mod.init_params(mx.init.Xavier())
         rng = np.random.RandomState(0)
         mod.forward(make_batch(rng, 8), is_train=False)
-        gone = weakref.ref(mod._buckets[8])
+        gone = weakref.ref(mod.pool.buckets[8])
         mod.forward(make_batch(rng, 12), is_train=False)
         assert gone() is None
     finally:

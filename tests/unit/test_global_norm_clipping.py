@@ -123,15 +123,15 @@ def test_epoch_steps_may_be_fractions(epoch: int, batch: int, lr: float) -> None
     assert opt.learning_rate == lr
 
 
-#: sizes around the chunk boundaries of _sum_of_squares (one value, under one chunk, exactly
+#: sizes around the chunk boundaries of sum_of_squares (one value, under one chunk, exactly
 #: one, three, two and a tail of 17) and the default LM's 10,001 x 400 embedding gradient
 SQUARES_SIZES = [1, 1000, 262144, 262144 * 3, 262144 * 2 + 17, 10001 * 400]
 
 
 def _sum_of_squares_of(values: np.ndarray) -> float:
-    from mxtrain.engine.bucketing import _sum_of_squares
+    from mxtrain.engine.step import sum_of_squares
 
-    return float(_sum_of_squares(mx.nd.array(values).reshape((values.size, 1))).asscalar())
+    return float(sum_of_squares(mx.nd.array(values).reshape((values.size, 1))).asscalar())
 
 
 @pytest.mark.parametrize("size", SQUARES_SIZES)
@@ -149,7 +149,7 @@ def test_sum_of_squares_is_within_the_rounding_bound(size: int) -> None:
     """On random normal values the float32 result is within the worst-case rounding bound of
     its summation structure; the observed error (~1e-7 to ~1e-6) differs per CPU and BLAS
     kernel, so it is not the tolerance."""
-    from mxtrain.engine.bucketing import SQUARES_CHUNK
+    from mxtrain.engine.step import SQUARES_CHUNK
 
     values = np.random.default_rng(size).normal(size=(size,)).astype("float32")
     # float32 squares are exact in float64 (48 significant bits) and fsum rounds their sum

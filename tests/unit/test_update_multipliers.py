@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from batch_helpers import ArrayBatch, initialised_module
 
-from mxtrain.engine.bucketing import BucketingModule, ParamPatternError, resolve_multipliers
+from mxtrain.engine.bucketing import BucketingModule
+from mxtrain.engine.parameters import ParamPatternError, resolve_multipliers
 
 ROWS, FEATURES = 8, 5
 LR, WD = 0.5, 0.1
