@@ -31,7 +31,6 @@ import mxnet as mx
 
 from mxtrain.engine.bucket_pool import AUTO_BUCKET_MEMORY, Bucket, BucketPool, SymGen, call_sym_gen
 from mxtrain.engine.carried_states import CarriedStates
-from mxtrain.engine.checkpoint_state import ModuleCheckpoint
 from mxtrain.engine.optimizer_setup import (
     Optimization,
     create_optimization,
@@ -41,6 +40,7 @@ from mxtrain.engine.optimizer_state import capture_optimizer_state, restore_opti
 from mxtrain.engine.parameters import ParameterStore, resolve_fixed
 from mxtrain.engine.shapes import ShapeList
 from mxtrain.engine.step import BatchStep, GradientClipper
+from mxtrain.run.checkpoint_state import ModuleCheckpoint
 from mxtrain.run.params import ParamShapes
 
 __all__ = ["BucketingModule"]

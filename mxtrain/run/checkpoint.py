@@ -41,7 +41,6 @@ from typing import Any
 
 from mxtrain import __version__
 from mxtrain.crashpoints import crash_point
-from mxtrain.engine.checkpoint_state import CheckpointSource, ModuleCheckpoint
 from mxtrain.errors import ExitCode, MxtrainError, RunFolderError
 from mxtrain.mxnet_errors import mxnet_reason
 from mxtrain.run import environment
@@ -54,6 +53,7 @@ from mxtrain.run.atomic import (
     temporary_name,
     write_durably,
 )
+from mxtrain.run.checkpoint_state import CheckpointSource, ModuleCheckpoint
 from mxtrain.run.folder import RunFolder
 from mxtrain.run.layout import (
     BEST_FILE,

@@ -1,4 +1,4 @@
-"""What the bucketing module hands the checkpoint writer (mxtrain.run.checkpoint): arrays on
+"""What a module hands the checkpoint writer (mxtrain.run.checkpoint): arrays on
 the CPU and JSON-able data, nothing that knows about files. Importing this costs no MXNet."""
 
 from __future__ import annotations
