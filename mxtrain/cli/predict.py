@@ -112,6 +112,7 @@ def predict_command(
     # deferred: import cost (`mxtrain --help` imports every command)
     from rich.console import Console
 
+    # deferred: the inference modules cost ~0.2 s, which `mxtrain --help` should not pay
     from mxtrain.inference.output import is_stream
     from mxtrain.inference.predict import predict_run
     from mxtrain.reporting import Reporter

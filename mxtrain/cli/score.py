@@ -79,6 +79,7 @@ def score_command(
     from rich.console import Console
     from rich.table import Table
 
+    # deferred: the inference modules cost ~0.2 s, which `mxtrain --help` should not pay
     from mxtrain.inference.score import score_checkpoint
     from mxtrain.reporting import Reporter
 
