@@ -33,19 +33,8 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
+from mxtrain.data import batching
 from mxtrain.data.base import TASK_TAG, DataContext, DataInfo
-from mxtrain.data.batching import (
-    PrebuiltBatchIter,
-    bucket_batches,
-    check_bucket_arguments,
-    choose_buckets,
-    chunk_sequences,
-    flatten_sequences,
-    log_long_sentences,
-    long_bucket_rows,
-    sort_into_buckets,
-    warn_about_padding,
-)
 from mxtrain.data.bucket_sentence import automatic_buckets
 from mxtrain.data.conll import TaggedSentence, read_conll
 from mxtrain.data.label_vocab import FILE_NAME as LABEL_VOCAB_FILE
@@ -97,7 +86,7 @@ def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> 
         )
 
     lengths = np.asarray([len(ids) for ids in token_ids], dtype=np.int64)
-    buckets = choose_buckets(
+    buckets = batching.choose_buckets(
         options.buckets,
         context,
         source,
@@ -126,7 +115,7 @@ def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> 
         min_batch=context.min_batch,
     )
     if context.role == "train":
-        warn_about_padding(
+        batching.warn_about_padding(
             log, source, data_iter.stats, buckets=options.buckets, rule=options.auto_buckets
         )
     return data_iter
@@ -215,7 +204,7 @@ def _label_vocab(context: DataContext, sentences: list[TaggedSentence], source: 
     return LabelVocab.load(saved)
 
 
-class TaggedSequenceIter(PrebuiltBatchIter):
+class TaggedSequenceIter(batching.PrebuiltBatchIter):
     """Batches of (data, softmax_label), shape (batch_size, bucket), float32 ids.
 
     ``token_ids`` and ``label_ids`` hold one list per sentence (``label_ids`` None: labels
@@ -250,7 +239,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
         min_batch: int = 1,
     ) -> None:
         super().__init__(batch_size)
-        buckets = check_bucket_arguments(buckets, batch_size, long_sentences)
+        buckets = batching.check_bucket_arguments(buckets, batch_size, long_sentences)
         self.min_batch = max(1, int(min_batch))
         if label_ids is not None and len(label_ids) != len(token_ids):
             raise ValueError(f"{len(token_ids)} token sequences but {len(label_ids)} label ones")
@@ -299,7 +288,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
     ) -> None:
         """Cut sentences into (start, length) chunks of flat id arrays, pad into buckets."""
         num = len(token_ids)
-        sizes, flat, offsets = flatten_sequences(token_ids)
+        sizes, flat, offsets = batching.flatten_sequences(token_ids)
         total_tokens = flat.size
         if label_ids is None:
             flat_labels = np.full(total_tokens, self.label_vocab.pad_id, dtype=np.int64)
@@ -312,7 +301,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
         largest = self.default_bucket_key
 
         long = sizes > largest
-        chunk_start, chunk_len, chunk_row, lost, extra = chunk_sequences(
+        chunk_start, chunk_len, chunk_row, lost, extra = batching.chunk_sequences(
             offsets, sizes, largest, policy
         )
         if extra:
@@ -323,7 +312,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
                 f"than the largest bucket ({largest}) and long_sentences is drop.",
                 hint="Use long_sentences: split or truncate, or larger buckets.",
             )
-        chunk_start, chunk_len, chunk_row, which = sort_into_buckets(
+        chunk_start, chunk_len, chunk_row, which = batching.sort_into_buckets(
             chunk_start, chunk_len, chunk_row, self.buckets
         )
 
@@ -334,7 +323,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
         room = self.batch_size * largest
         self.bucket_batch_sizes = {
             length: (
-                long_bucket_rows(int(found[b]), length, room, self.min_batch)
+                batching.long_bucket_rows(int(found[b]), length, room, self.min_batch)
                 if length > largest
                 else self.batch_size
             )
@@ -386,7 +375,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
             "bucket_counts": counts,
             "bucket_batches": batches_per_bucket,
         }
-        log_long_sentences(log, self.source, self.stats, largest)
+        batching.log_long_sentences(log, self.source, self.stats, largest)
 
     def _epoch_batches(self, rng: np.random.Generator | None) -> list[Any]:
         batches = []
@@ -399,7 +388,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
                     row_tokens[perm],
                     index[perm],
                 )
-            batches += bucket_batches(
+            batches += batching.bucket_batches(
                 data,
                 label,
                 row_tokens,
