@@ -558,10 +558,7 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
         self.add_eos = add_eos
         self.shuffle = shuffle
         self.seed = int(seed)
-        self.data_name = data_name
-        self.label_name = label_name
-        self.provide_data = [self._desc(data_name, self.default_bucket_key)]
-        self.provide_label = [self._desc(label_name, self.default_bucket_key)]
+        self._set_inputs(data_name, label_name)
 
         self._pack(sentences, long_sentences)
         self.reset()
@@ -602,11 +599,9 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
 
         empty = lengths < 1
         long = lengths > largest
-        chunk_start, chunk_len, chunk_row, lost, extra = batching.chunk_sequences(
-            offsets, lengths, largest, policy
+        chunk_start, chunk_len, chunk_row, which, lost, self.buckets = batching.place_in_buckets(
+            offsets, lengths, self.buckets, largest, policy
         )
-        if extra:
-            self.buckets = [*self.buckets, *extra]
         if chunk_len.size == 0:
             raise _no_usable_data(
                 self.source,
@@ -615,9 +610,6 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
                 int(long.sum()) if policy == "drop" else 0,
                 largest,
             )
-        chunk_start, chunk_len, chunk_row, which = batching.sort_into_buckets(
-            chunk_start, chunk_len, chunk_row, self.buckets
-        )
 
         pad = self.pad_id
         parts = self.num_parts
@@ -628,7 +620,7 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
         self.bucket_batch_sizes = {
             length: self.bucket_batch_size(length) for length in self.buckets
         }
-        if extra:
+        if self.buckets[-1] > largest:  # predict's buckets for long lines
             self._size_long_buckets(which, largest)
         counts: dict[int, int] = {}
         batches_per_bucket: dict[int, int] = {}

@@ -261,13 +261,10 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
         self.file_format = file_format
         self.shuffle = shuffle
         self.seed = int(seed)
-        self.data_name = data_name
-        self.label_name = label_name
         self.unknown_labels = dict(unknown_labels or {})
         # predicting: the sentences as read (original tokens, file lines) for the records
         self.sentences = list(sentences) if sentences is not None else None
-        self.provide_data = [self._desc(data_name, self.default_bucket_key)]
-        self.provide_label = [self._desc(label_name, self.default_bucket_key)]
+        self._set_inputs(data_name, label_name)
 
         self._pack(token_ids, label_ids, long_sentences)
         self.reset()
@@ -301,20 +298,15 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
         largest = self.default_bucket_key
 
         long = sizes > largest
-        chunk_start, chunk_len, chunk_row, lost, extra = batching.chunk_sequences(
-            offsets, sizes, largest, policy
+        chunk_start, chunk_len, chunk_row, which, lost, self.buckets = batching.place_in_buckets(
+            offsets, sizes, self.buckets, largest, policy
         )
-        if extra:
-            self.buckets = [*self.buckets, *extra]
         if chunk_len.size == 0:
             raise DataError(
                 f"None of the {num} sentences in {self.source} can be used: all are longer "
                 f"than the largest bucket ({largest}) and long_sentences is drop.",
                 hint="Use long_sentences: split or truncate, or larger buckets.",
             )
-        chunk_start, chunk_len, chunk_row, which = batching.sort_into_buckets(
-            chunk_start, chunk_len, chunk_row, self.buckets
-        )
 
         pad = self.pad_id
         # predict's buckets beyond the largest: a batch of just their sentences, within the
