@@ -52,12 +52,7 @@ class ArrayDataInfo(DataInfo):
 class RowOptions(shared.SourceOptions):
     """Options shared by the row iterators (``ndarray``, ``csv``, ``libsvm``)."""
 
-    source: str = field(
-        metadata={
-            "doc": "the data file (relative to the config file's folder); "
-            "`mxtrain score --data` / `mxtrain predict --input` replace it"
-        },
-    )
+    source: str = field(metadata={"doc": shared.data_file_doc("the data file")})
     task: Literal["classify", "regress"] = documented(
         "classify",
         "classify: labels are integer class ids 0..C-1 (a softmax per row); "

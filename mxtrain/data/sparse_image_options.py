@@ -6,8 +6,7 @@ or regression; ``image_record`` serves images of an MXNet RecordIO file (``.rec`
 with its ``.idx``) for classification. See :mod:`mxtrain.data.libsvm` and
 :mod:`mxtrain.data.image_record` for what the batches hold.
 
-Construction checks the values and raises ``InvalidValue`` naming the first impossible one; the
-config loader turns that into a ``ConfigError`` pointing at the YAML file and line.
+Construction checks the values as in :mod:`mxtrain.data.array_options`.
 """
 
 from __future__ import annotations
@@ -61,10 +60,7 @@ class ImageRecordOptions(shared.SourceOptions):
     """Images of an MXNet RecordIO file, decoded and augmented by ``mx.io.ImageRecordIter``."""
 
     source: str = field(
-        metadata={
-            "doc": "the .rec file, ImageRecordIter's path_imgrec (relative to the config "
-            "file's folder); `mxtrain score --data` / `mxtrain predict --input` replace it"
-        },
+        metadata={"doc": shared.data_file_doc("the .rec file, ImageRecordIter's path_imgrec")}
     )
     data_shape: list[int] = field(
         metadata={"doc": "shape of one output image [channels, height, width] (channels 1 or 3)"},
