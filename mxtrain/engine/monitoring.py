@@ -12,6 +12,7 @@ import logging
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = ["BatchProfiler", "ParameterMonitor"]
 _LOG = logging.getLogger("mxtrain")
 
 
+@dataclass
 class BatchProfiler:
     """Record ``batches`` training batches with MXNet's profiler.
 
@@ -32,17 +34,16 @@ class BatchProfiler:
     ``keep_summary``, which writes it and returns where.
     """
 
-    def __init__(
-        self, trace_file: Path, batches: int, keep_summary: Callable[[str], Path], skip: int = 1
-    ) -> None:
-        if batches < 1:
-            raise ValueError(f"batches must be at least 1, got {batches}")
-        self.trace_file = trace_file
-        self.batches = batches
-        self.keep_summary = keep_summary
-        self.skip = skip
-        self._running = False
-        self._done = False
+    trace_file: Path
+    batches: int
+    keep_summary: Callable[[str], Path]
+    skip: int = 1
+    _running: bool = field(default=False, init=False)
+    _done: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if self.batches < 1:
+            raise ValueError(f"batches must be at least 1, got {self.batches}")
 
     def before_batch(self, trained: int) -> None:
         """Called before a batch when ``trained`` batches ran in this process so far."""
