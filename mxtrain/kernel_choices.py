@@ -27,6 +27,7 @@ from mxtrain.models.rnn_common import (
     LOSS_FORMULATIONS,
     UNMEASURED_LOSS,
     LmOptions,
+    RecurrentStack,
     left_to_right_layers,
     loss_heads,
 )
@@ -291,16 +292,10 @@ def measure_cell(
         def build() -> tuple[Any, dict[str, tuple[int, ...]]]:
             import mxnet as mx  # deferred: see the section comment
 
-            out, _ = left_to_right_layers(
-                mx.sym.Variable("x"),
-                steps,
-                mode=mode,
-                num_hidden=hidden,
-                num_layers=layers,
-                dropout=0.0,
-                fused=fused,
-                prefix=f"{mode}_",
+            stack = RecurrentStack(
+                mode, hidden, layers, dropout=0.0, fused=fused, prefix=f"{mode}_"
             )
+            out, _ = left_to_right_layers(mx.sym.Variable("x"), steps, stack)
             return mx.sym.MakeLoss(mx.sym.mean(out)), {"x": (batch, steps, embed)}
 
         return build
@@ -335,16 +330,8 @@ def _thread_probe(ctx: Any) -> float:
         import mxnet as mx  # deferred: see the section comment
 
         p = THREAD_PROBE
-        seq, _ = left_to_right_layers(
-            mx.sym.Variable("x"),
-            p["steps"],
-            mode="lstm",
-            num_hidden=p["hidden"],
-            num_layers=2,
-            dropout=0.0,
-            fused=True,
-            prefix="lstm_",
-        )
+        stack = RecurrentStack("lstm", p["hidden"], 2, dropout=0.0, fused=True, prefix="lstm_")
+        seq, _ = left_to_right_layers(mx.sym.Variable("x"), p["steps"], stack)
         rows = mx.sym.reshape(seq, shape=(-1, p["hidden"]))
         symbol = _output_layer_and_loss(rows, p["classes"])
         return symbol, {"x": (p["batch"], p["steps"], p["hidden"]), "softmax_label": (p["rows"],)}

@@ -21,6 +21,7 @@ Examples:
 def check_command(config_file: str, overrides: tuple[str, ...], explain: bool) -> None:
     """Validate CONFIG and print the resolved configuration (MXNet is not imported, unless a
     plugin the config names imports it)."""
+    # deferred: the config layer (YAML, schema) costs ~60 ms, which `mxtrain --help` should not pay
     from mxtrain.config import dump_config, explain_config, load_config
 
     config = load_config(config_file, overrides)

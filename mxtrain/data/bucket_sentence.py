@@ -51,19 +51,8 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
+from mxtrain.data import batching
 from mxtrain.data.base import TASK_LM, DataContext, DataInfo, resolve_source
-from mxtrain.data.batching import (
-    PrebuiltBatchIter,
-    bucket_batches,
-    check_bucket_arguments,
-    choose_buckets,
-    chunk_sequences,
-    flatten_sequences,
-    log_long_sentences,
-    long_bucket_rows,
-    sort_into_buckets,
-    warn_about_padding,
-)
 from mxtrain.data.bptt_stream_options import BpttStreamOptions
 from mxtrain.data.bucket_sentence_options import (
     LAST_BATCHES,
@@ -109,7 +98,7 @@ def build_bucket_sentence_iter(
             raise _no_usable_data(source, len(encoded), len(encoded), 0, None)
         return derive_buckets(lengths, options)
 
-    buckets = choose_buckets(options.buckets, context, source, from_lengths)
+    buckets = batching.choose_buckets(options.buckets, context, source, from_lengths)
     data_iter = BucketSentenceIter(
         encoded,
         vocab=vocab,
@@ -129,7 +118,7 @@ def build_bucket_sentence_iter(
     )
     if context.role == "train":
         batch_key = "batch_tokens" if options.batch_tokens is not None else "batch_size"
-        warn_about_padding(
+        batching.warn_about_padding(
             log,
             source,
             data_iter.stats,
@@ -502,7 +491,7 @@ def _no_usable_data(
     )
 
 
-class BucketSentenceIter(PrebuiltBatchIter):
+class BucketSentenceIter(batching.PrebuiltBatchIter):
     """Batches of (data, softmax_label), shape (batch size, bucket), float32 ids.
 
     The batch size is ``batch_size``, or with ``batch_tokens`` one per bucket
@@ -543,7 +532,7 @@ class BucketSentenceIter(PrebuiltBatchIter):
         last_batch: str = "pad",
     ) -> None:
         super().__init__(batch_size)
-        buckets = check_bucket_arguments(buckets, batch_size, long_sentences)
+        buckets = batching.check_bucket_arguments(buckets, batch_size, long_sentences)
         self.min_batch = max(1, int(min_batch))
         if last_batch not in LAST_BATCHES:
             raise ValueError(f"last_batch must be one of {LAST_BATCHES}, not {last_batch!r}")
@@ -569,10 +558,7 @@ class BucketSentenceIter(PrebuiltBatchIter):
         self.add_eos = add_eos
         self.shuffle = shuffle
         self.seed = int(seed)
-        self.data_name = data_name
-        self.label_name = label_name
-        self.provide_data = [self._desc(data_name, self.default_bucket_key)]
-        self.provide_label = [self._desc(label_name, self.default_bucket_key)]
+        self._set_inputs(data_name, label_name)
 
         self._pack(sentences, long_sentences)
         self.reset()
@@ -607,17 +593,15 @@ class BucketSentenceIter(PrebuiltBatchIter):
     def _pack(self, sentences: Sequence[Sequence[int]], policy: str) -> None:
         """Cut sentences into (start, length) chunks of one flat id array, pad into buckets."""
         num = len(sentences)
-        sizes, flat, offsets = flatten_sequences(sentences)
+        sizes, flat, offsets = batching.flatten_sequences(sentences)
         lengths = sizes - 1  # data tokens per sentence
         largest = self.default_bucket_key
 
         empty = lengths < 1
         long = lengths > largest
-        chunk_start, chunk_len, chunk_row, lost, extra = chunk_sequences(
-            offsets, lengths, largest, policy
+        chunk_start, chunk_len, chunk_row, which, lost, self.buckets = batching.place_in_buckets(
+            offsets, lengths, self.buckets, largest, policy
         )
-        if extra:
-            self.buckets = [*self.buckets, *extra]
         if chunk_len.size == 0:
             raise _no_usable_data(
                 self.source,
@@ -626,9 +610,6 @@ class BucketSentenceIter(PrebuiltBatchIter):
                 int(long.sum()) if policy == "drop" else 0,
                 largest,
             )
-        chunk_start, chunk_len, chunk_row, which = sort_into_buckets(
-            chunk_start, chunk_len, chunk_row, self.buckets
-        )
 
         pad = self.pad_id
         parts = self.num_parts
@@ -639,7 +620,7 @@ class BucketSentenceIter(PrebuiltBatchIter):
         self.bucket_batch_sizes = {
             length: self.bucket_batch_size(length) for length in self.buckets
         }
-        if extra:
+        if self.buckets[-1] > largest:  # predict's buckets for long lines
             self._size_long_buckets(which, largest)
         counts: dict[int, int] = {}
         batches_per_bucket: dict[int, int] = {}
@@ -693,7 +674,7 @@ class BucketSentenceIter(PrebuiltBatchIter):
         }
         if parts > 1:
             self._log_part()
-        log_long_sentences(log, self.source, self.stats, largest)
+        batching.log_long_sentences(log, self.source, self.stats, largest)
 
     def _log_part(self) -> None:
         """Say what this worker's part of the data holds (distributed training)."""
@@ -718,7 +699,7 @@ class BucketSentenceIter(PrebuiltBatchIter):
         for b, length in enumerate(self.buckets):
             if length > largest:
                 fill = math.ceil(int(found[b]) / self.num_parts)
-                self.bucket_batch_sizes[length] = long_bucket_rows(
+                self.bucket_batch_sizes[length] = batching.long_bucket_rows(
                     fill, length, room, self.min_batch
                 )
 
@@ -737,7 +718,7 @@ class BucketSentenceIter(PrebuiltBatchIter):
             index = np.full(total, -1, dtype=np.int64)
             data[:m], label[:m] = rows_data[mine], rows_label[mine]
             row_tokens[:m], index[:m] = rows_tokens[mine], rows_index[mine]
-            batches += bucket_batches(
+            batches += batching.bucket_batches(
                 data,
                 label,
                 row_tokens,

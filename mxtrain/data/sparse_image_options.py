@@ -6,8 +6,7 @@ or regression; ``image_record`` serves images of an MXNet RecordIO file (``.rec`
 with its ``.idx``) for classification. See :mod:`mxtrain.data.libsvm` and
 :mod:`mxtrain.data.image_record` for what the batches hold.
 
-Construction checks the values and raises ``InvalidValue`` naming the first impossible one; the
-config loader turns that into a ``ConfigError`` pointing at the YAML file and line.
+Construction checks the values as in :mod:`mxtrain.data.array_options`.
 """
 
 from __future__ import annotations
@@ -15,21 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mxtrain.data import source_options as shared
 from mxtrain.data.array_options import TASK_CLASSIFY, RowOptions
-from mxtrain.data.source_options import (
-    SourceOptions,
-    batch_size_field,
-    check_batch,
-    check_input_names,
-    check_num_classes,
-    check_optional_positive_int,
-    check_source,
-    data_name_field,
-    label_name_field,
-    num_parts_field,
-    part_index_field,
-    shuffle_field,
-)
 from mxtrain.errors import InvalidValue
 from mxtrain.option_checks import (
     check_bool,
@@ -62,20 +48,19 @@ class LibsvmOptions(RowOptions):
     def validate(self) -> None:
         super().validate()
         check_bool("zero_based", self.zero_based)
-        check_optional_positive_int("num_features", self.num_features)
+        shared.check_optional_positive_int("num_features", self.num_features)
         if self.num_features is not None:
-            check_batch("a densified batch", self.batch_size, ("num_features", self.num_features))
+            shared.check_batch(
+                "a densified batch", self.batch_size, ("num_features", self.num_features)
+            )
 
 
 @dataclass(frozen=True)
-class ImageRecordOptions(SourceOptions):
+class ImageRecordOptions(shared.SourceOptions):
     """Images of an MXNet RecordIO file, decoded and augmented by ``mx.io.ImageRecordIter``."""
 
     source: str = field(
-        metadata={
-            "doc": "the .rec file, ImageRecordIter's path_imgrec (relative to the config "
-            "file's folder); `mxtrain score --data` / `mxtrain predict --input` replace it"
-        },
+        metadata={"doc": shared.data_file_doc("the .rec file, ImageRecordIter's path_imgrec")}
     )
     data_shape: list[int] = field(
         metadata={"doc": "shape of one output image [channels, height, width] (channels 1 or 3)"},
@@ -91,8 +76,8 @@ class ImageRecordOptions(SourceOptions):
         "exists); ignored, with a warning, when its name does not match source's",
     )
     task: Literal["classify"] = documented("classify", "classify (the only task of this iterator)")
-    batch_size: int = batch_size_field("images")
-    shuffle: bool = shuffle_field(
+    batch_size: int = shared.batch_size_field("images")
+    shuffle: bool = shared.shuffle_field(
         "the images", "eval and predict iterators always read in file order"
     )
     rand_crop: bool = documented(False, "train only: random crops")
@@ -105,20 +90,20 @@ class ImageRecordOptions(SourceOptions):
     std_g: float = documented(1.0, "the G channel is divided by this")
     std_b: float = documented(1.0, "the B channel is divided by this")
     scale: float = documented(1.0, "multiply pixels by this after mean/std (e.g. 0.00390625)")
-    num_parts: int = num_parts_field(
+    num_parts: int = shared.num_parts_field(
         "split the file among this many workers (ImageRecordIter's byte-range "
         "partition: parts may differ in size by a batch)"
     )
-    part_index: int = part_index_field()
+    part_index: int = shared.part_index_field()
     preprocess_threads: int = documented(
         1, "decoding/augmentation threads of ImageRecordIter (at most 1024)"
     )
-    data_name: str = data_name_field()
-    label_name: str = label_name_field()
+    data_name: str = shared.data_name_field()
+    label_name: str = shared.label_name_field()
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""
-        check_source(self.source, "the path of the .rec file")
+        shared.check_source(self.source, "the path of the .rec file")
         if self.path_imgidx is not None and (
             not isinstance(self.path_imgidx, str) or not self.path_imgidx.strip()
         ):
@@ -134,11 +119,13 @@ class ImageRecordOptions(SourceOptions):
             raise InvalidValue("data_shape", f"must have 1 or 3 channels, not {shape[0]}")
         if self.task != TASK_CLASSIFY:
             raise InvalidValue("task", f"must be classify, not {self.task!r}")
-        check_num_classes(self.num_classes)
+        shared.check_num_classes(self.num_classes)
         check_positive_int("batch_size", self.batch_size)
-        check_batch("a batch of images", self.batch_size, *(("data_shape", d) for d in shape))
+        shared.check_batch(
+            "a batch of images", self.batch_size, *(("data_shape", d) for d in shape)
+        )
         if self.num_classes is not None:
-            check_batch(
+            shared.check_batch(
                 "the class probabilities of a batch",
                 self.batch_size,
                 ("num_classes", self.num_classes),
@@ -159,4 +146,4 @@ class ImageRecordOptions(SourceOptions):
             raise InvalidValue("scale", "must not be 0")
         for name in ("rand_crop", "rand_mirror", "shuffle"):
             check_bool(name, getattr(self, name))
-        check_input_names(self.data_name, self.label_name)
+        shared.check_input_names(self.data_name, self.label_name)

@@ -33,19 +33,8 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
+from mxtrain.data import batching
 from mxtrain.data.base import TASK_TAG, DataContext, DataInfo
-from mxtrain.data.batching import (
-    PrebuiltBatchIter,
-    bucket_batches,
-    check_bucket_arguments,
-    choose_buckets,
-    chunk_sequences,
-    flatten_sequences,
-    log_long_sentences,
-    long_bucket_rows,
-    sort_into_buckets,
-    warn_about_padding,
-)
 from mxtrain.data.bucket_sentence import automatic_buckets
 from mxtrain.data.conll import TaggedSentence, read_conll
 from mxtrain.data.label_vocab import FILE_NAME as LABEL_VOCAB_FILE
@@ -97,7 +86,7 @@ def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> 
         )
 
     lengths = np.asarray([len(ids) for ids in token_ids], dtype=np.int64)
-    buckets = choose_buckets(
+    buckets = batching.choose_buckets(
         options.buckets,
         context,
         source,
@@ -126,7 +115,7 @@ def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> 
         min_batch=context.min_batch,
     )
     if context.role == "train":
-        warn_about_padding(
+        batching.warn_about_padding(
             log, source, data_iter.stats, buckets=options.buckets, rule=options.auto_buckets
         )
     return data_iter
@@ -215,7 +204,7 @@ def _label_vocab(context: DataContext, sentences: list[TaggedSentence], source: 
     return LabelVocab.load(saved)
 
 
-class TaggedSequenceIter(PrebuiltBatchIter):
+class TaggedSequenceIter(batching.PrebuiltBatchIter):
     """Batches of (data, softmax_label), shape (batch_size, bucket), float32 ids.
 
     ``token_ids`` and ``label_ids`` hold one list per sentence (``label_ids`` None: labels
@@ -250,7 +239,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
         min_batch: int = 1,
     ) -> None:
         super().__init__(batch_size)
-        buckets = check_bucket_arguments(buckets, batch_size, long_sentences)
+        buckets = batching.check_bucket_arguments(buckets, batch_size, long_sentences)
         self.min_batch = max(1, int(min_batch))
         if label_ids is not None and len(label_ids) != len(token_ids):
             raise ValueError(f"{len(token_ids)} token sequences but {len(label_ids)} label ones")
@@ -272,13 +261,10 @@ class TaggedSequenceIter(PrebuiltBatchIter):
         self.file_format = file_format
         self.shuffle = shuffle
         self.seed = int(seed)
-        self.data_name = data_name
-        self.label_name = label_name
         self.unknown_labels = dict(unknown_labels or {})
         # predicting: the sentences as read (original tokens, file lines) for the records
         self.sentences = list(sentences) if sentences is not None else None
-        self.provide_data = [self._desc(data_name, self.default_bucket_key)]
-        self.provide_label = [self._desc(label_name, self.default_bucket_key)]
+        self._set_inputs(data_name, label_name)
 
         self._pack(token_ids, label_ids, long_sentences)
         self.reset()
@@ -299,7 +285,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
     ) -> None:
         """Cut sentences into (start, length) chunks of flat id arrays, pad into buckets."""
         num = len(token_ids)
-        sizes, flat, offsets = flatten_sequences(token_ids)
+        sizes, flat, offsets = batching.flatten_sequences(token_ids)
         total_tokens = flat.size
         if label_ids is None:
             flat_labels = np.full(total_tokens, self.label_vocab.pad_id, dtype=np.int64)
@@ -312,20 +298,15 @@ class TaggedSequenceIter(PrebuiltBatchIter):
         largest = self.default_bucket_key
 
         long = sizes > largest
-        chunk_start, chunk_len, chunk_row, lost, extra = chunk_sequences(
-            offsets, sizes, largest, policy
+        chunk_start, chunk_len, chunk_row, which, lost, self.buckets = batching.place_in_buckets(
+            offsets, sizes, self.buckets, largest, policy
         )
-        if extra:
-            self.buckets = [*self.buckets, *extra]
         if chunk_len.size == 0:
             raise DataError(
                 f"None of the {num} sentences in {self.source} can be used: all are longer "
                 f"than the largest bucket ({largest}) and long_sentences is drop.",
                 hint="Use long_sentences: split or truncate, or larger buckets.",
             )
-        chunk_start, chunk_len, chunk_row, which = sort_into_buckets(
-            chunk_start, chunk_len, chunk_row, self.buckets
-        )
 
         pad = self.pad_id
         # predict's buckets beyond the largest: a batch of just their sentences, within the
@@ -334,7 +315,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
         room = self.batch_size * largest
         self.bucket_batch_sizes = {
             length: (
-                long_bucket_rows(int(found[b]), length, room, self.min_batch)
+                batching.long_bucket_rows(int(found[b]), length, room, self.min_batch)
                 if length > largest
                 else self.batch_size
             )
@@ -386,7 +367,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
             "bucket_counts": counts,
             "bucket_batches": batches_per_bucket,
         }
-        log_long_sentences(log, self.source, self.stats, largest)
+        batching.log_long_sentences(log, self.source, self.stats, largest)
 
     def _epoch_batches(self, rng: np.random.Generator | None) -> list[Any]:
         batches = []
@@ -399,7 +380,7 @@ class TaggedSequenceIter(PrebuiltBatchIter):
                     row_tokens[perm],
                     index[perm],
                 )
-            batches += bucket_batches(
+            batches += batching.bucket_batches(
                 data,
                 label,
                 row_tokens,

@@ -5,27 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mxtrain.data import source_options as shared
 from mxtrain.data.bucket_sentence_options import DEFAULT_SPECIALS
-from mxtrain.data.source_options import (
-    SourceOptions,
-    auto_buckets_field,
-    batch_size_field,
-    buckets_field,
-    check_auto_buckets,
-    check_bucketed_batch,
-    check_buckets,
-    check_long_sentences,
-    check_max_vocab,
-    check_optional_positive_int,
-    check_source,
-    check_vocab_file,
-    long_sentences_field,
-    max_padding_field,
-    max_sentences_field,
-    num_buckets_field,
-    shuffle_field,
-    vocab_file_field,
-)
 from mxtrain.errors import InvalidValue
 from mxtrain.option_checks import check_choice, check_positive_int, documented, not_int
 
@@ -41,7 +22,7 @@ CONLLU_COLUMNS = 10
 
 
 @dataclass(frozen=True)
-class TaggedSequencesOptions(SourceOptions):
+class TaggedSequencesOptions(shared.SourceOptions):
     """Token/label sequences from CoNLL-style files, bucketed into (batch, time) batches.
 
     Construction checks the values and raises ``InvalidValue`` on impossible ones; the config
@@ -76,12 +57,12 @@ class TaggedSequencesOptions(SourceOptions):
         "0-based column of the label (negative: from the end); null: -1 (the last) "
         "for conll, 3 (UPOS) for conllu. Not read when predicting",
     )
-    batch_size: int = batch_size_field("sentences")
-    buckets: list[int] | Literal["auto"] = buckets_field("sentence lengths (tokens)")
-    num_buckets: int | None = num_buckets_field()
-    auto_buckets: Literal["quantile", "padding"] = auto_buckets_field()
-    max_padding: float = max_padding_field()
-    shuffle: bool = shuffle_field(
+    batch_size: int = shared.batch_size_field("sentences")
+    buckets: list[int] | Literal["auto"] = shared.buckets_field("sentence lengths (tokens)")
+    num_buckets: int | None = shared.num_buckets_field()
+    auto_buckets: Literal["quantile", "padding"] = shared.auto_buckets_field()
+    max_padding: float = shared.max_padding_field()
+    shuffle: bool = shared.shuffle_field(
         "sentences and batches", "eval iterators always read in a fixed order"
     )
     min_count: int = documented(
@@ -92,19 +73,19 @@ class TaggedSequencesOptions(SourceOptions):
     max_vocab: int | None = documented(
         None, "largest token vocabulary size, the 3 specials <pad> <unk> <eos> included"
     )
-    long_sentences: Literal["split", "truncate", "drop"] = long_sentences_field(
+    long_sentences: Literal["split", "truncate", "drop"] = shared.long_sentences_field(
         "; predicting never cuts a sentence"
     )
-    max_sentences: int | None = max_sentences_field("sentences")
+    max_sentences: int | None = shared.max_sentences_field("sentences")
     lowercase: bool = documented(False, "lowercase the tokens (not the labels) before lookup")
-    vocab: str | None = vocab_file_field()
+    vocab: str | None = shared.vocab_file_field()
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""
-        check_source(self.source, "the path of a CoNLL or CoNLL-U file")
+        shared.check_source(self.source, "the path of a CoNLL or CoNLL-U file")
         check_choice("format", self.format, FORMATS)
         check_choice("delimiter", self.delimiter, DELIMITERS)
-        check_long_sentences(self.long_sentences)
+        shared.check_long_sentences(self.long_sentences)
         for name in ("token_column", "label_column"):
             value = getattr(self, name)
             if value is not None and not_int(value):
@@ -128,13 +109,13 @@ class TaggedSequencesOptions(SourceOptions):
                 f"and label_column are both {self.token_column}: the labels would be the tokens",
             )
         check_positive_int("batch_size", self.batch_size)
-        check_auto_buckets(self.auto_buckets, self.num_buckets, self.max_padding)
+        shared.check_auto_buckets(self.auto_buckets, self.num_buckets, self.max_padding)
         check_positive_int("min_count", self.min_count)
-        check_optional_positive_int("max_sentences", self.max_sentences)
-        check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS))
-        check_buckets(self.buckets)
-        check_bucketed_batch(self.batch_size, self.buckets)
-        check_vocab_file(self.vocab)
+        shared.check_optional_positive_int("max_sentences", self.max_sentences)
+        shared.check_max_vocab(self.max_vocab, len(DEFAULT_SPECIALS))
+        shared.check_buckets(self.buckets)
+        shared.check_bucketed_batch(self.batch_size, self.buckets)
+        shared.check_vocab_file(self.vocab)
 
     def columns(self, fmt: str) -> tuple[int, int]:
         """(token column, label column) for the resolved format ``conll`` or ``conllu``."""

@@ -2,15 +2,17 @@
 
 Both are off by default and cost nothing per batch when off: the training loop only calls them
 when ``fit.profile`` or ``fit.monitor`` is set, and the monitor reads arrays back (a sync point)
-only on its own interval.
+only on its own interval. Neither writes run files: they hand the summary text and the records
+to the writers their caller gives them (MXNet's profiler writes its trace file itself).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,37 +23,33 @@ __all__ = ["BatchProfiler", "ParameterMonitor"]
 _LOG = logging.getLogger("mxtrain")
 
 
+@dataclass
 class BatchProfiler:
-    """Record ``batches`` training batches with MXNet's profiler into ``folder``.
+    """Record ``batches`` training batches with MXNet's profiler.
 
     The first ``skip`` batches of the process are left out (the first one binds executors and
-    allocates memory, which is not what a profile of steady-state training should show). The
-    trace (``trace.json``, viewable in chrome://tracing or ui.perfetto.dev) and a per-operator
-    summary table (``summary.txt``) are written once the last recorded batch has finished.
+    allocates memory, which is not what a profile of steady-state training should show). Once
+    the last recorded batch has finished, MXNet writes the trace to ``trace_file`` (viewable
+    in chrome://tracing or ui.perfetto.dev) and the per-operator summary table goes to
+    ``keep_summary``, which writes it and returns where.
     """
 
-    def __init__(self, folder: Path, batches: int, skip: int = 1) -> None:
-        if batches < 1:
-            raise ValueError(f"batches must be at least 1, got {batches}")
-        self.folder = folder
-        self.batches = batches
-        self.skip = skip
-        self._running = False
-        self._done = False
+    trace_file: Path
+    batches: int
+    keep_summary: Callable[[str], Path]
+    skip: int = 1
+    _running: bool = field(default=False, init=False)
+    _done: bool = field(default=False, init=False)
 
-    @property
-    def trace_file(self) -> Path:
-        return self.folder / "trace.json"
-
-    @property
-    def summary_file(self) -> Path:
-        return self.folder / "summary.txt"
+    def __post_init__(self) -> None:
+        if self.batches < 1:
+            raise ValueError(f"batches must be at least 1, got {self.batches}")
 
     def before_batch(self, trained: int) -> None:
         """Called before a batch when ``trained`` batches ran in this process so far."""
         if self._done or self._running or trained != self.skip:
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.trace_file.parent.mkdir(parents=True, exist_ok=True)  # MXNet does not make it
         mx.nd.waitall()  # earlier batches must not leak into the recorded window
         mx.profiler.set_config(
             profile_symbolic=True,
@@ -73,20 +71,21 @@ class BatchProfiler:
             self.finish()
 
     def finish(self) -> None:
-        """Stop recording and write the files (also when training ends before the last batch)."""
+        """Stop recording and hand over the summary (also when training ends before the last
+        batch)."""
         if not self._running:
             return
         mx.nd.waitall()
         mx.profiler.set_state("stop")
         mx.profiler.dump()  # closes the trace; MXNet allows one such profile per process
-        self.summary_file.write_text(mx.profiler.dumps(reset=True, sort_by="total"))
+        summary_file = self.keep_summary(mx.profiler.dumps(reset=True, sort_by="total"))
         self._running = False
         self._done = True
         _LOG.info(
             "profile written to %s (open it in chrome://tracing or https://ui.perfetto.dev); "
             "per-operator totals in %s",
             self.trace_file,
-            self.summary_file,
+            summary_file,
         )
 
 
@@ -100,16 +99,21 @@ class ParameterMonitor:
     ``pattern`` is a regular expression searched in each parameter name. Statistics are taken
     after the backward pass and before the update, on the first device's copy: the weight norm,
     the gradient norm, their ratio (how big a step the optimizer sees relative to the weight)
-    and the largest absolute gradient. A non-finite gradient is called out by name. Records
-    also go, one JSON object per parameter, to ``output`` when given.
+    and the largest absolute gradient. A non-finite gradient is called out by name. Each
+    record (one per parameter) also goes to ``keep_records`` when given.
     """
 
-    def __init__(self, pattern: str, interval: int, output: Path | None = None) -> None:
+    def __init__(
+        self,
+        pattern: str,
+        interval: int,
+        keep_records: Callable[[list[dict[str, Any]]], None] | None = None,
+    ) -> None:
         if interval < 1:
             raise ValueError(f"interval must be at least 1, got {interval}")
         self.regex = re.compile(pattern)
         self.interval = interval
-        self.output = output
+        self.keep_records = keep_records
 
     def due(self, trained: int) -> bool:
         """Whether the batch about to be counted as number ``trained + 1`` is monitored."""
@@ -146,8 +150,6 @@ class ParameterMonitor:
                 if not math.isfinite(row["grad_norm"]):
                     text += "  <- non-finite gradient"
             _LOG.info(text)
-        if self.output is not None and rows:
-            with self.output.open("a", encoding="utf-8") as handle:
-                for row in rows:
-                    handle.write(json.dumps(row, allow_nan=True) + "\n")
+        if self.keep_records is not None and rows:
+            self.keep_records(rows)
         return rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 import mxnet as mx
 import numpy as np
@@ -28,9 +28,12 @@ OPTIMIZER_STATE_FORMAT = 1
 # (Nadam's momentum schedule). They are saved with the states so a resumed run continues exactly.
 _DYNAMIC_OPTIMIZER_ATTRS = ("m_schedule",)
 _SCALARS = (bool, int, float, str)
+#: JSON description of one updater state: None, {"array": name in the arrays file},
+#: {"tuple" or "list": [descriptions]} or {"value": a scalar}
+StateSpec: TypeAlias = "dict[str, bool | int | float | str | list[StateSpec]] | None"
 
 
-def _encode_state(state: Any, name: str, arrays: dict[str, Any]) -> Any:
+def _encode_state(state: Any, name: str, arrays: dict[str, Any]) -> StateSpec:
     """JSON description of one updater state; its arrays are copied to CPU into ``arrays``."""
     if state is None:
         return None
@@ -45,7 +48,7 @@ def _encode_state(state: Any, name: str, arrays: dict[str, Any]) -> Any:
     raise ValueError(f"optimizer state of type {type(state).__name__} cannot be saved")
 
 
-def _spec_signature(spec: Any, arrays: Mapping[str, Any], used: set[str]) -> str:
+def _spec_signature(spec: StateSpec, arrays: Mapping[str, Any], used: set[str]) -> str:
     """Shape/dtype signature of a described state, checking the description as it goes."""
     if spec is None:
         return "None"
@@ -81,15 +84,15 @@ def _hashable(key: Any) -> Any:
     return tuple(key) if isinstance(key, list) else key
 
 
-def _decode_state(spec: Any, arrays: Mapping[str, Any]) -> Any:
+def _decode_state(spec: StateSpec, arrays: Mapping[str, Any]) -> Any:
     """The state a (checked) description stands for, with arrays copied: the updater changes
     states in place and must not write into the caller's arrays."""
     if spec is None:
         return None
     ((kind, value),) = spec.items()
-    if kind == "array":
+    if kind == "array" and isinstance(value, str):
         return arrays[value].copy()
-    if kind == "value":
+    if not isinstance(value, list):  # {"value": scalar}
         return value
     items = [_decode_state(v, arrays) for v in value]
     return tuple(items) if kind == "tuple" else items

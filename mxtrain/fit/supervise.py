@@ -230,7 +230,7 @@ def profiler(fit_cfg: FitSection, run: RunFolder) -> BatchProfiler | None:
         return None
     from mxtrain.engine.monitoring import BatchProfiler  # deferred: it imports MXNet
 
-    return BatchProfiler(run.profile_dir, fit_cfg.profile)
+    return BatchProfiler(run.profile_trace_file, fit_cfg.profile, run.write_profile_summary)
 
 
 def monitor(fit_cfg: FitSection, run: RunFolder) -> ParameterMonitor | None:
@@ -239,7 +239,8 @@ def monitor(fit_cfg: FitSection, run: RunFolder) -> ParameterMonitor | None:
         return None
     from mxtrain.engine.monitoring import ParameterMonitor  # deferred: it imports MXNet
 
-    return ParameterMonitor(fit_cfg.monitor.pattern, fit_cfg.monitor.interval, run.monitor_file)
+    monitor_cfg = fit_cfg.monitor
+    return ParameterMonitor(monitor_cfg.pattern, monitor_cfg.interval, run.append_monitor_records)
 
 
 def metric_lower_is_better(setup: TrainingSetup, metric: str, mode: str) -> bool:

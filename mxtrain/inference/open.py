@@ -24,6 +24,7 @@ from typing import Any
 
 from mxtrain.build import build_data_iter, build_module
 from mxtrain.config import Config, load_config
+from mxtrain.config.schema import ComponentOptions, IteratorSection
 from mxtrain.data.base import DataContext
 from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX
 from mxtrain.devices import build_contexts, configure_threads
@@ -81,8 +82,8 @@ class OpenedRun:
     checkpoint: ChosenCheckpoint | None = None  # what was loaded (tag, position)
 
 
-def _with_options(section: Any, where: str, **changes: Any) -> Any:
-    """``section`` (an IteratorSection) with some iterator options replaced.
+def _with_options(section: IteratorSection, where: str, **changes: Any) -> IteratorSection:
+    """``section`` with some iterator options replaced.
 
     ``source`` must be an option of the iterator (it says what to read); other keys are
     replaced where the iterator has them, and ``batch_size`` must be one when it is given.
@@ -104,11 +105,11 @@ def _with_options(section: Any, where: str, **changes: Any) -> Any:
                 "(bucket_sentence has both).",
             )
     usable = {k: v for k, v in changes.items() if k in names}
-    if not usable:
+    if options is None or not usable:
         return section
     try:
         if isinstance(options, Mapping):
-            new_options: Any = {**options, **usable}
+            new_options: ComponentOptions = {**options, **usable}
         else:
             new_options = dataclasses.replace(options, **usable)
     except InvalidValue as exc:
@@ -125,7 +126,7 @@ def _with_options(section: Any, where: str, **changes: Any) -> Any:
 
 def _data_section(
     config: Config, role: str, data: Path | str | None, batch_size: int | None
-) -> tuple[Any, str]:
+) -> tuple[IteratorSection, str]:
     """The iterator section to build and its dotted name for messages."""
     changes: dict[str, Any] = {}
     if batch_size is not None:

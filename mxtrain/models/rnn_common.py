@@ -149,39 +149,34 @@ def _cell(mode: str, num_hidden: int, prefix: str) -> Any:
     return mx.rnn.GRUCell(num_hidden, prefix=prefix)
 
 
+@dataclass(frozen=True)
+class RecurrentStack:
+    """Stacked recurrent layers of one kind, as :func:`rnn_layers` and
+    :func:`left_to_right_layers` build them."""
+
+    mode: str  # lstm or gru
+    num_hidden: int  # each layer's state size (per direction)
+    num_layers: int
+    dropout: float  # between layers (0: none)
+    fused: bool  # one RNN operator, else one cell per layer and step
+    prefix: str  # of the parameter and state input names
+
+
 def rnn_layers(
-    x: Any,
-    seq_len: int,
-    *,
-    mode: str,
-    num_hidden: int,
-    num_layers: int,
-    dropout: float,
-    fused: bool,
-    prefix: str,
-    bidirectional: bool = False,
-    lengths: Any = None,
+    x: Any, seq_len: int, stack: RecurrentStack, *, bidirectional: bool = False, lengths: Any = None
 ) -> Any:
     """Stacked recurrent layers: ``x`` (batch, time, channels) -> (batch, time, hidden * dirs).
 
-    ``dropout`` applies between layers. ``lengths`` (batch,) are the real lengths of the rows
-    (padding at the end), used by the right-to-left direction; None: the whole rows.
+    ``lengths`` (batch,) are the real lengths of the rows (padding at the end), used by the
+    right-to-left direction; None: the whole rows.
     """
     import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
     if not bidirectional:
-        x, _ = left_to_right_layers(
-            x,
-            seq_len,
-            mode=mode,
-            num_hidden=num_hidden,
-            num_layers=num_layers,
-            dropout=dropout,
-            fused=fused,
-            prefix=prefix,
-            state_inputs=False,
-        )
+        x, _ = left_to_right_layers(x, seq_len, stack, state_inputs=False)
         return x
+    mode, num_hidden, num_layers = stack.mode, stack.num_hidden, stack.num_layers
+    dropout, fused, prefix = stack.dropout, stack.fused, stack.prefix
     check_choice("mode", mode, MODES)
 
     def one_way(inputs: Any, cell_prefix: str) -> Any:
@@ -220,19 +215,10 @@ def state_input_names(mode: str, num_layers: int, fused: bool, prefix: str) -> l
 
 
 def left_to_right_layers(
-    x: Any,
-    seq_len: int,
-    *,
-    mode: str,
-    num_hidden: int,
-    num_layers: int,
-    dropout: float,
-    fused: bool,
-    prefix: str,
-    state_inputs: bool = False,
+    x: Any, seq_len: int, stack: RecurrentStack, *, state_inputs: bool = False
 ) -> tuple[Any, dict[str, Any]]:
     """One-direction stacked layers: ``x`` (batch, time, channels) -> ((batch, time, hidden),
-    {begin-state input name: final-state symbol}); ``dropout`` applies between layers.
+    {begin-state input name: final-state symbol}).
 
     Without ``state_inputs`` the begin states are zeros and the mapping is empty. With it
     they are inputs (:func:`state_input_names`): fused ``{prefix}begin_state_0`` (h) and
@@ -242,6 +228,8 @@ def left_to_right_layers(
     """
     import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
 
+    mode, num_hidden, num_layers = stack.mode, stack.num_hidden, stack.num_layers
+    dropout, fused, prefix = stack.dropout, stack.fused, stack.prefix
     check_choice("mode", mode, MODES)
     names = state_input_names(mode, num_layers, fused, prefix) if state_inputs else []
     if fused:
@@ -262,14 +250,14 @@ def left_to_right_layers(
         )
         x = mx.sym.swapaxes(x, dim1=0, dim2=1)
     else:
-        stack = mx.rnn.SequentialRNNCell()
+        cells = mx.rnn.SequentialRNNCell()
         for i in range(num_layers):
-            stack.add(_cell(mode, num_hidden, f"{prefix}l{i}_"))
+            cells.add(_cell(mode, num_hidden, f"{prefix}l{i}_"))
             if dropout > 0 and i + 1 < num_layers:
-                stack.add(mx.rnn.DropoutCell(dropout, prefix=f"{prefix}d{i}_"))
+                cells.add(mx.rnn.DropoutCell(dropout, prefix=f"{prefix}d{i}_"))
         # (0: the batch size, inferred from the data)
         begin = [mx.sym.Variable(n, shape=(0, num_hidden), __layout__="NC") for n in names]
-        x, finals = stack.unroll(
+        x, finals = cells.unroll(
             seq_len, inputs=x, begin_state=begin or None, layout="NTC", merge_outputs=True
         )
     return x, dict(zip(names, finals, strict=True)) if names else {}
@@ -491,17 +479,15 @@ def _lm_hidden_states(
     )
     if options.dropout > 0:
         x = mx.sym.Dropout(x, p=options.dropout, name="embed_dropout")
-    x, finals = left_to_right_layers(
-        x,
-        seq_len,
-        mode=mode,
-        num_hidden=options.num_hidden,
-        num_layers=options.num_layers,
-        dropout=options.dropout,
+    stack = RecurrentStack(
+        mode,
+        options.num_hidden,
+        options.num_layers,
+        options.dropout,
         fused=options.fused,
         prefix=f"{mode}_",
-        state_inputs=stateful,
     )
+    x, finals = left_to_right_layers(x, seq_len, stack, state_inputs=stateful)
     x = mx.sym.reshape(x, shape=(-1, options.num_hidden))
     if options.dropout > 0:
         x = mx.sym.Dropout(x, p=options.dropout, name="pred_dropout")

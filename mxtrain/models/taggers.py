@@ -15,6 +15,7 @@ from mxtrain.models.rnn_common import (
     CELLS,
     MODES,
     RecurrentOptions,
+    RecurrentStack,
     SymGen,
     check_bucket_key,
     check_choice,
@@ -108,18 +109,15 @@ def build_rnn_tagger(options: RnnTaggerOptions, data_info: DataInfo) -> SymGen:
             # exactly as ids != 0 does, in an operator ONNX export can convert
             real = mx.sym.clip(data, 0, 1) if pad_id == 0 else data != pad_id
             lengths = mx.sym.sum(real, axis=1, name="lengths")
-        x = rnn_layers(
-            x,
-            seq_len,
-            mode=options.cell,
-            num_hidden=options.num_hidden,
-            num_layers=options.num_layers,
-            dropout=options.dropout,
+        stack = RecurrentStack(
+            options.cell,
+            options.num_hidden,
+            options.num_layers,
+            options.dropout,
             fused=options.use_fused,
             prefix=f"{options.cell}_",
-            bidirectional=options.bidirectional,
-            lengths=lengths,
         )
+        x = rnn_layers(x, seq_len, stack, bidirectional=options.bidirectional, lengths=lengths)
         x = mx.sym.reshape(x, shape=(-1, width))
         if options.dropout > 0:
             x = mx.sym.Dropout(x, p=options.dropout, name="pred_dropout")

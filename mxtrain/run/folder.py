@@ -27,6 +27,8 @@ from mxtrain.run.layout import (
     MODEL_INPUTS_FILE,
     MONITOR_FILE,
     PROFILE_DIR,
+    PROFILE_SUMMARY_FILE,
+    PROFILE_TRACE_FILE,
     RUN_FILE,
     VOCAB_FILE,
     params_file_name,
@@ -82,8 +84,24 @@ class RunFolder:
         return self.path / PROFILE_DIR
 
     @property
+    def profile_trace_file(self) -> Path:
+        return self.profile_dir / PROFILE_TRACE_FILE
+
+    @property
     def monitor_file(self) -> Path:
         return self.path / MONITOR_FILE
+
+    def write_profile_summary(self, text: str) -> Path:
+        """Write fit.profile's per-operator summary table and return its path."""
+        path = self.profile_dir / PROFILE_SUMMARY_FILE
+        atomic_write_text(path, text)
+        return path
+
+    def append_monitor_records(self, records: list[dict[str, Any]]) -> None:
+        """Append fit.monitor's statistics to monitor.jsonl, one JSON object per line."""
+        with self.monitor_file.open("a", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps(record, allow_nan=True) + "\n")
 
     def config_before_resume(self, stamp: int) -> Path:
         """``config.before-resume-<stamp>.yaml``: the config a resume replaced."""

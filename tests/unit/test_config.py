@@ -15,15 +15,8 @@ import pytest
 import yaml
 
 import mxtrain
-from mxtrain.config import (
-    Config,
-    Registries,
-    config_to_dict,
-    dump_config,
-    explain_config,
-    load_config,
-    parse_config,
-)
+from mxtrain.config import Config, Registries, load_config, parse_config
+from mxtrain.config.loader import config_to_dict, dump_config, explain_config
 from mxtrain.config.resume_policy import may_change
 from mxtrain.config.schema import (
     INITIALIZERS,
