@@ -150,9 +150,8 @@ def _write_first_files(
     # Other files an iterator needs again later (a tagger's label vocabulary, ...).
     for filename, save in getattr(data_iter, "artifacts", dict)().items():
         save(run.path / filename)
-    if setup.full_sym_gen is not None:
-        symbol = setup.full_sym_gen(data_iter.default_bucket_key)[0]
-        checkpoint.save_symbol(symbol, run, config.checkpoint.prefix)
+    symbol = setup.full_sym_gen(data_iter.default_bucket_key)[0]
+    checkpoint.save_symbol(symbol, run, config.checkpoint.prefix)
     if setup.kernel_choices:
         write_run_file(run.path, setup.kernel_choices, str(setup.contexts[0]))
     return facts

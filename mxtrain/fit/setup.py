@@ -5,7 +5,7 @@ choices, module, starting weights, optimizer, coordination, callbacks) and retur
 :class:`TrainingSetup`. Each step takes the config sections it needs. A new run and a
 resumed one (a :class:`Restart`) share them; a resumed run reads its vocabulary, buckets and
 weights from its run folder. MXNet is imported only once the caller has applied the run's
-thread settings (``devices.configure_threads``), which must come before MXNet loads.
+thread settings (``devices.prepare_process``), which must come before MXNet loads.
 """
 
 from __future__ import annotations
@@ -83,6 +83,9 @@ class TrainingSetup:
     train_iter: mx.io.DataIter
     eval_iter: mx.io.DataIter | None
     module: BucketingModule
+    #: the model's whole graph (probabilities included) by bucket key, which the run folder
+    #: keeps; training may run a trimmed one
+    full_sym_gen: Callable[..., Any]
     mxnet_version: str
     rank: int = 0  # distributed worker rank (0 alone writes the run folder)
     coordinator: Coordinator | None = None  # for dist_sync kvstores
@@ -90,9 +93,6 @@ class TrainingSetup:
     callbacks: CallbackRunner | None = None  # fit.callbacks (None: none)
     kernel_choices: list[Choice] = field(default_factory=list)
     eval_module: BucketingModule | None = None  # the full graph when training uses another
-    #: the model's whole graph (probabilities included) by bucket key, which the run folder
-    #: keeps; training may trim it (None: not built)
-    full_sym_gen: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)
