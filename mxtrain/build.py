@@ -160,6 +160,47 @@ def explained_model_errors(config: Config, data_iter: Any, data_where: str) -> I
             raise _model_build_error(config, data_iter, data_where, exc) from exc
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainingModel:
+    """What training builds of ``config.model`` in one go: the module with its initialised
+    parameters and the model's ``sym_gen`` (its whole graph, probabilities included, which
+    the run folder keeps, and which training may trim)."""
+
+    module: Any
+    sym_gen: Callable[..., Any]
+
+    @property
+    def trains_on_variant(self) -> bool:
+        """Whether the model trains on another graph than it is evaluated with
+        (``model.sampled_softmax``): evaluations then need a module of their own."""
+        return hasattr(self.sym_gen, "training_variant")
+
+
+def build_training_model(
+    config: Config, data_iter: Any, contexts: list[Any], *, logger: logging.Logger
+) -> TrainingModel:
+    """The training module of ``config.model`` on ``contexts``, bound to ``data_iter``
+    (``data.train``) and initialised by ``config.initializer`` (:func:`build_module`)."""
+    initializer = build_initializer(config.initializer)
+    sym_gen = _located_sym_gen(config, data_iter.data_info)
+    module = build_module(
+        config, data_iter, "data.train", contexts, for_training=True, logger=logger,
+        model_sym_gen=sym_gen,
+    )  # fmt: skip
+    module.init_params(initializer)
+    return TrainingModel(module, sym_gen)
+
+
+def _located_sym_gen(config: Config, data_info: DataInfo) -> Callable[..., Any]:
+    """``build_sym_gen`` of ``config.model`` whose errors name the model key's line."""
+    return build_sym_gen(
+        config.model,
+        data_info,
+        config.base_dir,
+        lambda key: config.where("model", *key.split(".")),
+    )
+
+
 def build_module(
     config: Config,
     data_iter: Any,
@@ -170,6 +211,7 @@ def build_module(
     logger: logging.Logger,
     for_metrics: bool | None = None,
     shared_params: Any = None,
+    model_sym_gen: Callable[..., Any] | None = None,
 ) -> Any:
     """The model of ``config.model`` as a BucketingModule on ``contexts``, bound to
     ``data_iter``'s largest bucket (so a model that does not fit in memory fails here, and a
@@ -177,17 +219,16 @@ def build_module(
     and, with gradient accumulation, gradients that add up. ``for_metrics`` (default: when
     training): the outputs only feed the config's metrics, so a model whose metrics all read
     its loss leaves the probabilities out. ``shared_params``: a module whose parameter arrays
-    this one binds (BucketingModule.bind)."""
+    this one binds (BucketingModule.bind). ``model_sym_gen``: the model's, when already built."""
     # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     from mxtrain.engine.bucketing import BucketingModule
     from mxtrain.engine.parameters import ParamPatternError
 
     fit_cfg = config.fit
-    sym_gen = build_sym_gen(
-        config.model,
-        data_iter.data_info,
-        config.base_dir,
-        lambda key: config.where("model", *key.split(".")),
+    sym_gen: Callable[..., Any] = (
+        model_sym_gen
+        if model_sym_gen is not None
+        else _located_sym_gen(config, data_iter.data_info)
     )
     if for_metrics is None:
         for_metrics = for_training
@@ -287,12 +328,6 @@ def _training_variant(config: Config, sym_gen: Any, metrics_read_the_loss: bool)
             "model.sampled_softmax: 0 for the full softmax.",
         )
     return sym_gen.training_variant()
-
-
-def wants_evaluation_graph(config: Config, data_info: DataInfo) -> bool:
-    """Whether evaluations during training need a module of their own: the model trains on
-    another graph than it is evaluated with (``model.sampled_softmax``)."""
-    return hasattr(build_sym_gen(config.model, data_info, config.base_dir), "training_variant")
 
 
 def metrics_read_loss(config: Config, data_info: DataInfo) -> bool:
@@ -402,7 +437,8 @@ def build_lr_scheduler(spec: LrSchedulerSection | None, base_lr: float) -> Any:
             warmup_steps=spec.warmup_steps * EPOCH_SCALE,
         )
         warmup["warmup_steps"] = scaled.warmup_steps
-        return EpochSchedule(_mxnet_scheduler(scaled, base_lr, warmup))
+        every_update = _mxnet_scheduler(scaled, base_lr, warmup)
+        return EpochSchedule(every_update)
     return _mxnet_scheduler(spec, base_lr, warmup)
 
 

@@ -5,6 +5,7 @@ Every run uses these, on one device or many; kvstores and distributed runs are d
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -160,6 +161,31 @@ def configure_threads(
             f"OMP_NUM_THREADS={before}" if before else "its default (MXNet's: half the cores)",
         )
     return threads_now
+
+
+def prepare_process(
+    context_cfg: ContextSection, *, measure: bool = False
+) -> tuple[dict[str, str], ContextSection]:
+    """Put a run's process settings in force before MXNet loads: the OpenMP and engine
+    threads (:func:`configure_threads`) and the allocator's arenas for ``large_buffers``.
+    Returns the thread settings now in force and ``context_cfg`` with them instead of
+    ``auto`` (:func:`with_threads_in_force`)."""
+    threads = configure_threads(context_cfg, measure=measure)
+    settled = with_threads_in_force(context_cfg)
+    kernels.prepare_allocator(settled.large_buffers)  # before MXNet starts its threads
+    return threads, settled
+
+
+def with_threads_in_force(context_cfg: ContextSection) -> ContextSection:
+    """``context_cfg`` with the OpenMP settings now in force instead of ``auto``: config.yaml
+    records them, so a resume runs the same thread count (and float rounding)."""
+    changes: dict[str, Any] = {}
+    if context_cfg.omp_threads == "auto" and os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        changes["omp_threads"] = int(os.environ["OMP_NUM_THREADS"])
+    wait = os.environ.get("OMP_WAIT_POLICY", "").lower()
+    if context_cfg.omp_wait_policy == "auto" and wait in ("active", "passive"):
+        changes["omp_wait_policy"] = wait
+    return dataclasses.replace(context_cfg, **changes) if changes else context_cfg
 
 
 def _check_exported_threads(exported: str | None) -> None:

@@ -16,7 +16,7 @@ import dataclasses
 import json
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -68,7 +68,7 @@ def resolve(
     if lm_options is not None:
         head = [batch * steps, lm_options.num_hidden, int(info.num_classes)]
         head_problem = f"{head[0]} x {head[1]} -> {head[2]} output layer + loss"
-    measurer = _Measurer(str(ctx), remeasure)
+    measurer = _Measurer(str(ctx), measure_in_child, remeasure)
     choices: list[Choice] = []
 
     context = config.context
@@ -136,10 +136,17 @@ def resolve(
 
 
 class _Measurer:
-    """The choices kept for one machine and device (the cache is read on first use)."""
+    """The choices kept for one machine and device (the cache is read on first use);
+    ``measure_one`` runs one request and returns its figures (:func:`measure_in_child`)."""
 
-    def __init__(self, device: str, remeasure: bool = False) -> None:
+    def __init__(
+        self,
+        device: str,
+        measure_one: Callable[[Mapping[str, Any]], dict[str, float]],
+        remeasure: bool = False,
+    ) -> None:
         self.device = device
+        self.measure_one = measure_one
         self.remeasure = remeasure
         self.cache: kernels.KernelCache | None = None
         self.machine = ""
@@ -157,7 +164,7 @@ class _Measurer:
         def measure() -> dict[str, float]:
             figures: dict[str, float] = {}
             for request in requests:
-                figures.update(measure_in_child(request))
+                figures.update(self.measure_one(request))
             return figures
 
         decision = kernels.decide(

@@ -8,6 +8,7 @@ checkpoints (:mod:`mxtrain.fit.supervise`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -16,14 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mxtrain.build import build_sym_gen
 from mxtrain.config import Config, dump_config
 from mxtrain.data.base import model_inputs
-from mxtrain.devices import configure_threads
-from mxtrain.engine.kernels import prepare_allocator
+from mxtrain.devices import prepare_process
 from mxtrain.errors import PreemptedError, RunFolderError
 from mxtrain.fit.run_hooks import RunHook
-from mxtrain.fit.setup import TrainingSetup, prepare_training, with_thread_settings
+from mxtrain.fit.setup import TrainingSetup, prepare_training
 from mxtrain.fit.supervise import (
     FitSummary,
     TrainingJob,
@@ -66,9 +65,9 @@ def fit_experiment(
     (:class:`mxtrain.fit.run_hooks.RunHook`) are called after the run's own hooks.
     """
     reporter = reporter or Reporter("plain")
-    prepare_allocator(config.context.large_buffers)  # before MXNet starts its threads
-    threads = configure_threads(config.context, measure=True)  # before MXNet is imported
-    config = with_thread_settings(config)
+    threads, context = prepare_process(config.context, measure=True)  # before MXNet loads
+    if context is not config.context:
+        config = dataclasses.replace(config, context=context)
     # a relative runs_dir is taken from the current folder
     runs_dir, run_name = Path(config.experiment.runs_dir), name or config.experiment.name
     require_usable_path(
@@ -151,9 +150,8 @@ def _write_first_files(
     # Other files an iterator needs again later (a tagger's label vocabulary, ...).
     for filename, save in getattr(data_iter, "artifacts", dict)().items():
         save(run.path / filename)
-    # the model's whole graph (probabilities included), which training may have trimmed
-    sym_gen = build_sym_gen(config.model, data_iter.data_info, config.base_dir)
-    checkpoint.save_symbol(sym_gen(data_iter.default_bucket_key)[0], run, config.checkpoint.prefix)
+    symbol = setup.full_sym_gen(data_iter.default_bucket_key)[0]
+    checkpoint.save_symbol(symbol, run, config.checkpoint.prefix)
     if setup.kernel_choices:
         write_run_file(run.path, setup.kernel_choices, str(setup.contexts[0]))
     return facts

@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 from mxtrain.config import Config, config_to_dict, dump_config, load_config
 from mxtrain.config.resume_policy import ConfigChange, diff_configs
 from mxtrain.config.schema import CheckpointSection, FitSection
-from mxtrain.devices import configure_threads
-from mxtrain.engine.kernels import prepare_allocator
+from mxtrain.devices import prepare_process
 from mxtrain.errors import ConfigError, RunFolderError
 from mxtrain.fit.run_hooks import RunHook
 from mxtrain.fit.setup import Restart, TrainingSetup, prepare_training
@@ -178,8 +177,7 @@ def _rebuild_training(
     reporter: Reporter,
 ) -> tuple[dict[str, str], TrainingSetup]:
     """The thread settings and the training set up from the run folder and ``start``."""
-    prepare_allocator(config.context.large_buffers)
-    threads = configure_threads(config.context)
+    threads, _ = prepare_process(config.context)  # config.yaml recorded the thread settings
     restart = Restart(
         vocab_file=run.vocab_file.resolve(),
         loaded=start.loaded,

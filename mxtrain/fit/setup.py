@@ -5,28 +5,28 @@ choices, module, starting weights, optimizer, coordination, callbacks) and retur
 :class:`TrainingSetup`. Each step takes the config sections it needs. A new run and a
 resumed one (a :class:`Restart`) share them; a resumed run reads its vocabulary, buckets and
 weights from its run folder. MXNet is imported only once the caller has applied the run's
-thread settings (``devices.configure_threads``), which must come before MXNet loads.
+thread settings (``devices.prepare_process``), which must come before MXNet loads.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mxtrain import distributed, kernel_choices
 from mxtrain.build import (
+    TrainingModel,
     build_data_iter,
-    build_initializer,
     build_module,
+    build_training_model,
     metrics_read_loss,
     optimizer_arguments,
     param_pattern_error,
-    wants_evaluation_graph,
 )
 from mxtrain.config import Config
 from mxtrain.config.schema import (
@@ -36,7 +36,12 @@ from mxtrain.config.schema import (
     worker_update_keys,
 )
 from mxtrain.data.base import DataContext
-from mxtrain.devices import build_contexts, configure_threads, thread_choices
+from mxtrain.devices import (
+    build_contexts,
+    configure_threads,
+    thread_choices,
+    with_threads_in_force,
+)
 from mxtrain.distributed import Coordinator, is_distributed
 from mxtrain.engine.kernels import Choice
 from mxtrain.fit.callbacks import CallbackRunner
@@ -78,6 +83,9 @@ class TrainingSetup:
     train_iter: mx.io.DataIter
     eval_iter: mx.io.DataIter | None
     module: BucketingModule
+    #: the model's whole graph (probabilities included) by bucket key, which the run folder
+    #: keeps; training may run a trimmed one
+    full_sym_gen: Callable[..., Any]
     mxnet_version: str
     rank: int = 0  # distributed worker rank (0 alone writes the run folder)
     coordinator: Coordinator | None = None  # for dist_sync kvstores
@@ -128,7 +136,8 @@ def prepare_training(
     )
     kernel_choices.apply_process_settings(config)
     kernel_choices.log_choices(choices)
-    module, eval_module, started_from = build_model(config, train_iter, eval_iter, worker, restart)
+    model, eval_module, started_from = build_model(config, train_iter, eval_iter, worker, restart)
+    module = model.module
     coordinator = init_optimizer(module, config, train_iter, worker)
     if module.fixed_param_names:
         log.info("fixed parameters: %s", ", ".join(module.fixed_param_names))
@@ -146,23 +155,8 @@ def prepare_training(
         config=config, contexts=worker.contexts, train_iter=train_iter, eval_iter=eval_iter,
         module=module, mxnet_version=mx.__version__, rank=worker.rank, coordinator=coordinator,
         warm_start=started_from, callbacks=callbacks, kernel_choices=choices,
-        eval_module=eval_module,
+        eval_module=eval_module, full_sym_gen=model.sym_gen,
     )  # fmt: skip
-
-
-def with_thread_settings(config: Config) -> Config:
-    """``config`` with the OpenMP settings now in force instead of ``auto``: config.yaml
-    records them, so a resume runs the same thread count (and float rounding)."""
-    context = config.context
-    changes: dict[str, Any] = {}
-    if context.omp_threads == "auto" and os.environ.get("OMP_NUM_THREADS", "").isdigit():
-        changes["omp_threads"] = int(os.environ["OMP_NUM_THREADS"])
-    wait = os.environ.get("OMP_WAIT_POLICY", "").lower()
-    if context.omp_wait_policy == "auto" and wait in ("active", "passive"):
-        changes["omp_wait_policy"] = wait
-    if not changes:
-        return config
-    return dataclasses.replace(config, context=dataclasses.replace(context, **changes))
 
 
 def seed_everything(seed: int) -> None:
@@ -224,16 +218,18 @@ def build_iterators(
     describes each."""
     min_batch = worker.min_batch
     train_iter = train_iterator(worker.train_section, seed, base_dir, min_batch, restart)
-    if callable(getattr(train_iter, "describe", None)):
-        log.info("train data: %s", train_iter.describe())
+    describe = getattr(train_iter, "describe", None)  # iterators may describe their data
+    if callable(describe):
+        log.info("train data: %s", describe())
     if eval_section is None:
         return train_iter, None
     context = DataContext(
         role="eval", seed=seed, base_dir=base_dir, train=train_iter, min_batch=min_batch
     )
     eval_iter = build_data_iter(eval_section, context, base_dir, "data.eval")
-    if callable(getattr(eval_iter, "describe", None)):
-        log.info("eval data: %s", eval_iter.describe())
+    describe = getattr(eval_iter, "describe", None)
+    if callable(describe):
+        log.info("eval data: %s", describe())
     return train_iter, eval_iter
 
 
@@ -248,11 +244,12 @@ def choose_kernels(
 ) -> tuple[Config, list[Choice]]:
     """``config`` with its ``auto`` kernel settings resolved, and every choice made (the
     OpenMP ones first, for a fresh run: a resumed one keeps what it recorded)."""
+    probabilities = not metrics_read_loss(config, train_iter.data_info)
     config, choices = kernel_choices.resolve(
         config,
         train_iter,
         contexts,
-        probabilities=not metrics_read_loss(config, train_iter.data_info),
+        probabilities=probabilities,
         not_measured=not_measured,
         remeasure=remeasure,
     )
@@ -265,7 +262,7 @@ def measure_kernel_choices(config: Config, *, remeasure: bool = False) -> list[C
     measured and kept; ``remeasure`` measures every one again (``mxtrain kernels --measure``).
     """
     configure_threads(config.context, measure=True, remeasure=remeasure)  # before MXNet loads
-    config = with_thread_settings(config)
+    config = dataclasses.replace(config, context=with_threads_in_force(config.context))
     from mxtrain.engine.shapes import fewest_rows  # deferred: MXNet after the threads
 
     contexts = build_contexts(config.context)
@@ -283,15 +280,14 @@ def build_model(
     eval_iter: mx.io.DataIter | None,
     worker: Worker,
     restart: Restart | None,
-) -> tuple[BucketingModule, BucketingModule | None, WarmStartReport | None]:
-    """The training module with its starting weights (a resumed run's checkpoint, else
+) -> tuple[TrainingModel, BucketingModule | None, WarmStartReport | None]:
+    """The training model, its module with its starting weights (a resumed run's checkpoint, else
     ``initializer.from``, else the initializer's), the evaluation module when the model
     trains on another graph than it is evaluated with (``model.sampled_softmax``: the full
     softmax; None otherwise), and the warm start's report (None: no warm start)."""
     contexts = worker.contexts
-    module = build_module(config, train_iter, "data.train", contexts, for_training=True, logger=log)
-    module.init_params(build_initializer(config.initializer))
-    started_from = None
+    model = build_training_model(config, train_iter, contexts, logger=log)
+    module, started_from = model.module, None
     if restart is not None and restart.loaded is not None:
         # Before init_optimizer: with update_on_kvstore (dist_async) the servers keep the
         # weights they are initialised with, so setting them afterwards would be undone by
@@ -301,8 +297,8 @@ def build_model(
         # checkpoint starts from these weights again, as its first start did
         where = config.where("initializer", "from")
         started_from = warm_start(module, config.initializer.warm_start, config.base_dir, where)
-    if not wants_evaluation_graph(config, train_iter.data_info):
-        return module, None, started_from
+    if not model.trains_on_variant:
+        return model, None, started_from
     # the model trains on another graph than it is evaluated with (model.sampled_softmax)
     log.info(
         "sampled softmax: training reads a softmax over each position's label and %s words "
@@ -312,13 +308,13 @@ def build_model(
         f"{train_iter.data_info.num_classes:,}",
     )
     if eval_iter is None:
-        return module, None, started_from
+        return model, None, started_from
     # bound on the training module's parameter arrays: every update is what it evaluates
     eval_module = build_module(
         config, eval_iter, "data.eval", contexts, for_training=False, for_metrics=True,
         logger=log, shared_params=module,
     )  # fmt: skip
-    return module, eval_module, started_from
+    return model, eval_module, started_from
 
 
 def init_optimizer(
@@ -343,10 +339,12 @@ def init_optimizer(
     # update_on_kvstore: auto, unless an optimizer key needs the updates on the workers (the
     # config check refused the settings that update on the servers)
     on_kvstore = distributed.resolve_update_on_kvstore(kv_cfg)
+    if worker_update_keys(opt_cfg):
+        on_kvstore = False
     try:
         module.init_optimizer(
             kvstore=kvstore, optimizer=optimizer_name, optimizer_params=optimizer_params,
-            update_on_kvstore=False if worker_update_keys(opt_cfg) else on_kvstore,
+            update_on_kvstore=on_kvstore,
             clip_global_norm=opt_cfg.clip_global_norm, lr_mult=opt_cfg.lr_mult,
             wd_mult=opt_cfg.wd_mult,
         )  # fmt: skip

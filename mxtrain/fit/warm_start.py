@@ -25,13 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mxtrain.config import load_config
 from mxtrain.config.schema import WarmStartSection
 from mxtrain.errors import ConfigError, DataError
 from mxtrain.registry import Registry
-from mxtrain.run.choose import open_run_folder, parse_checkpoint_ref, resolve_checkpoint
+from mxtrain.run.choose import choose_checkpoint
 from mxtrain.run.params import ParamsFileError, load_named_arrays
-from mxtrain.run.plugin_files import kept_plugins
 from mxtrain.user_files import require_usable_path
 
 if TYPE_CHECKING:  # annotations only: MXNet must load after the run's thread settings
@@ -86,19 +84,6 @@ def _read_file(path: Path, where: str) -> dict[str, Any]:
     return out
 
 
-def _read_run(source: str, where: str) -> tuple[dict[str, Any], str, str | None]:
-    folder, wanted = parse_checkpoint_ref(source)
-    run = open_run_folder(folder.absolute())
-    with kept_plugins(run.path):  # its config may name plugins kept in the folder
-        prefix = load_config(run.config_file, base_dir=run.config_dir()).checkpoint.prefix
-    chosen = resolve_checkpoint(run, prefix, wanted)
-    if chosen.loaded is not None:
-        arrays = {**chosen.loaded.arg_params, **chosen.loaded.aux_params}
-    else:
-        arrays = _read_file(chosen.params_file, where)
-    return arrays, str(chosen.params_file), chosen.tag
-
-
 def _read_loader(source: str, base_dir: Path, where: str) -> dict[str, Any]:
     # deferred: MXNet loads after the run's thread settings (a fresh run sets them first)
     import mxnet as mx
@@ -133,15 +118,20 @@ def read_source(
         return _read_loader(source, base_dir, where), source, None
     path = Path(source).expanduser()
     require_usable_path(path, f"{KEY} source", error=DataError)
-    if path.is_file():
-        return _read_file(path.absolute(), where), str(path.absolute()), None
-    if source.endswith(".params") and not path.exists():
-        raise DataError(
-            f"{where}: {KEY}: the parameter file {path.absolute()} does not exist (relative "
-            "paths are taken from the current folder).",
-            hint="Fix the path, or run mxtrain from the folder it is relative to.",
-        )
-    return _read_run(source, where)
+    tag = None
+    if not path.is_file():
+        if source.endswith(".params") and not path.exists():
+            raise DataError(
+                f"{where}: {KEY}: the parameter file {path.absolute()} does not exist "
+                "(relative paths are taken from the current folder).",
+                hint="Fix the path, or run mxtrain from the folder it is relative to.",
+            )
+        chosen = choose_checkpoint(source)
+        if chosen.loaded is not None:
+            arrays = {**chosen.loaded.arg_params, **chosen.loaded.aux_params}
+            return arrays, str(chosen.params_file), chosen.tag
+        path, tag = chosen.params_file, chosen.tag  # unverified: read as any parameter file
+    return _read_file(path.absolute(), where), str(path.absolute()), tag
 
 
 # ----------------------------------------------------------------------------- matching

@@ -2,7 +2,8 @@
 
 Training (resume, warm start) and inference (score, predict, export) all choose checkpoints
 here: :func:`parse_checkpoint_ref` splits a reference, :func:`open_run_folder` checks the
-folder, :func:`resolve_checkpoint` picks, reads and verifies the checkpoint, and
+folder, :func:`resolve_checkpoint` picks, reads and verifies the checkpoint
+(:func:`choose_checkpoint` does all three for a reference alone), and
 :func:`recorded_buckets` / :func:`recorded_last_batch` say what a checkpoint recorded of its
 training data.
 """
@@ -15,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mxtrain.config import load_config
 from mxtrain.errors import ConfigError, DataError, RunFolderError
 from mxtrain.run import checkpoint
 from mxtrain.run.bucket_keys import checkpoint_keys
 from mxtrain.run.checkpoint import BEST, LATEST, LoadedCheckpoint
 from mxtrain.run.folder import RunFolder
-from mxtrain.run.history import summarize_run
+from mxtrain.run.history import logged_best
 from mxtrain.run.layout import (
     CONFIG_FILE,
     PARAMS_FILE,
@@ -29,6 +31,7 @@ from mxtrain.run.layout import (
     parse_tag,
 )
 from mxtrain.run.params import ParamsFileError, read_params
+from mxtrain.run.plugin_files import kept_plugins
 from mxtrain.user_files import require_usable_path
 
 log = logging.getLogger("mxtrain")
@@ -180,7 +183,7 @@ def resolve_checkpoint(run: RunFolder, prefix: str, wanted: int | str | None) ->
 def _logged_best(run: RunFolder) -> str | None:
     """Without ``checkpoints/best`` (no checkpoint.best_metric): the checkpoint saved with the
     best logged value, the one ``mxtrain runs`` and ``show`` report as best."""
-    best = summarize_run(run.path).best
+    best = logged_best(run.path)
     if best is None or best.checkpoint is None:
         return None
     log.info(
@@ -213,6 +216,17 @@ def _unverified(run: RunFolder, prefix: str, epoch: int) -> ChosenCheckpoint:
         path,
     )
     return ChosenCheckpoint(epoch, 0, None, path)
+
+
+def choose_checkpoint(ref: str) -> ChosenCheckpoint:
+    """The checkpoint ``RUN[:selector]`` names (:func:`resolve_checkpoint`), the run folder
+    taken from the current folder; the run's own config, read with the plugins the folder
+    keeps, says the checkpoint prefix."""
+    folder, wanted = parse_checkpoint_ref(ref)
+    run = open_run_folder(folder.absolute())
+    with kept_plugins(run.path):  # its config may name plugins kept in the folder
+        prefix = load_config(run.config_file, base_dir=run.config_dir()).checkpoint.prefix
+    return resolve_checkpoint(run, prefix, wanted)
 
 
 def merge_selectors(ref_choice: int | str | None, epoch: int | None, ref: str) -> int | str | None:

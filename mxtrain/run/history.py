@@ -182,6 +182,16 @@ def summarize_run(path: Path) -> RunSummary:
     return _read_run(path)[0]
 
 
+def logged_best(path: Path) -> BestValue | None:
+    """The best epoch value of the run folder ``path``'s main metric, as its metrics log
+    records it (:func:`best_value`; the ``mxtrain runs`` column); never raises for a damaged
+    folder."""
+    records = _read_records(path, [])
+    config, _ = _read_config(path)
+    epochs = epoch_rows(records)
+    return best_value(config, epochs)
+
+
 def load_run(path: Path) -> RunDetails:
     """Config, checkpoints and per-epoch metrics of the run folder ``path``."""
     if not is_run_folder(path):
@@ -213,12 +223,7 @@ def _read_run(
     config, config_problem = _read_config(path)
     if config_problem and not (path / RUN_FILE).exists():
         problems.append(config_problem)
-    records: list[dict[str, Any]] = []
-    if (path / METRICS_FILE).exists():
-        try:
-            records = read_metrics(path / METRICS_FILE)
-        except RunFolderError as exc:
-            problems.append(exc.message)
+    records = _read_records(path, problems)
     epochs = epoch_rows(records)
     summary = RunSummary(
         name=path.name,
@@ -254,6 +259,18 @@ def _read_status(path: Path, problems: list[str]) -> dict[str, Any]:
         problems.append(f"{RUN_FILE} does not hold a JSON object")
         return {}
     return data
+
+
+def _read_records(path: Path, problems: list[str]) -> list[dict[str, Any]]:
+    """The records of metrics.jsonl (none when it is missing or unreadable: ``problems``
+    says why)."""
+    if not (path / METRICS_FILE).exists():
+        return []
+    try:
+        return read_metrics(path / METRICS_FILE)
+    except RunFolderError as exc:
+        problems.append(exc.message)
+        return []
 
 
 def _read_config(path: Path) -> tuple[dict[str, Any] | None, str | None]:
