@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from pathlib import Path
 
 import click
 
 from mxtrain.cli.options import handle_errors, set_option
+from mxtrain.errors import ConfigError
 
 
 @click.command(
@@ -44,7 +45,6 @@ def kernels_command(
     """
     # deferred: the library loads only for a command that runs (--help stays fast)
     from mxtrain.engine.kernels import CACHE_FILE, cache_dir
-    from mxtrain.errors import ConfigError
 
     cache = cache_dir() / CACHE_FILE
     if config_file is None:
@@ -56,7 +56,7 @@ def kernels_command(
         _show_kept(cache, as_json)
         return
     from mxtrain.config import load_config  # deferred, as above
-    from mxtrain.fit.setup import measure_kernel_choices
+    from mxtrain.fit.setup import measure_kernel_choices  # deferred, as above
 
     config = load_config(config_file, overrides)
     choices = measure_kernel_choices(config, remeasure=measure)
@@ -81,9 +81,8 @@ def kernels_command(
         click.echo("  nothing to choose: every setting is explicit, exported or not measured")
 
 
-def _forget(cache: Any) -> None:
-    from mxtrain.errors import ConfigError
-    from mxtrain.kernel_choices import forget_choices
+def _forget(cache: Path) -> None:
+    from mxtrain.kernel_choices import forget_choices  # deferred, as above: the library's cost
 
     try:
         dropped = forget_choices()
@@ -98,8 +97,8 @@ def _forget(cache: Any) -> None:
     )
 
 
-def _show_kept(cache: Any, as_json: bool) -> None:
-    from mxtrain.kernel_choices import kept_choices
+def _show_kept(cache: Path, as_json: bool) -> None:
+    from mxtrain.kernel_choices import kept_choices  # deferred, as above: the library's cost
 
     kept = kept_choices()
     if as_json:
