@@ -187,6 +187,54 @@ class BucketingModule:
         """Buckets bound again after ``bucket_memory`` unbound them."""
         return self.pool.rebinds
 
+    # -- the module API's views of the current bucket and the optimizer (MXNet BaseModule) ----
+
+    @property
+    def symbol(self) -> Any:
+        curr = self.pool.curr
+        return curr.symbol if curr is not None else self.pool.default_symbol
+
+    @property
+    def data_shapes(self) -> list[Any]:
+        return list(self._require(params=False).data_descs)
+
+    @property
+    def label_shapes(self) -> list[Any] | None:
+        descs = self._require(params=False).label_descs
+        return list(descs) if descs is not None else None
+
+    @property
+    def output_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        return self._require(params=False).output_shapes
+
+    @property
+    def bucket_keys(self) -> list[Any]:
+        """Keys of the buckets bound now (see :attr:`BucketPool.bucket_keys`)."""
+        return self.pool.bucket_keys
+
+    @property
+    def curr_bucket_key(self) -> Any:
+        return self.pool.curr.key if self.pool.curr is not None else None
+
+    @property
+    def bound_positions(self) -> int:
+        """Input positions (batch x length) of every bucket bound now."""
+        return self.pool.bound_positions
+
+    @property
+    def kvstore(self) -> Any:
+        return self.optimization.kvstore if self.optimization is not None else None
+
+    @property
+    def update_on_kvstore(self) -> bool:
+        return self.optimization.update_on_kvstore if self.optimization is not None else False
+
+    @property
+    def updater(self) -> Any:
+        """The updater holding optimizer state (:attr:`Optimization.updater`); None before
+        ``init_optimizer`` or when the state lives on the kvstore servers."""
+        return self.optimization.updater if self.optimization is not None else None
+
     @property
     def state_names(self) -> list[str]:
         """The begin-state inputs carried from batch to batch (``states``)."""

@@ -156,9 +156,9 @@ def test_training_matches_stock(
     our_metric = mx.metric.Perplexity(None)
     train(ours, batches, params, kvstore, optimizer, opt_params, metric=our_metric)
 
-    assert ours.optimization.update_on_kvstore == (len(contexts) > 1 and update_on_kv == "1")
-    assert (ours.optimization.kvstore is None) == (len(contexts) == 1)
-    assert sorted(ours.pool.bucket_keys) == sorted(BUCKETS)
+    assert ours.update_on_kvstore == (len(contexts) > 1 and update_on_kv == "1")
+    assert (ours.kvstore is None) == (len(contexts) == 1)
+    assert sorted(ours.bucket_keys) == sorted(BUCKETS)
     stock_arg, stock_aux = stock.get_params()
     our_arg, our_aux = ours.get_params()
     assert_params_close(our_arg, stock_arg, **TOL)
@@ -175,8 +175,8 @@ def test_training_matches_stock(
         (out,) = ours.get_outputs()
         assert out.shape == (batch.data[0].shape[0] * batch.bucket_key, VOCAB)
         np.testing.assert_allclose(out.asnumpy(), ref.asnumpy(), **TOL)
-        assert ours.pool.curr.output_shapes == stock.output_shapes
-        assert ours.pool.curr.key == batch.bucket_key
+        assert ours.output_shapes == stock.output_shapes
+        assert ours.curr_bucket_key == batch.bucket_key
 
 
 @pytest.mark.parametrize("initializer", [None, mx.init.Xavier(factor_type="in", magnitude=2)])
@@ -216,7 +216,7 @@ def test_fixed_params_are_frozen() -> None:
         same = np.array_equal(after[name].asnumpy(), before[0][name].asnumpy())
         assert same == (name in frozen), name
     # no gradient memory for frozen parameters, in any bucket
-    for key in mod.pool.bucket_keys:
+    for key in mod.bucket_keys:
         grad_dict = mod.pool.buckets[key].execs[0].grad_dict
         assert all(grad_dict.get(n) is None for n in frozen)
 
@@ -281,8 +281,8 @@ def test_smaller_buckets_share_memory_with_default() -> None:
     for key in (5, 8):
         mod.pool.switch(key, *shapes(key))
     mod.prepare(make_batch(np.random.RandomState(0), 7))  # bound ahead, not made current
-    assert mod.pool.curr.key == 8
-    assert mod.pool.bucket_keys == [12, 5, 8, 7]
+    assert mod.curr_bucket_key == 8
+    assert mod.bucket_keys == [12, 5, 8, 7]
     default = mod.pool.buckets[12]
     for key in (5, 8, 7):
         bucket = mod.pool.buckets[key]
@@ -339,7 +339,7 @@ def test_set_params_after_init_optimizer_reaches_kvstore() -> None:
     params = initial_params()
     mod = BucketingModule(lstm_sym_gen, 12, TWO)
     train(mod, make_batches(2), params, "local", "sgd", {"learning_rate": 0.1})
-    assert mod.optimization.update_on_kvstore
+    assert mod.update_on_kvstore
     mod.set_params(*params)
     batch = make_batches(1)[0]
     mod.forward_backward(batch)
@@ -432,7 +432,7 @@ def test_inference_binding_and_errors() -> None:
     with pytest.raises(RuntimeError, match="bind"):
         mod.init_params()
     mod.bind(*shapes(12), for_training=False)
-    assert mod.pool.curr.label_descs == [("softmax_label", (BATCH, 12))]
+    assert mod.label_shapes == [("softmax_label", (BATCH, 12))]
     assert all(g is None for g in mod.pool.buckets[12].execs[0].grad_arrays)
     with pytest.raises(RuntimeError, match="init_params"):
         mod.forward(make_batch(np.random.RandomState(0), 5))
@@ -454,25 +454,25 @@ def test_force_rebind_keeps_params_and_reshaped_default_still_shares() -> None:
     train(mod, make_batches(4), params, "local", "sgd", OPTIMIZERS["sgd"])
     trained = mod.get_params()[0]
     mod.bind(*shapes(12), for_training=False, force_rebind=True)
-    assert mod.pool.bucket_keys == [12]
+    assert mod.bucket_keys == [12]
     assert_params_close(mod.get_params()[0], trained, rtol=0, atol=0)
 
     # a short batch of the default key reshapes it; later buckets still share the first binding
     rng = np.random.RandomState(4)
     mod.forward(make_batch(rng, 12, batch=2))
-    assert mod.pool.curr.data_descs == [("data", (2, 12))]
+    assert mod.data_shapes == [("data", (2, 12))]
     assert mod.get_outputs()[0].shape == (2 * 12, VOCAB)
     mod.forward(make_batch(rng, 8))
     assert mod.pool.buckets[8].shares_memory
     mod.forward(make_batch(rng, 12))
-    assert mod.pool.curr.data_descs == [("data", (BATCH, 12))]
+    assert mod.data_shapes == [("data", (BATCH, 12))]
     # back to the first executors, not a new reshape
     assert mod.pool.buckets[12] is mod.pool.default
     # no provide_label: label shapes follow the data's batch size
     short = make_batch(rng, 8, batch=3)
     short.provide_label = None
     mod.forward(short)
-    assert mod.pool.curr.label_descs == [("softmax_label", (3, 8))]
+    assert mod.label_shapes == [("softmax_label", (3, 8))]
 
 
 def test_key_helpers() -> None:
@@ -504,28 +504,24 @@ def test_kvstore_choices(monkeypatch: pytest.MonkeyPatch) -> None:
 
     one = module(ONE)
     one.init_optimizer("local", "sgd", {"learning_rate": 0.1})
-    assert (
-        one.optimization.kvstore is None
-        and not one.optimization.update_on_kvstore
-        and one.optimization.updater is not None
-    )
+    assert one.kvstore is None and not one.update_on_kvstore and one.updater is not None
     assert one.optimizer.rescale_grad == pytest.approx(1 / BATCH)
     assert one.optimizer.idx2name == dict(enumerate(one.param_names))
 
     one = module(ONE)
     one.init_optimizer("local", "sgd", update_on_kvstore=True)
-    assert one.optimization.kvstore is not None and one.optimization.update_on_kvstore
-    assert one.optimization.updater is one.optimization.kvstore._updater
+    assert one.kvstore is not None and one.update_on_kvstore
+    assert one.updater is one.kvstore._updater
 
     two = module(TWO)
     kv = mx.kv.create("device")
     two.init_optimizer(kv, "adam", {"learning_rate": 0.1})
-    assert two.optimization.kvstore is kv and two.optimization.update_on_kvstore
+    assert two.kvstore is kv and two.update_on_kvstore
 
     two = module(TWO)
     with pytest.warns(UserWarning, match="rescale_grad"):
         two.init_optimizer("local", mx.optimizer.SGD(learning_rate=0.1), update_on_kvstore=False)
-    assert two.optimization.kvstore.type == "local" and not two.optimization.update_on_kvstore
+    assert two.kvstore.type == "local" and not two.update_on_kvstore
     assert two.optimizer.idx2name[2 * 3 + 1] == two.param_names[3]  # index * num_device + k
 
     with pytest.raises(ValueError, match="needs a kvstore"):
@@ -574,10 +570,10 @@ def test_bucket_memory_bounds_bound_buckets_and_keeps_the_numbers(sym_gen: Any) 
     bounded.init_optimizer(kvstore="local", optimizer="adam", optimizer_params=OPTIMIZERS["adam"])
     for batch in batches:
         bounded.prepare(batch)
-        assert bounded.pool.bound_positions <= budget
+        assert bounded.bound_positions <= budget
         bounded.forward_backward(batch)
         bounded.update()
-        assert bounded.pool.bound_positions <= budget
+        assert bounded.bound_positions <= budget
     # the buckets came back after being unbound (24 batches over three buckets)
     assert bounded.rebinds > 0
     assert_params_close(bounded.get_params()[0], reference.get_params()[0], rtol=0, atol=0)
@@ -598,18 +594,18 @@ def test_bucket_memory_keeps_the_current_bucket_and_defers_binding_ahead(
     mod.init_params(mx.init.Xavier())
     rng = np.random.RandomState(0)
     big, small = make_batch(rng, 12), make_batch(rng, 5)
-    assert mod.pool.bound_positions == 0  # the first executors hold the store and never run
+    assert mod.bound_positions == 0  # the first executors hold the store and never run
     mod.forward(big, is_train=False)
-    assert mod.pool.bucket_keys == [12]
+    assert mod.bucket_keys == [12]
     # binding ahead would need 12 + 5 positions of 12: it waits for forward
     mod.prepare(small)
-    assert mod.pool.bucket_keys == [12] and mod.pool.curr.key == 12
+    assert mod.bucket_keys == [12] and mod.curr_bucket_key == 12
     with caplog.at_level(logging.INFO, logger="mxtrain.engine.bucketing"):
         mod.forward(small, is_train=False)
-    assert mod.pool.bucket_keys == [5]
+    assert mod.bucket_keys == [5]
     assert "unbinding bucket 12, the least used" in caplog.text
     mod.forward(big, is_train=False)
-    assert mod.pool.bucket_keys == [12] and mod.rebinds == 1
+    assert mod.bucket_keys == [12] and mod.rebinds == 1
 
 
 def test_bucket_memory_unbinds_the_least_used_bucket_first() -> None:
@@ -621,7 +617,7 @@ def test_bucket_memory_unbinds_the_least_used_bucket_first() -> None:
     for length in (8, 8, 8, 8, 5, 12):  # 8 and 5 fit (13 of 24 steps); 12 needs room
         mod.forward(make_batch(rng, length), is_train=False)
     # least recently used would have unbound 8 (used before 5); 5 was used once
-    assert sorted(mod.pool.bucket_keys) == [8, 12]
+    assert sorted(mod.bucket_keys) == [8, 12]
     mod.forward(make_batch(rng, 8), is_train=False)
     assert mod.rebinds == 0
 
@@ -629,7 +625,7 @@ def test_bucket_memory_unbinds_the_least_used_bucket_first() -> None:
 def test_bucket_memory_auto_is_a_loose_bound_that_leaves_the_allocator_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from mxtrain.engine import bucket_pool
+    from mxtrain.engine import bucket_pool, bucketing
 
     switched: list[bool] = []
     monkeypatch.setattr(bucket_pool, "return_freed_memory", lambda: switched.append(True))
@@ -639,10 +635,10 @@ def test_bucket_memory_auto_is_a_loose_bound_that_leaves_the_allocator_alone(
     rng = np.random.RandomState(0)
     for length in (12, 5, 8, 9, 11, 10, 2):  # 57 steps of 5 x 12 = 60: all stay bound
         mod.forward(make_batch(rng, length), is_train=False)
-    assert sorted(mod.pool.bucket_keys) == [2, 5, 8, 9, 10, 11, 12] and mod.rebinds == 0
+    assert sorted(mod.bucket_keys) == [2, 5, 8, 9, 10, 11, 12] and mod.rebinds == 0
     mod.forward(make_batch(rng, 7), is_train=False)
-    assert mod.pool.bound_positions <= int(bucket_pool.AUTO_BUCKET_MEMORY * BATCH * 12)
-    assert 7 in mod.pool.bucket_keys
+    assert mod.bound_positions <= int(bucketing.AUTO_BUCKET_MEMORY * BATCH * 12)
+    assert 7 in mod.bucket_keys
     # the default bound never switches the allocator (a cost per batch), only trims heaps
     assert switched == []
     strict = BucketingModule(lstm_sym_gen, 12, ONE, bucket_memory=1.0)

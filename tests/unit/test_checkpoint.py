@@ -110,7 +110,7 @@ def work_leftovers(run: RunFolder) -> list[str]:
 
 def test_round_trip_and_module_load(run: RunFolder) -> None:
     mod = train(new_module(), 3)
-    checkpoint.save_symbol(mod.pool.curr.symbol, run, PREFIX)
+    checkpoint.save_symbol(mod.symbol, run, PREFIX)
     state = {"position": {"epoch": 2, "batch": 0}, "seed": 3, "metrics": {"loss": [1.0, 2]}}
     ckpt = save(run, mod, 2, state=state, bucket_keys=[*BUCKET_KEYS, 13])
     assert ckpt.tag == "e0002-b000000" and ckpt.path == run.path / "checkpoints" / ckpt.tag

@@ -208,7 +208,7 @@ def test_meta_is_plain_json_and_describes_the_layout() -> None:
     array_name = first["state"]["array"]
     np.testing.assert_array_equal(
         arrays[array_name].asnumpy(),
-        mod.optimization.updater.states[first["key"]].asnumpy(),
+        mod.updater.states[first["key"]].asnumpy(),
     )
     # a copy: training on does not change what was taken
     before = arrays[array_name].asnumpy()
@@ -230,7 +230,7 @@ def test_adam_state_structure_and_nadam_schedule() -> None:
     other.set_optimizer_states(arrays, json.loads(json.dumps(meta)))
     assert other.optimizer.m_schedule == mod.optimizer.m_schedule
     key = meta["entries"][0]["key"]
-    got, want = other.optimization.updater.states[key], mod.optimization.updater.states[key]
+    got, want = other.updater.states[key], mod.updater.states[key]
     assert isinstance(got, tuple) and len(got) == 2
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g.asnumpy(), w.asnumpy())
@@ -245,7 +245,7 @@ def test_multi_precision_states_keep_the_float32_copy() -> None:
     )
     # a float16 weight as the updater would see it (the LSTM itself runs in float32)
     weight = mx.nd.ones((3, 2), dtype="float16")
-    mod.optimization.updater(0, mx.nd.ones((3, 2), dtype="float16"), weight)
+    mod.updater(0, mx.nd.ones((3, 2), dtype="float16"), weight)
     arrays, meta = mod.get_optimizer_states()
     spec = meta["entries"][0]["state"]
     assert list(spec) == ["tuple"]  # (momentum, float32 weight copy)
@@ -266,21 +266,21 @@ def test_changed_device_count_copies_states_to_every_device(tmp_path: Path) -> N
     one.set_optimizer_states(arrays, meta)
     assert one.optimizer.num_update == 5
     assert one.optimizer.learning_rate == mod.optimizer.learning_rate
-    assert sorted(one.optimization.updater.states) == list(range(len(names)))
+    assert sorted(one.updater.states) == list(range(len(names)))
     i = names.index("lstm_i2h_weight")
     np.testing.assert_array_equal(
-        one.optimization.updater.states[i].asnumpy(),
-        mod.optimization.updater.states[2 * i].asnumpy(),
+        one.updater.states[i].asnumpy(),
+        mod.updater.states[2 * i].asnumpy(),
     )
     assert one.optimizer._all_index_update_counts[0][i] == 5
 
     # the kvstore runs the optimizer: keys are parameter names
     onkv = new_module({**two, "kvstore": "device", "update_on_kvstore": True}, initial_params())
     onkv.set_optimizer_states(arrays, meta)
-    assert sorted(onkv.optimization.updater.states) == sorted(names)
+    assert sorted(onkv.updater.states) == sorted(names)
     np.testing.assert_array_equal(
-        onkv.optimization.updater.states["lstm_i2h_weight"].asnumpy(),
-        mod.optimization.updater.states[2 * i].asnumpy(),
+        onkv.updater.states["lstm_i2h_weight"].asnumpy(),
+        mod.updater.states[2 * i].asnumpy(),
     )
     arg = {k: v for k, v in mx.nd.load(str(tmp_path / "params.nd")).items() if ":" not in k}
     onkv.set_params(arg, {})

@@ -220,7 +220,7 @@ def test_tagger_trains_in_our_bucketing_module_with_two_buckets(kind, dropout) -
         module.update()
     assert not np.allclose(module.get_params()[0]["pred_weight"].asnumpy(), before)
     assert losses[-1] < losses[0]
-    assert set(module.pool.bucket_keys) == {5, 7}
+    assert set(module.bucket_keys) == {5, 7}
 
 
 def _gradients(kind: dict, length: int, rows: list[list[int]], labels: list[list[int]]) -> dict:
