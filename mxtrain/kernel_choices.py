@@ -23,14 +23,7 @@ from typing import Any, cast
 from mxtrain.config.schema import Config
 from mxtrain.engine import kernels
 from mxtrain.engine.kernels import Choice, GraphBuilder
-from mxtrain.models.rnn_common import (
-    LOSS_FORMULATIONS,
-    UNMEASURED_LOSS,
-    LmOptions,
-    RecurrentStack,
-    left_to_right_layers,
-    loss_heads,
-)
+from mxtrain.models.language_model_options import LOSS_FORMULATIONS, UNMEASURED_LOSS, LmOptions
 from mxtrain.run.atomic import atomic_write_text
 
 log = logging.getLogger("mxtrain")
@@ -237,9 +230,10 @@ def forget_choices() -> int:
 
 
 # ----------------------------------------------------------------------------- measuring
-# What the measuring process (measure_in_child) times. MXNet is imported inside these
-# functions: in the parent it must load only after configure_threads set the OpenMP
-# environment, and the child imports it with the settings it was started with.
+# What the measuring process (measure_in_child) times. MXNet and the graph builders (which
+# import it) are imported inside these functions: in the parent MXNet must load only after
+# configure_threads set the OpenMP environment, and the child imports it with the settings it
+# was started with.
 
 
 def measure_in_child(
@@ -256,6 +250,8 @@ def _output_layer_and_loss(
     """Output layer (``pred``) on the rows ``x`` and the loss (``formulation``, default the
     unmeasured one) against ``softmax_label``, padding id 0: lstm_lm's head."""
     import mxnet as mx  # deferred: see the section comment
+
+    from mxtrain.models.rnn_common import loss_heads  # deferred: see the section comment
 
     logits = mx.sym.FullyConnected(x, num_hidden=classes, name="pred")
     label = mx.sym.Variable("softmax_label")
@@ -299,6 +295,11 @@ def measure_cell(
         def build() -> tuple[Any, dict[str, tuple[int, ...]]]:
             import mxnet as mx  # deferred: see the section comment
 
+            from mxtrain.models.rnn_common import (  # deferred: see the section comment
+                RecurrentStack,
+                left_to_right_layers,
+            )
+
             stack = RecurrentStack(
                 mode, hidden, layers, dropout=0.0, fused=fused, prefix=f"{mode}_"
             )
@@ -335,6 +336,11 @@ def _thread_probe(ctx: Any) -> float:
 
     def build() -> tuple[Any, dict[str, tuple[int, ...]]]:
         import mxnet as mx  # deferred: see the section comment
+
+        from mxtrain.models.rnn_common import (  # deferred: see the section comment
+            RecurrentStack,
+            left_to_right_layers,
+        )
 
         p = THREAD_PROBE
         stack = RecurrentStack("lstm", p["hidden"], 2, dropout=0.0, fused=True, prefix="lstm_")

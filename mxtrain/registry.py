@@ -459,37 +459,37 @@ def _register_builtin_models() -> None:
     MODELS.register(
         "lstm_lm",
         "mxtrain.models.language_models:build_lstm_lm",
-        options="mxtrain.models.language_models:LstmLmOptions",
+        options="mxtrain.models.language_model_options:LstmLmOptions",
         summary="word/char LSTM language model: embedding -> N-layer LSTM -> FC -> softmax",
     )
     MODELS.register(
         "mlp",
         "mxtrain.models.classifiers:build_mlp",
-        options="mxtrain.models.classifiers:MlpOptions",
+        options="mxtrain.models.classifier_options:MlpOptions",
         summary="multi-layer perceptron over row features -> softmax (or regression output)",
     )
     MODELS.register(
         "lenet",
         "mxtrain.models.classifiers:build_lenet",
-        options="mxtrain.models.classifiers:LenetOptions",
+        options="mxtrain.models.classifier_options:LenetOptions",
         summary="small CNN for (C,H,W) images: conv-pool-conv-pool-fc -> softmax",
     )
     MODELS.register(
         "rnn_classifier",
         "mxtrain.models.classifiers:build_rnn_classifier",
-        options="mxtrain.models.classifiers:RnnClassifierOptions",
+        options="mxtrain.models.classifier_options:RnnClassifierOptions",
         summary="token-id rows -> embedding -> LSTM/GRU -> padding-aware pooling -> softmax",
     )
     MODELS.register(
         "gru_lm",
         "mxtrain.models.language_models:build_gru_lm",
-        options="mxtrain.models.language_models:GruLmOptions",
+        options="mxtrain.models.language_model_options:GruLmOptions",
         summary="word/char GRU language model: embedding -> N-layer GRU -> FC -> softmax",
     )
     MODELS.register(
         "rnn_tagger",
         "mxtrain.models.taggers:build_rnn_tagger",
-        options="mxtrain.models.taggers:RnnTaggerOptions",
+        options="mxtrain.models.tagger_options:RnnTaggerOptions",
         summary="sequence tagger: embedding -> (bi)LSTM/GRU -> per-token FC -> softmax",
     )
 

@@ -12,43 +12,27 @@ bucket whose key is the shape of one row's features. The output layer follows th
   rows carry NaN targets; they get no gradient.
 
 The data and label inputs are named as the iterator reports (``data_info.data_name`` and
-``label_name``: ``data`` and ``softmax_label`` by default). MXNet is imported inside functions
-so that listing or validating models does not load it.
+``label_name``: ``data`` and ``softmax_label`` by default). Their options:
+:mod:`mxtrain.models.classifier_options`.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
+
+import mxnet as mx
 
 from mxtrain.data.base import DataInfo
 from mxtrain.errors import InvalidValue
-from mxtrain.models.rnn_common import (
-    CELLS,
-    MODES,
-    RecurrentOptions,
-    SymGen,
-    check_dropout,
-    check_layer_sizes,
-    check_parameter_count,
-    check_recurrent_sizes,
-    check_size,
-    dropout_rate,
-    embed_size,
-    layer_count,
-    state_size,
-)
-from mxtrain.option_checks import check_choice, documented
+from mxtrain.models.classifier_options import LenetOptions, MlpOptions, RnnClassifierOptions
+from mxtrain.models.rnn_common import SymGen
 
-ACTIVATIONS = ("relu", "tanh", "sigmoid")
-POOLINGS = ("last", "mean", "max")
 MASKED = -1e9  # what max pooling sees at padding positions
 
 
 # --------------------------------------------------------------------------------------------
-# Option checks and the shared output layer
+# Data checks and the shared output layer
 # --------------------------------------------------------------------------------------------
 
 
@@ -81,8 +65,6 @@ def _check_task(model: str, data_info: DataInfo) -> str:
 
 def _output(x: Any, label: Any, data_info: DataInfo, task: str) -> Any:
     """Output layer and loss for ``task`` on top of features ``x`` (batch, hidden)."""
-    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
     if task == "classify":
         x = mx.sym.FullyConnected(x, num_hidden=int(data_info.num_classes or 0), name="pred")
         ignore: dict[str, Any] = {}
@@ -104,41 +86,6 @@ def _output(x: Any, label: Any, data_info: DataInfo, task: str) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class MlpOptions:
-    """A multi-layer perceptron over the flattened features of each row."""
-
-    hidden: list[int] = field(
-        default_factory=lambda: [64],
-        metadata={"doc": "sizes of the hidden layers, in order ([] for a linear model)"},
-    )
-    activation: Literal["relu", "tanh", "sigmoid"] = documented(
-        "relu", "non-linearity after each hidden layer"
-    )
-    dropout: float = documented(0.0, "dropout after each hidden layer (training only)")
-    batch_norm: bool = documented(
-        False, "batch normalization after each hidden layer, before the activation"
-    )
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise ``InvalidValue`` naming the first impossible value."""
-        if not isinstance(self.hidden, list | tuple):
-            raise InvalidValue("hidden", f"must be a list of layer sizes, not {self.hidden!r}")
-        for size in self.hidden:
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise InvalidValue(
-                    "hidden", f"must hold positive layer sizes, got {list(self.hidden)}"
-                )
-            check_size("hidden", size)
-        sizes = list(self.hidden)
-        check_parameter_count("hidden", sum(a * b for a, b in itertools.pairwise(sizes)))
-        check_choice("activation", self.activation, ACTIVATIONS)
-        check_dropout(self.dropout)
-
-
 def build_mlp(options: MlpOptions, data_info: DataInfo) -> SymGen:
     """Return ``sym_gen(feature_shape) -> (symbol, (data,), (label,))``.
 
@@ -149,8 +96,6 @@ def build_mlp(options: MlpOptions, data_info: DataInfo) -> SymGen:
     data_name, label_name = _names(data_info)
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
         x = mx.sym.flatten(mx.sym.Variable(data_name))
         for i, size in enumerate(options.hidden, start=1):
             x = mx.sym.FullyConnected(x, num_hidden=size, name=f"fc{i}")
@@ -170,48 +115,6 @@ def build_mlp(options: MlpOptions, data_info: DataInfo) -> SymGen:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LenetOptions:
-    """A small LeNet-style CNN for images: conv-pool-conv-pool-fc-output.
-
-    Convolutions keep the image size (padding ``kernel // 2``) and each pooling halves it
-    (rounding up), so any image of at least 1 x 1 pixels fits.
-    """
-
-    channels: list[int] = field(
-        default_factory=lambda: [20, 50],
-        metadata={"doc": "output channels of the two convolutions"},
-    )
-    kernel: int = documented(5, "convolution kernel size (odd)")
-    hidden: int = documented(500, "size of the fully connected layer")
-    activation: Literal["relu", "tanh", "sigmoid"] = documented(
-        "relu", "non-linearity after each convolution and the FC layer"
-    )
-    dropout: float = documented(0.0, "dropout before the output layer (training only)")
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise ``InvalidValue`` naming the first impossible value."""
-        channels = self.channels
-        if not isinstance(channels, list | tuple) or len(channels) != 2:
-            raise InvalidValue("channels", f"must be a list of two sizes, not {channels!r}")
-        for size in channels:
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise InvalidValue("channels", f"must hold positive sizes, got {list(channels)}")
-            check_size("channels", size)
-        check_layer_sizes(self, "kernel")
-        check_parameter_count("channels", channels[0] * channels[1] * self.kernel**2)
-        if self.kernel % 2 == 0:
-            raise InvalidValue(
-                "kernel", f"must be odd (the image keeps its size), not {self.kernel}"
-            )
-        check_layer_sizes(self, "hidden")
-        check_choice("activation", self.activation, ACTIVATIONS)
-        check_dropout(self.dropout)
-
-
 def build_lenet(options: LenetOptions, data_info: DataInfo) -> SymGen:
     """Return ``sym_gen(feature_shape) -> (symbol, (data,), (label,))``.
 
@@ -228,8 +131,6 @@ def build_lenet(options: LenetOptions, data_info: DataInfo) -> SymGen:
         )
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
         key = tuple(bucket_key) if isinstance(bucket_key, tuple | list) else ()
         if len(key) not in (2, 3):
             raise ValueError(
@@ -268,51 +169,6 @@ def build_lenet(options: LenetOptions, data_info: DataInfo) -> SymGen:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RnnClassifierOptions(RecurrentOptions):
-    """Token sequences -> embedding -> LSTM/GRU -> pooling over time -> output layer.
-
-    Rows are token ids, right-padded with 0 (the ``ndarray`` iterator with an integer array:
-    id 0 is padding and never a real token). A row's length is the position of its last
-    non-zero id; the pooling only sees positions before it, so appending padding does not
-    change a row's output.
-    """
-
-    num_embed: int = embed_size(64)
-    num_hidden: int = state_size(64)
-    num_layers: int = layer_count(1)
-    mode: Literal["lstm", "gru"] = documented("lstm", "recurrent cell type")
-    cell: Literal["auto", "fused", "unfused"] = documented(
-        "auto",
-        "fused: one RNN operator per direction (fast, CPU and GPU); unfused: one "
-        "cell per layer and step; auto: fused",
-    )
-    bidirectional: bool = documented(
-        False,
-        "also read each row backwards (from its last real token) and concatenate "
-        "both directions' pooled states",
-    )
-    pooling: Literal["last", "mean", "max"] = documented(
-        "last",
-        "last: the state after the last real token; mean/max: over the real "
-        "positions (padding is never pooled)",
-    )
-    dropout: float = dropout_rate()
-
-    def validate(self) -> None:
-        """Raise ``InvalidValue`` naming the first impossible value."""
-        check_recurrent_sizes(self)
-        check_choice("mode", self.mode, MODES)
-        check_choice("cell", self.cell, CELLS)
-        check_choice("pooling", self.pooling, POOLINGS)
-        check_dropout(self.dropout)
-
-    @property
-    def fused(self) -> bool:
-        """Whether the fused RNN operator is used (auto picks it: it runs on CPU and GPU)."""
-        return self.cell in ("auto", "fused")
-
-
 def build_rnn_classifier(options: RnnClassifierOptions, data_info: DataInfo) -> SymGen:
     """Return ``sym_gen((seq_len,)) -> (symbol, (data,), (label,))``.
 
@@ -332,8 +188,6 @@ def build_rnn_classifier(options: RnnClassifierOptions, data_info: DataInfo) -> 
 
     def recurrent(x: Any, prefix: str, steps: int) -> Any:
         """(T, B, E) -> (T, B, H): a stack of forward-only layers."""
-        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
         if options.fused:
             cell = mx.rnn.FusedRNNCell(
                 options.num_hidden,
@@ -355,8 +209,6 @@ def build_rnn_classifier(options: RnnClassifierOptions, data_info: DataInfo) -> 
 
     def pool(out: Any, lengths: Any) -> Any:
         """(T, B, H) -> (B, H) over each row's real positions."""
-        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
         if options.pooling == "last":
             return mx.sym.SequenceLast(out, sequence_length=lengths, use_sequence_length=True)
         if options.pooling == "mean":
@@ -371,8 +223,6 @@ def build_rnn_classifier(options: RnnClassifierOptions, data_info: DataInfo) -> 
         return mx.sym.max(masked, axis=0)
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
         key = tuple(bucket_key) if isinstance(bucket_key, tuple | list) else (bucket_key,)
         steps = key[0] if len(key) == 1 else None
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:

@@ -2,20 +2,14 @@
 
 Both build one graph (:func:`mxtrain.models.rnn_common.build_rnn_lm`) with their own cell.
 
-MXNet is imported inside functions so that listing or validating models does not load it.
+Their options: :mod:`mxtrain.models.language_model_options`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mxtrain.data.base import DataInfo
-from mxtrain.models.rnn_common import LmOptions, SymGen, build_rnn_lm
-
-
-@dataclass(frozen=True)
-class LstmLmOptions(LmOptions):
-    """Sizes and regularisation of the LSTM language model (see :class:`LmOptions`)."""
+from mxtrain.models.language_model_options import GruLmOptions, LstmLmOptions
+from mxtrain.models.rnn_common import SymGen, build_rnn_lm
 
 
 def build_lstm_lm(options: LstmLmOptions, data_info: DataInfo) -> SymGen:
@@ -29,11 +23,6 @@ def build_lstm_lm(options: LstmLmOptions, data_info: DataInfo) -> SymGen:
     :func:`mxtrain.models.rnn_common.build_rnn_lm`, shared with ``gru_lm``.
     """
     return build_rnn_lm(options, data_info, model="lstm_lm", mode="lstm")
-
-
-@dataclass(frozen=True)
-class GruLmOptions(LmOptions):
-    """Sizes and regularisation of the GRU language model (the options of ``lstm_lm``)."""
 
 
 def build_gru_lm(options: GruLmOptions, data_info: DataInfo) -> SymGen:

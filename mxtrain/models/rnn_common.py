@@ -1,6 +1,7 @@
-"""Pieces shared by the recurrent models: option checks, recurrent layers, the LM graph.
+"""Graph pieces shared by the recurrent models: recurrent layers, the LM graph, the losses.
 
-MXNet is imported inside functions so that listing or validating models does not load it.
+Their options live in :mod:`mxtrain.models.recurrent_options` and
+:mod:`mxtrain.models.language_model_options`, which do not import MXNet.
 
 Parameter names (``p`` is the prefix, ``lstm_`` or ``gru_``):
 
@@ -24,33 +25,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any
+
+import mxnet as mx
 
 from mxtrain.data.base import DataInfo
 from mxtrain.errors import InvalidValue
-from mxtrain.option_checks import CheckedOptions, check_choice, check_positive_int, documented
+from mxtrain.models.language_model_options import LOSS_FORMULATIONS, LmOptions, check_sampled_count
+from mxtrain.models.recurrent_options import MODES
+from mxtrain.option_checks import check_choice
 
-MODES = ("lstm", "gru")
-#: the loss formulations a language model can train on; ``auto`` is measured per machine
-#: (mxtrain.engine.kernels) among LOSS_FORMULATIONS; ``nll`` is the old name of log_softmax
-LOSSES = ("auto", "softmax", "log_softmax", "softmax_output", "nll")
-LOSS_FORMULATIONS = ("softmax", "log_softmax", "softmax_output")
-#: what an unresolved ``auto`` builds (a library call that skipped the measurement)
-UNMEASURED_LOSS = "softmax"
-LOSS_DOC = (
-    "how the softmax loss is computed (all give the same gradients, softmax - onehot, to float "
-    "rounding): softmax: -log(pick(softmax)); log_softmax (old name nll): -pick(log_softmax); "
-    "softmax_output: MXNet's classic SoftmaxOutput layer; auto: the fastest on this machine, "
-    "measured once per CPU and kept, so runs on one machine round alike (the run folder's "
-    "kernels.json says which and why; `mxtrain kernels --measure` measures again)"
-)
-SAMPLED_SOFTMAX_DOC = (
-    "0: train with the full softmax; N: train with a sampled softmax over each position's label "
-    "and N words drawn per batch (log-uniform: word ids are in frequency order), the opt-in "
-    "speed-up for large vocabularies (50k and more); evaluation, score and predict always use "
-    "the full softmax, and the training perplexity is the sampled softmax's (not comparable "
-    "with the full one's)"
-)
 #: what masks a sampled word that is also the position's label (an "accidental hit") out of
 #: the sampled softmax: far below any logit, far above float32's range limits
 ACCIDENTAL_HIT_PENALTY = 1e9
@@ -58,68 +42,6 @@ ACCIDENTAL_HIT_PENALTY = 1e9
 #: (a logit gap over ~87) gives -log(1e-37) = 85.2 and no gradient instead of inf and NaN.
 PROBABILITY_FLOOR = 1e-37
 SymGen = Callable[[Any], tuple[Any, tuple[str, ...], tuple[str, ...]]]
-
-
-#: Widest layer a config may ask for (units, filters, embedding size, layers). Far above any
-#: useful width, and small enough that one layer's shape never overflows the 32-bit sizes
-#: MXNet 1.9.1 (built without large-tensor support) uses: 10**10 units passed ``check`` and
-#: then died in ``fit`` with an MXNetError.
-MAX_LAYER_SIZE = 2**20
-#: Most parameters the options may imply (estimated without the data's vocabulary or input
-#: width): 2**31 - 1 is the largest tensor MXNet 1.9.1 indexes, and that many float32 values
-#: are already 8 GiB before gradients and optimizer state.
-MAX_PARAMETERS = 2**31 - 1
-
-
-def check_layer_sizes(options: object, *names: str) -> None:
-    """Raise ``InvalidValue`` unless each named option is an integer in 1..MAX_LAYER_SIZE."""
-    for name in names:
-        check_size(name, getattr(options, name))
-
-
-def check_size(name: str, value: object) -> None:
-    """Raise ``InvalidValue`` unless ``value`` is an integer in 1..MAX_LAYER_SIZE."""
-    check_positive_int(name, value)
-    if value > MAX_LAYER_SIZE:  # type: ignore[operator]
-        raise InvalidValue(name, f"must be at most {MAX_LAYER_SIZE:,} (2**20), not {value:,}")
-
-
-def check_parameter_count(name: str, estimate: int) -> None:
-    """Raise ``InvalidValue`` (naming option ``name``) when ``estimate`` exceeds
-    MAX_PARAMETERS."""
-    if estimate > MAX_PARAMETERS:
-        raise InvalidValue(
-            name,
-            f"is too large: these sizes give about {estimate:,} parameters, more than the "
-            f"{MAX_PARAMETERS:,} (2**31 - 1) one MXNet model can hold",
-        )
-
-
-class RecurrentSizes(Protocol):
-    """The sizes every recurrent model's options declare (read-only: frozen dataclasses)."""
-
-    @property
-    def num_embed(self) -> int: ...
-    @property
-    def num_hidden(self) -> int: ...
-    @property
-    def num_layers(self) -> int: ...
-
-
-def check_recurrent_sizes(options: RecurrentSizes) -> None:
-    """num_embed/num_hidden/num_layers in range and their parameter count bounded."""
-    check_layer_sizes(options, "num_embed", "num_hidden", "num_layers")
-    hidden, embed, layers = options.num_hidden, options.num_embed, options.num_layers
-    # an LSTM layer has 4 gates of hidden x (input + hidden) weights
-    check_parameter_count("num_hidden", 4 * hidden * (hidden + max(hidden, embed)) * layers)
-
-
-def check_dropout(value: object) -> None:
-    """Raise ``InvalidValue`` unless ``value`` is a probability in [0, 1)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidValue("dropout", f"must be a number in [0, 1), not {value!r}")
-    if not 0.0 <= value < 1.0:
-        raise InvalidValue("dropout", f"must be in [0, 1), not {value!r}")
 
 
 def check_sizes(model: str, data_info: DataInfo) -> tuple[int, int]:
@@ -142,8 +64,6 @@ def check_bucket_key(model: str, bucket_key: Any) -> int:
 
 
 def _cell(mode: str, num_hidden: int, prefix: str) -> Any:
-    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
     if mode == "lstm":
         return mx.rnn.LSTMCell(num_hidden, prefix=prefix)
     return mx.rnn.GRUCell(num_hidden, prefix=prefix)
@@ -170,8 +90,6 @@ def rnn_layers(
     ``lengths`` (batch,) are the real lengths of the rows (padding at the end), used by the
     right-to-left direction; None: the whole rows.
     """
-    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
     if not bidirectional:
         x, _ = left_to_right_layers(x, seq_len, stack, state_inputs=False)
         return x
@@ -226,8 +144,6 @@ def left_to_right_layers(
     per layer, (batch, hidden). The module carries the final states into the next batch
     (``BucketingModule(states=...)``).
     """
-    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
     mode, num_hidden, num_layers = stack.mode, stack.num_hidden, stack.num_layers
     dropout, fused, prefix = stack.dropout, stack.fused, stack.prefix
     check_choice("mode", mode, MODES)
@@ -261,110 +177,6 @@ def left_to_right_layers(
             seq_len, inputs=x, begin_state=begin or None, layout="NTC", merge_outputs=True
         )
     return x, dict(zip(names, finals, strict=True)) if names else {}
-
-
-CELLS = ("auto", "fused", "unfused")
-
-
-#: what the recurrent models' dropout does, and their state size (the tagger says per direction)
-DROPOUT_DOC = "dropout after the embedding, between layers and before the output"
-STATE_DOC = "size of each recurrent layer's state"
-
-
-def embed_size(default: int) -> Any:
-    """The ``num_embed`` field of a recurrent model's options."""
-    return documented(default, "size of the token embeddings")
-
-
-def state_size(default: int, doc: str = STATE_DOC) -> Any:
-    """The ``num_hidden`` field of a recurrent model's options."""
-    return documented(default, doc)
-
-
-def layer_count(default: int) -> Any:
-    """The ``num_layers`` field of a recurrent model's options."""
-    return documented(default, "number of stacked recurrent layers")
-
-
-def dropout_rate(doc: str = DROPOUT_DOC) -> Any:
-    """The ``dropout`` field of a recurrent model's options (0: none)."""
-    return documented(0.0, doc)
-
-
-class RecurrentOptions(CheckedOptions):
-    """What the options of every recurrent model share: the field helpers above, and a check
-    when constructed (``validate``, each class's own)."""
-
-
-@dataclass(frozen=True)
-class LmOptions(RecurrentOptions):
-    """Sizes and regularisation of a recurrent language model (``lstm_lm``, ``gru_lm``).
-
-    Construction raises ``InvalidValue`` on impossible values; the config loader turns that
-    into a ``ConfigError`` pointing at the YAML file and line.
-    """
-
-    num_embed: int = embed_size(200)
-    num_hidden: int = state_size(200)
-    num_layers: int = layer_count(2)
-    dropout: float = dropout_rate(
-        "dropout after the embedding, between recurrent layers and before the output"
-    )
-    cell: Literal["auto", "fused", "unfused"] = documented(
-        "auto",
-        "fused: one RNN operator (CPU and GPU); unfused: one cell per layer and "
-        "step; auto: the faster on this machine, measured once per CPU and kept (the two "
-        "round differently: runs on one machine match, runs on two CPUs may not; a run "
-        "that skipped the measurement: fused)",
-    )
-    ignore_padding: bool = documented(
-        True, "padding positions get no gradient (SoftmaxOutput ignore_label = pad id)"
-    )
-    loss: Literal["auto", "softmax", "log_softmax", "softmax_output", "nll"] = documented(
-        "auto", LOSS_DOC
-    )
-    sampled_softmax: int = documented(0, SAMPLED_SOFTMAX_DOC)
-    tie_weights: bool = documented(
-        False,
-        "the output layer uses the embedding matrix as its weights (Press & Wolf "
-        "2017: fewer parameters, often a lower perplexity); needs num_embed == num_hidden",
-    )
-
-    def validate(self) -> None:
-        """Raise ``InvalidValue`` naming the first impossible value."""
-        check_recurrent_sizes(self)
-        check_dropout(self.dropout)
-        check_choice("cell", self.cell, CELLS)
-        check_choice("loss", self.loss, LOSSES)
-        value = self.sampled_softmax
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidValue(
-                "sampled_softmax",
-                f"must be 0 (the full softmax) or a number of sampled words, not {value!r}",
-            )
-        if not isinstance(self.tie_weights, bool):
-            raise InvalidValue("tie_weights", f"must be true or false, not {self.tie_weights!r}")
-        if self.tie_weights and self.num_embed != self.num_hidden:
-            raise InvalidValue(
-                "tie_weights",
-                f"needs num_embed == num_hidden (the output layer reads num_hidden "
-                f"({self.num_hidden}) values per position and the embedding has "
-                f"{self.num_embed}); set both to the same size or tie_weights: false",
-            )
-
-    @property
-    def fused(self) -> bool:
-        """Whether the fused RNN operator is used (an unresolved auto: fused, as before
-        measuring existed, so old run folders keep their parameter names)."""
-        return self.cell in ("auto", "fused")
-
-    @property
-    def loss_formulation(self) -> str:
-        """The formulation the graph uses: ``loss`` with ``nll`` read as ``log_softmax`` and an
-        unresolved ``auto`` as UNMEASURED_LOSS."""
-        if self.loss == "nll":
-            return "log_softmax"
-        return UNMEASURED_LOSS if self.loss == "auto" else self.loss
 
 
 def build_rnn_lm(
@@ -407,8 +219,6 @@ def build_rnn_lm(
     pad_id = data_info.pad_id
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
         seq_len = check_bucket_key(model, bucket_key)
         embed_weight = mx.sym.Variable("embed_weight")
         x, finals = _lm_hidden_states(options, embed_weight, seq_len, vocab_size, mode, stateful)
@@ -468,8 +278,6 @@ def _lm_hidden_states(
 ) -> tuple[Any, dict[str, Any]]:
     """A language model's graph from the token ids to the output layer's input, (batch *
     time, num_hidden), and its recurrent final states (stateful streams only)."""
-    import mxnet as mx  # deferred: listing and validating models does not load MXNet
-
     x = mx.sym.Embedding(
         mx.sym.Variable("data"),
         weight=embed_weight,
@@ -498,8 +306,6 @@ def _sampled_lm_nll(
     options: LmOptions, num_classes: int, hidden: Any, label: Any, embed_weight: Any
 ) -> Any:
     """Each position's sampled-softmax -log p(label) over the full graph's output parameters."""
-    import mxnet as mx  # deferred: listing and validating models does not load MXNet
-
     if options.tie_weights:
         weight = embed_weight
     else:  # the shapes FullyConnected("pred") would infer: the full graph's parameters
@@ -516,18 +322,6 @@ def _sampled_lm_nll(
         num_sampled=options.sampled_softmax,
         num_classes=num_classes,
     )
-
-
-def check_sampled_count(num_sampled: int, num_classes: int) -> None:
-    """Raise ``InvalidValue`` unless ``num_sampled`` words can be drawn from ``num_classes``
-    with a saving: fewer than the vocabulary."""
-    if num_sampled >= num_classes:
-        raise InvalidValue(
-            "sampled_softmax",
-            f"must be smaller than the vocabulary it samples from ({num_classes:,} words), not "
-            f"{num_sampled:,}: set it to a fraction of the vocabulary (a few thousand words "
-            f"for 50k and more), or 0 for the full softmax",
-        )
 
 
 #: the context group of the candidate sampler: MXNet 1.9.1 has it on CPU only, so the module
@@ -547,8 +341,6 @@ def log_uniform_candidates(num_sampled: int, num_classes: int) -> tuple[Any, Any
     random generator, which training reseeds before every batch, so a resumed run repeats
     them.
     """
-    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
     with mx.AttrScope(ctx_group=SAMPLER_GROUP):
         ids, tries = mx.sym._internal._sample_unique_zipfian(
             range_max=num_classes, shape=(1, num_sampled), name="candidate_sampler"
@@ -570,8 +362,6 @@ def draw_probability(ids: Any, num_classes: int) -> Any:
     the draws against this formula.) Written with log1p: the ratio is within 1e-5 of 1 for
     ids near 100k, where float32 log loses the difference.
     """
-    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
     upper = mx.sym.minimum(ids + 1.5, float(num_classes))
     lower = mx.sym.maximum(ids + 0.5, 1.0)
     return mx.sym.log1p((upper - lower) / lower) / math.log(num_classes)
@@ -580,8 +370,6 @@ def draw_probability(ids: Any, num_classes: int) -> Any:
 def log_expected_count(ids: Any, tries: Any, num_classes: int) -> Any:
     """log of the chance that ``tries`` draws include each id in ``ids``: log(1 - (1 -
     P(id))^tries), the correction sampled softmax subtracts from each logit."""
-    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
     never = mx.sym.broadcast_mul(mx.sym.log1p(-draw_probability(ids, num_classes)), tries)
     return mx.sym.log(-mx.sym.expm1(never))
 
@@ -609,8 +397,6 @@ def sampled_softmax_nll(
     equal to the row's label is masked out. The output layer
     is computed only for the K candidates and the N labels: (K + N) x H instead of V x H.
     """
-    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
     label_logit = mx.sym.sum(hidden * mx.sym.take(weight, label), axis=1) + mx.sym.take(bias, label)
     label_logit = label_logit - log_expected_count(label, tries, num_classes)
     # the correction goes into the candidates' bias: (K,) values, not a pass over (N, K)
@@ -641,16 +427,12 @@ def sampled_softmax_nll(
 def floored_nll(probability: Any) -> Any:
     """-log(max(probability, PROBABILITY_FLOOR)): finite loss and gradient when the label's
     probability underflows to 0."""
-    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
     return -mx.sym.log(mx.sym.maximum(probability, PROBABILITY_FLOOR))
 
 
 def trained_loss(nll: Any, label: Any, ignore_label: int | None) -> Any:
     """The per-position loss as the trained output ``nll_output``, zero (and no gradient)
     where ``label == ignore_label``."""
-    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
     if ignore_label is not None:
         nll = nll * (label != ignore_label)
     return mx.sym.MakeLoss(nll, name="nll")
@@ -680,8 +462,6 @@ def loss_heads(
     With ``probabilities=False`` the first output is the per-position loss (``nll_output``)
     wherever the formulation can give it without the probabilities.
     """
-    import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
     check_choice("loss", formulation, LOSS_FORMULATIONS)
     if formulation == "softmax_output":
         ignore: dict[str, Any] = {}

@@ -1,75 +1,24 @@
 """The sequence tagger: (bi)LSTM/GRU over token ids, one label distribution per token.
 
-MXNet is imported inside functions so that listing or validating models does not load it.
-Recurrent layers and their parameter names: :mod:`mxtrain.models.rnn_common`.
+Its options: :mod:`mxtrain.models.tagger_options`. Recurrent layers and their parameter names:
+:mod:`mxtrain.models.rnn_common`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
+
+import mxnet as mx
 
 from mxtrain.data.base import DataInfo
-from mxtrain.errors import InvalidValue
 from mxtrain.models.rnn_common import (
-    CELLS,
-    MODES,
-    RecurrentOptions,
     RecurrentStack,
     SymGen,
     check_bucket_key,
-    check_choice,
-    check_dropout,
-    check_recurrent_sizes,
     check_sizes,
-    dropout_rate,
-    embed_size,
-    layer_count,
     rnn_layers,
-    state_size,
 )
-from mxtrain.option_checks import documented
-
-
-@dataclass(frozen=True)
-class RnnTaggerOptions(RecurrentOptions):
-    """Sizes and regularisation of the sequence tagger.
-
-    Construction raises ``InvalidValue`` on impossible values; the config loader turns that
-    into a ``ConfigError`` pointing at the YAML file and line.
-    """
-
-    num_embed: int = embed_size(100)
-    num_hidden: int = state_size(100, "state size of each recurrent layer, per direction")
-    num_layers: int = layer_count(1)
-    bidirectional: bool = documented(
-        True,
-        "read each sentence left-to-right and right-to-left (each up to its own "
-        "length, so padding never changes a prediction) and concatenate the states",
-    )
-    cell: Literal["lstm", "gru"] = documented("lstm", "recurrent cell")
-    fused: Literal["auto", "fused", "unfused"] = documented(
-        "auto",
-        "fused: RNN operators (fast, CPU and GPU; bidirectional: one per layer and "
-        "direction); unfused: one cell per layer and step; auto: fused",
-    )
-    dropout: float = dropout_rate()
-
-    def validate(self) -> None:
-        """Raise ``InvalidValue`` naming the first impossible value."""
-        check_recurrent_sizes(self)
-        if not isinstance(self.bidirectional, bool):
-            raise InvalidValue(
-                "bidirectional", f"must be true or false, not {self.bidirectional!r}"
-            )
-        check_choice("cell", self.cell, MODES)
-        check_choice("fused", self.fused, CELLS)
-        check_dropout(self.dropout)
-
-    @property
-    def use_fused(self) -> bool:
-        """Whether RNN operators are used (auto picks them: they run on CPU and GPU)."""
-        return self.fused in ("auto", "fused")
+from mxtrain.models.tagger_options import RnnTaggerOptions
 
 
 def build_rnn_tagger(options: RnnTaggerOptions, data_info: DataInfo) -> SymGen:
@@ -95,8 +44,6 @@ def build_rnn_tagger(options: RnnTaggerOptions, data_info: DataInfo) -> SymGen:
     width = options.num_hidden * directions
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
-        import mxnet as mx  # deferred: `mxtrain check` imports the options classes without MXNet
-
         seq_len = check_bucket_key("rnn_tagger", bucket_key)
         data = mx.sym.Variable("data")
         label = mx.sym.Variable("softmax_label")

@@ -55,7 +55,7 @@ def real_rows(it: RowIter, epoch: int = 0) -> list[int]:
 def test_importing_options_does_not_import_mxnet() -> None:
     code = (
         "import sys\n"
-        "import mxtrain.data.array_options, mxtrain.models.classifiers\n"
+        "import mxtrain.data.array_options, mxtrain.models.classifier_options\n"
         "from mxtrain.registry import ITERATORS, MODELS\n"
         "for n in ('ndarray', 'csv'): ITERATORS.get(n).options_class()\n"
         "for n in ('mlp', 'lenet', 'rnn_classifier'): MODELS.get(n).options_class()\n"

@@ -23,7 +23,8 @@ from mxtrain.data.bucket_sentence_options import BucketSentenceOptions
 from mxtrain.data.vocab import EOS, PAD, UNK, Vocab
 from mxtrain.engine.bucketing import BucketingModule
 from mxtrain.errors import DataError
-from mxtrain.models.language_models import LstmLmOptions, build_lstm_lm
+from mxtrain.models.language_model_options import LstmLmOptions
+from mxtrain.models.language_models import build_lstm_lm
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far"]
 

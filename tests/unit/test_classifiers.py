@@ -14,14 +14,8 @@ from mxtrain.data.arrays import RowIter, RowMeta
 from mxtrain.data.base import DataInfo
 from mxtrain.engine.bucketing import BucketingModule
 from mxtrain.metrics import DeviceAccuracy, DeviceMSE
-from mxtrain.models.classifiers import (
-    LenetOptions,
-    MlpOptions,
-    RnnClassifierOptions,
-    build_lenet,
-    build_mlp,
-    build_rnn_classifier,
-)
+from mxtrain.models.classifier_options import LenetOptions, MlpOptions, RnnClassifierOptions
+from mxtrain.models.classifiers import build_lenet, build_mlp, build_rnn_classifier
 
 
 def rows_iter(x: np.ndarray, y: np.ndarray | None, task: str = "classify", **kw) -> RowIter:

@@ -1219,7 +1219,7 @@ def test_config_package_does_not_import_mxnet_or_click(tmp_path: Path) -> None:
 
 
 def test_loading_builtin_components_does_not_import_mxnet(tmp_path: Path) -> None:
-    pytest.importorskip("mxtrain.models.language_models")
+    pytest.importorskip("mxtrain.models.language_model_options")
     pytest.importorskip("mxtrain.data.bucket_sentence_options")
     path = write(
         tmp_path,
@@ -1340,7 +1340,7 @@ def test_scheduler_keys_match_mxnet(mx: Any) -> None:
 
 
 def test_real_components(tmp_path: Path) -> None:
-    lstm_lm = pytest.importorskip("mxtrain.models.language_models")
+    lstm_lm = pytest.importorskip("mxtrain.models.language_model_options")
     options = pytest.importorskip("mxtrain.data.bucket_sentence_options")
     text = textwrap.dedent(
         """\

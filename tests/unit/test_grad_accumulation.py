@@ -13,7 +13,8 @@ from float_bounds import assert_close_at_scale, rnn_chain_roundings
 from mxtrain.cli.main import cli
 from mxtrain.data.base import DataInfo
 from mxtrain.engine.bucketing import BucketingModule
-from mxtrain.models.language_models import LstmLmOptions, build_lstm_lm
+from mxtrain.models.language_model_options import LstmLmOptions
+from mxtrain.models.language_models import build_lstm_lm
 
 VOCAB = 30
 

@@ -50,7 +50,8 @@ def test_bad_overrides_are_clear_errors(tiny_config: Path, value: str, needle: s
 def test_first_matching_pattern_wins_in_training_params(tiny_config: Path) -> None:
     from mxtrain.data.base import DataInfo
     from mxtrain.engine.bucketing import BucketingModule
-    from mxtrain.models.language_models import LstmLmOptions, build_lstm_lm
+    from mxtrain.models.language_model_options import LstmLmOptions
+    from mxtrain.models.language_models import build_lstm_lm
 
     config = load_config(tiny_config, OVERRIDES)
     sym_gen = build_lstm_lm(

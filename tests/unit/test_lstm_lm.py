@@ -13,7 +13,8 @@ import pytest
 from float_bounds import assert_close_at_scale, rnn_chain_roundings
 
 from mxtrain.data.base import DataInfo
-from mxtrain.models.language_models import LstmLmOptions, build_lstm_lm
+from mxtrain.models.language_model_options import LstmLmOptions
+from mxtrain.models.language_models import build_lstm_lm
 
 INFO = DataInfo(vocab_size=11, num_classes=11, pad_id=0)
 SMALL = {"num_embed": 6, "num_hidden": 5, "num_layers": 2}
@@ -27,7 +28,7 @@ def chain_roundings(steps: int, batch: int) -> int:
 def test_importing_models_and_data_options_does_not_import_mxnet() -> None:
     code = (
         "import sys\n"
-        "import mxtrain.models.language_models, mxtrain.data.bucket_sentence_options\n"
+        "import mxtrain.models.language_model_options, mxtrain.data.bucket_sentence_options\n"
         "import mxtrain.data.vocab\n"
         "from mxtrain.registry import MODELS\n"
         "MODELS.get('lstm_lm').options_class()\n"

@@ -8,8 +8,8 @@ import pytest
 
 from mxtrain.data.base import DataInfo
 from mxtrain.engine.bucketing import BucketingModule
-from mxtrain.models.language_models import LstmLmOptions, build_lstm_lm
-from mxtrain.models.rnn_common import LmOptions
+from mxtrain.models.language_model_options import LmOptions, LstmLmOptions
+from mxtrain.models.language_models import build_lstm_lm
 
 VOCAB = 23
 ROWS = 4

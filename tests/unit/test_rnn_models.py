@@ -14,8 +14,10 @@ from float_bounds import assert_close_at_scale, rnn_chain_roundings
 
 from mxtrain.data.base import DataInfo
 from mxtrain.engine.bucketing import BucketingModule
-from mxtrain.models.language_models import GruLmOptions, build_gru_lm
-from mxtrain.models.taggers import RnnTaggerOptions, build_rnn_tagger
+from mxtrain.models.language_model_options import GruLmOptions
+from mxtrain.models.language_models import build_gru_lm
+from mxtrain.models.tagger_options import RnnTaggerOptions
+from mxtrain.models.taggers import build_rnn_tagger
 
 LM_INFO = DataInfo(vocab_size=11, num_classes=11, pad_id=0, task="lm")
 TAG_INFO = DataInfo(vocab_size=12, num_classes=6, pad_id=0, task="tag")
@@ -35,7 +37,7 @@ INPUTS = ("data", "softmax_label")
 def test_importing_and_listing_does_not_import_mxnet() -> None:
     code = (
         "import sys\n"
-        "import mxtrain.models.taggers, mxtrain.models.rnn_common\n"
+        "import mxtrain.models.tagger_options, mxtrain.models.recurrent_options\n"
         "from mxtrain.registry import MODELS\n"
         "for name in ('gru_lm', 'rnn_tagger'):\n"
         "    MODELS.get(name).options_class()\n"

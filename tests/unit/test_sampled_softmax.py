@@ -10,7 +10,8 @@ import pytest
 
 from mxtrain.data.base import DataInfo
 from mxtrain.errors import InvalidValue
-from mxtrain.models.language_models import LstmLmOptions, build_lstm_lm
+from mxtrain.models.language_model_options import LstmLmOptions
+from mxtrain.models.language_models import build_lstm_lm
 from mxtrain.models.rnn_common import (
     ACCIDENTAL_HIT_PENALTY,
     log_uniform_candidates,

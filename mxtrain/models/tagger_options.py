@@ -1,0 +1,62 @@
+"""Options of the sequence tagger ``rnn_tagger`` (no MXNet import: the config loader and
+`mxtrain check` read them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from mxtrain.errors import InvalidValue
+from mxtrain.models.recurrent_options import (
+    CELLS,
+    MODES,
+    RecurrentOptions,
+    check_dropout,
+    check_recurrent_sizes,
+    dropout_rate,
+    embed_size,
+    layer_count,
+    state_size,
+)
+from mxtrain.option_checks import check_choice, documented
+
+
+@dataclass(frozen=True)
+class RnnTaggerOptions(RecurrentOptions):
+    """Sizes and regularisation of the sequence tagger.
+
+    Construction raises ``InvalidValue`` on impossible values; the config loader turns that
+    into a ``ConfigError`` pointing at the YAML file and line.
+    """
+
+    num_embed: int = embed_size(100)
+    num_hidden: int = state_size(100, "state size of each recurrent layer, per direction")
+    num_layers: int = layer_count(1)
+    bidirectional: bool = documented(
+        True,
+        "read each sentence left-to-right and right-to-left (each up to its own "
+        "length, so padding never changes a prediction) and concatenate the states",
+    )
+    cell: Literal["lstm", "gru"] = documented("lstm", "recurrent cell")
+    fused: Literal["auto", "fused", "unfused"] = documented(
+        "auto",
+        "fused: RNN operators (fast, CPU and GPU; bidirectional: one per layer and "
+        "direction); unfused: one cell per layer and step; auto: fused",
+    )
+    dropout: float = dropout_rate()
+
+    def validate(self) -> None:
+        """Raise ``InvalidValue`` naming the first impossible value."""
+        check_recurrent_sizes(self)
+        if not isinstance(self.bidirectional, bool):
+            raise InvalidValue(
+                "bidirectional", f"must be true or false, not {self.bidirectional!r}"
+            )
+        check_choice("cell", self.cell, MODES)
+        check_choice("fused", self.fused, CELLS)
+        check_dropout(self.dropout)
+
+    @property
+    def use_fused(self) -> bool:
+        """Whether RNN operators are used (auto picks them: they run on CPU and GPU)."""
+        return self.fused in ("auto", "fused")
