@@ -7,31 +7,21 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mxtrain.errors import InvalidValue
-from mxtrain.models.recurrent_options import (
-    CELLS,
-    MODES,
-    RecurrentOptions,
-    check_dropout,
-    check_recurrent_sizes,
-    dropout_rate,
-    embed_size,
-    layer_count,
-    state_size,
-)
+from mxtrain.models import recurrent_options as recurrent
 from mxtrain.option_checks import check_choice, documented
 
 
 @dataclass(frozen=True)
-class RnnTaggerOptions(RecurrentOptions):
+class RnnTaggerOptions(recurrent.RecurrentOptions):
     """Sizes and regularisation of the sequence tagger.
 
     Construction raises ``InvalidValue`` on impossible values; the config loader turns that
     into a ``ConfigError`` pointing at the YAML file and line.
     """
 
-    num_embed: int = embed_size(100)
-    num_hidden: int = state_size(100, "state size of each recurrent layer, per direction")
-    num_layers: int = layer_count(1)
+    num_embed: int = recurrent.embed_size(100)
+    num_hidden: int = recurrent.state_size(100, "state size of each recurrent layer, per direction")
+    num_layers: int = recurrent.layer_count(1)
     bidirectional: bool = documented(
         True,
         "read each sentence left-to-right and right-to-left (each up to its own "
@@ -43,18 +33,18 @@ class RnnTaggerOptions(RecurrentOptions):
         "fused: RNN operators (fast, CPU and GPU; bidirectional: one per layer and "
         "direction); unfused: one cell per layer and step; auto: fused",
     )
-    dropout: float = dropout_rate()
+    dropout: float = recurrent.dropout_rate()
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""
-        check_recurrent_sizes(self)
+        recurrent.check_recurrent_sizes(self)
         if not isinstance(self.bidirectional, bool):
             raise InvalidValue(
                 "bidirectional", f"must be true or false, not {self.bidirectional!r}"
             )
-        check_choice("cell", self.cell, MODES)
-        check_choice("fused", self.fused, CELLS)
-        check_dropout(self.dropout)
+        check_choice("cell", self.cell, recurrent.MODES)
+        check_choice("fused", self.fused, recurrent.CELLS)
+        recurrent.check_dropout(self.dropout)
 
     @property
     def use_fused(self) -> bool:
