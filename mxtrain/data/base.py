@@ -12,6 +12,7 @@ from mxtrain.run.bucket_keys import as_tuples
 
 TASK_LM = "lm"  # next-token prediction: one softmax over the vocabulary per input position
 TASK_TAG = "tag"  # sequence labelling: one softmax over the labels per input token
+TASK_SEQ2SEQ = "seq2seq"  # source sequence -> target sequence (encoder-decoder)
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,24 @@ class DataInfo:
     #: each batch continues the rows of the batch before it (``bptt_stream``): recurrent
     #: models carry their state from batch to batch instead of starting from zeros
     stream: bool = False
+
+
+@dataclass(frozen=True)
+class Seq2SeqInfo(DataInfo):
+    """What an encoder-decoder model needs from parallel (source, target) data.
+
+    ``vocab_size`` is the source vocabulary's size, ``num_classes`` the target's (the
+    decoder's softmax); with ``shared_vocab`` they are one vocabulary. In both vocabularies
+    ``<pad>`` is ``pad_id`` (0); the target vocabulary also holds ``bos_id`` (the decoder's
+    first input) and ``eos_id`` (its last label). ``tokens`` says how lines were split
+    (``"whitespace"`` or ``"chars"``), so that outputs are joined back the same way.
+    """
+
+    task: str | None = TASK_SEQ2SEQ
+    eos_id: int = 2  # Vocab's fixed <eos> id
+    bos_id: int = 3  # <bos>: the first extra special of the target vocabulary
+    shared_vocab: bool = False
+    tokens: str = "whitespace"
 
 
 @dataclass(frozen=True)
