@@ -18,6 +18,7 @@ Examples:
   mxtrain score runs/ptb_lstm:e0002-b000020    # a mid-epoch checkpoint by its tag
   mxtrain score runs/ptb_lstm:3 --data test.txt --batch-size 64
   mxtrain score runs/ptb_lstm --max-batches 20        # a quick estimate
+  mxtrain score runs/g2p --data test.src --target test.tgt   # parallel data
   mxtrain score runs/ptb_lstm --set context.devices=gpu --set context.ids=[0,1] --json""",
 )
 @click.argument("checkpoint", metavar="RUN[:EPOCH|:best|:latest|:TAG]")
@@ -39,6 +40,14 @@ Examples:
     ".npz with labels or a CSV file with its label column (ndarray, csv), LibSVM text, a "
     "RecordIO .rec file (image_record).",
 )
+@click.option(
+    "--target",
+    "target_file",
+    metavar="FILE",
+    default=None,
+    help="With --data, for parallel data (parallel_text): the target side, line i pairing "
+    "with line i of --data (the source side).",
+)
 @batch_size_override(
     "the data",
     "sentences (bucket_sentence, tagged_sequences), streams (bptt_stream), rows (ndarray, csv, "
@@ -57,6 +66,7 @@ def score_command(
     checkpoint: str,
     epoch: int | None,
     data_file: str | None,
+    target_file: str | None,
     batch_size: int | None,
     max_batches: int | None,
     overrides: tuple[str, ...],
@@ -86,6 +96,7 @@ def score_command(
             checkpoint,
             epoch=epoch,
             data=data_file,
+            target=target_file,
             batch_size=batch_size,
             overrides=overrides,
             max_batches=max_batches,

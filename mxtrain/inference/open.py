@@ -125,12 +125,17 @@ def _with_options(section: IteratorSection, where: str, **changes: Any) -> Itera
 
 
 def _data_section(
-    config: Config, role: str, data: Path | str | None, batch_size: int | None
+    config: Config,
+    role: str,
+    data: Path | str | None,
+    batch_size: int | None,
+    target: Path | None = None,
 ) -> tuple[IteratorSection, str]:
     """The iterator section to build and its dotted name for messages."""
     changes: dict[str, Any] = {}
     if batch_size is not None:
         changes["batch_size"] = batch_size
+    _check_target_argument(config, role, data, target)
     if data is None:
         if config.data.eval is None:
             raise ConfigError(
@@ -144,9 +149,45 @@ def _data_section(
     if section is None:
         section, where = config.data.train, "data.train"
     changes.update(source=str(data), max_sentences=None, shuffle=False)
+    if target is not None:
+        changes.update(target=str(target), max_pairs=None)
     # row iterators (ndarray, csv): all of the file, and no labels file of the training data
     changes.update(max_rows=None, labels=None, num_parts=1, part_index=0)
     return _with_options(section, where, **changes), where
+
+
+def _has_option(section: IteratorSection | None, key: str) -> bool:
+    options = section.options if section is not None else None
+    if dataclasses.is_dataclass(options) and not isinstance(options, type):
+        return key in {f.name for f in dataclasses.fields(options)}
+    return isinstance(options, Mapping) and key in options
+
+
+def _check_target_argument(
+    config: Config, role: str, data: Path | str | None, target: Path | None
+) -> None:
+    """``--target`` names the target side of parallel data (an iterator with a ``target``
+    option): scoring a file of such data needs it, and nothing else takes it."""
+    section = config.data.eval or config.data.train
+    parallel = _has_option(section, "target")
+    if target is not None and not parallel:
+        raise ConfigError(
+            f"--target applies to parallel (source, target) data; this run's iterator "
+            f"{section.name!r} reads one file.",
+            hint="Leave out --target and give the file to score with --data.",
+        )
+    if target is not None and data is None:
+        raise ConfigError(
+            "--target needs --data: the source side of the same pairs.",
+            hint="Give both: --data SOURCE_FILE --target TARGET_FILE.",
+        )
+    if parallel and role == "eval" and data is not None and target is None:
+        raise ConfigError(
+            f"--data {data}: this run reads parallel data ({section.name}), so scoring a file "
+            "needs its target side too.",
+            hint="Give both: --data SOURCE_FILE --target TARGET_FILE (line i of one pairs "
+            "with line i of the other).",
+        )
 
 
 def _training_buckets(
@@ -217,6 +258,7 @@ def open_run(
     batch_size: int | None = None,
     data: str | os.PathLike[str] | None = None,
     role: str = "eval",
+    target: str | os.PathLike[str] | None = None,
 ) -> OpenedRun:
     """Rebuild a run's model and data for inference from its run folder.
 
@@ -226,7 +268,8 @@ def open_run(
     file to read instead of ``data.eval`` (relative to the current folder), with the iterator
     options of ``data.eval`` (or ``data.train`` when there is none); ``batch_size`` replaces
     the iterator's. ``role`` is ``"eval"`` (score: exactly as fit evaluated) or
-    ``"predict"`` (every line whole, in file order, see ``DataContext``).
+    ``"predict"`` (every line whole, in file order, see ``DataContext``). ``target`` is the
+    target side of parallel data (``data`` then being the source side).
     """
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, not {role!r}")
@@ -258,7 +301,8 @@ def open_run(
         )
     from mxtrain.engine.shapes import fewest_rows  # deferred: MXNet after the threads
 
-    section, where = _data_section(config, role, data_file, batch_size)
+    target_file = input_file(target, "target file") if target is not None else None
+    section, where = _data_section(config, role, data_file, batch_size, target_file)
     contexts = build_contexts(config.context)
     context = DataContext(
         role=role,

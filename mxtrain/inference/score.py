@@ -54,13 +54,20 @@ def score_checkpoint(
     batch_size: int | None = None,
     overrides: Sequence[str] = (),
     max_batches: int | None = None,
+    target: str | os.PathLike[str] | None = None,
 ) -> ScoreReport:
     """Score a run's checkpoint with its evaluation metrics (``fit.eval_metrics``, else
     ``fit.metrics``; see :func:`score_run`), over the first ``max_batches`` batches only
-    when given (a quick estimate)."""
+    when given (a quick estimate). ``target``: the target side of a parallel ``data`` file."""
     started = time.perf_counter()
     opened = open_run(
-        ref, epoch=epoch, overrides=overrides, batch_size=batch_size, data=data, role="eval"
+        ref,
+        epoch=epoch,
+        overrides=overrides,
+        batch_size=batch_size,
+        data=data,
+        role="eval",
+        target=target,
     )
     # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     from mxtrain.engine.loop import MetricSet, score

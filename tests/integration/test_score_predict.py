@@ -387,6 +387,14 @@ def test_missing_input_and_data_files(trained: Path, tmp_path: Path) -> None:
     assert code == 3 and str(missing) in err
 
 
+def test_target_is_refused_for_single_file_data(trained: Path, tmp_path: Path) -> None:
+    text = write_lines(tmp_path / "a.txt", ["the cat sat"])
+    code, _, err = invoke("score", trained, "--data", text, "--target", text)
+    assert code == 2 and "--target applies to parallel" in err and "Traceback" not in err
+    code, _, err = invoke("score", trained, "--target", text)
+    assert code == 2 and "--target" in err and "Traceback" not in err
+
+
 def test_incomplete_run_folders(trained: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty_run"
     empty.mkdir()
