@@ -80,7 +80,11 @@ class ParallelTextOptions(shared.SourceOptions):
         "bucket). auto: chosen from the data within max_padding and num_buckets (eval "
         "iterators reuse the train iterator's buckets)",
     )
-    num_buckets: int | None = shared.num_buckets_field()
+    num_buckets: int | None = documented(
+        16,
+        "buckets: auto: at most this many buckets (null: no limit); every bucket's first batch "
+        "is slower and keeps memory of its own (see fit.bucket_memory)",
+    )
     max_padding: float = documented(
         0.1,
         "buckets: auto: largest share of padded positions, source and target positions "
@@ -115,7 +119,9 @@ class ParallelTextOptions(shared.SourceOptions):
         None,
         "largest vocabulary size per side, the specials <pad> <unk> <eos> <bos> included",
     )
-    max_pairs: int | None = shared.max_sentences_field("pairs (not when predicting)")
+    max_pairs: int | None = documented(
+        None, "read only the first N pairs (quick runs and tests; predicting reads every line)"
+    )
     num_parts: int = shared.num_parts_field(
         "distributed training: split each epoch's pairs into this many disjoint parts, one "
         "per worker; every part yields the same number of batches"
