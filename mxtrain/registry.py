@@ -527,6 +527,12 @@ def _register_builtin_iterators() -> None:
         summary="token/label sentences from CoNLL or CoNLL-U files, bucketed (task: tag)",
     )
     ITERATORS.register(
+        "parallel_text",
+        "mxtrain.data.parallel_text:build_parallel_text_iter",
+        options="mxtrain.data.parallel_text_options:ParallelTextOptions",
+        summary="(source, target) line pairs of two text files, 2-D buckets (task: seq2seq)",
+    )
+    ITERATORS.register(
         "libsvm",
         "mxtrain.data.libsvm:build_libsvm_iter",
         options="mxtrain.data.sparse_image_options:LibsvmOptions",

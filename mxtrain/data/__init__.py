@@ -8,4 +8,5 @@ RecordIO images. Shared: base.py (what iterators report: DataInfo, DataContext),
 source_options.py (the options base, field helpers and checks every iterator's options use),
 batching.py (bucket choice and cutting buckets into batches), text_files.py (reading a data
 file with clear errors), vocab.py (the token vocabulary).
+parallel_text.py (+ _options, pair_buckets.py): (source, target) line pairs in 2-D buckets.
 """
