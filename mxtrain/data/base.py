@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mxtrain.run.bucket_keys import as_tuples
+from mxtrain.run.bucket_keys import BucketKeys, as_tuples
 
 TASK_LM = "lm"  # next-token prediction: one softmax over the vocabulary per input position
 TASK_TAG = "tag"  # sequence labelling: one softmax over the labels per input token
@@ -76,7 +76,7 @@ class DataContext:
     base_dir: Path
     train: Any = None
     vocab_file: Path | None = None
-    buckets: tuple[int, ...] | None = None
+    buckets: BucketKeys | None = None
     artifacts_dir: Path | None = None
     #: the fewest rows a batch may have: a batch is split over the devices, one row at least
     #: each (iterators that size some batches to their content, as predict's long lines)

@@ -34,6 +34,7 @@ from mxtrain.fit.supervise import (
 from mxtrain.reporting import Reporter
 from mxtrain.run import checkpoint, environment
 from mxtrain.run.atomic import atomic_write_bytes, atomic_write_text, remove_stale_temporaries
+from mxtrain.run.bucket_keys import BucketKeys
 from mxtrain.run.checkpoint import Checkpoint, LoadedCheckpoint
 from mxtrain.run.choose import recorded_buckets, recorded_last_batch
 from mxtrain.run.folder import MetricsLog, RunFolder, read_metrics
@@ -57,7 +58,7 @@ class ResumePoint:
     position: Position | None = None
     skipped: list[tuple[Checkpoint, str]] = field(default_factory=list)
     later: list[Checkpoint] = field(default_factory=list)
-    buckets: tuple[int, ...] | None = None
+    buckets: BucketKeys | None = None
 
     @property
     def tag(self) -> str:

@@ -47,6 +47,7 @@ from mxtrain.engine.kernels import Choice
 from mxtrain.fit.callbacks import CallbackRunner
 from mxtrain.fit.warm_start import WarmStartReport, warm_start
 from mxtrain.launch import announce_rank
+from mxtrain.run.bucket_keys import BucketKeys
 from mxtrain.run.checkpoint import LoadedCheckpoint, restore_module
 from mxtrain.tensorboard import require_writer
 
@@ -70,7 +71,7 @@ class Restart:
 
     vocab_file: Path  # absolute: iterators resolve relative paths against the config's folder
     loaded: LoadedCheckpoint | None = None
-    buckets: tuple[int, ...] | None = None
+    buckets: BucketKeys | None = None
     last_batch: str | None = None
 
 

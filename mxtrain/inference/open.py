@@ -29,6 +29,7 @@ from mxtrain.data.base import DataContext
 from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX
 from mxtrain.devices import build_contexts, configure_threads
 from mxtrain.errors import ConfigError, DataError, InvalidValue
+from mxtrain.run.bucket_keys import BucketKeys
 from mxtrain.run.choose import (
     ChosenCheckpoint,
     merge_selectors,
@@ -192,7 +193,7 @@ def _check_target_argument(
 
 def _training_buckets(
     run: RunFolder, config: Config, chosen: ChosenCheckpoint, *, read_data: bool
-) -> tuple[int, ...] | None:
+) -> BucketKeys | None:
     """The bucket keys the model was trained with, when they can be known.
 
     Saved with the checkpoint, else the config's explicit ``data.train.buckets``, else
@@ -207,6 +208,8 @@ def _training_buckets(
     train = config.data.train
     buckets = getattr(train.options, "buckets", None)
     if isinstance(buckets, list | tuple) and buckets:
+        if all(isinstance(b, list | tuple) for b in buckets):  # (source, target) pairs
+            return tuple(sorted((int(s), int(t)) for s, t in buckets))
         return tuple(sorted(int(b) for b in buckets))
     if not read_data or train.name != "bucket_sentence" or buckets != "auto":
         return None

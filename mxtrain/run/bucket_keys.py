@@ -24,6 +24,9 @@ from mxtrain.run.folder import RunFolder
 from mxtrain.run.layout import STATE_FILE
 from mxtrain.user_files import read_file
 
+#: a model's training buckets: sequence lengths, or (source, target) length pairs
+BucketKeys = tuple[int, ...] | tuple[tuple[int, int], ...]
+
 #: what every model_inputs.json holds (export needs data_info too)
 MODEL_INPUTS_KEYS = {"default_bucket_key", "provide_data"}
 

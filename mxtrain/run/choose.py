@@ -19,7 +19,7 @@ from typing import Any
 from mxtrain.config import load_config
 from mxtrain.errors import ConfigError, DataError, RunFolderError
 from mxtrain.run import checkpoint
-from mxtrain.run.bucket_keys import checkpoint_keys
+from mxtrain.run.bucket_keys import BucketKeys, checkpoint_keys
 from mxtrain.run.checkpoint import BEST, LATEST, LoadedCheckpoint
 from mxtrain.run.folder import RunFolder
 from mxtrain.run.history import logged_best
@@ -264,15 +264,17 @@ def read_checkpoint_params(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise DataError(message, hint=hint) from None
 
 
-def recorded_buckets(loaded: LoadedCheckpoint | None, run: RunFolder) -> tuple[int, ...] | None:
-    """The sequence-length buckets ``loaded``'s state.json recorded, ascending (None: no
-    checkpoint, none recorded, or keys that are not plain lengths). Keys that cannot be the
-    training buckets (edited) are a RunFolderError naming the file, before anything is
-    unrolled for them."""
+def recorded_buckets(loaded: LoadedCheckpoint | None, run: RunFolder) -> BucketKeys | None:
+    """The buckets ``loaded``'s state.json recorded, ascending (None: no checkpoint, none
+    recorded, or keys that are neither all sequence lengths nor all (source, target) pairs).
+    Keys that cannot be the training buckets (edited) are a RunFolderError naming the file,
+    before anything is unrolled for them."""
     if loaded is None:
         return None
     keys = checkpoint_keys(loaded, run)
     if keys and all(type(k) is int for k in keys):
+        return tuple(sorted(keys))
+    if keys and all(isinstance(k, tuple) and len(k) == 2 for k in keys):
         return tuple(sorted(keys))
     return None
 
