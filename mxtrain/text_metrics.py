@@ -172,26 +172,25 @@ DECODING_METRICS: Mapping[str, DecodingMetric] = MappingProxyType(
             DecodingMetric(
                 "bleu",
                 False,
-                "decoding: corpus BLEU by sacreBLEU (13a tokenization), 0-100",
+                "corpus BLEU (sacreBLEU, 13a tokenization), 0-100",
                 _corpus_bleu,
             ),
             DecodingMetric(
                 "chrf",
                 False,
-                "decoding: corpus chrF (character 6-grams, beta 2) by sacreBLEU, 0-100",
+                "corpus chrF (sacreBLEU: character 6-grams, beta 2), 0-100",
                 _corpus_chrf,
             ),
             DecodingMetric(
                 "wer",
                 True,
-                "decoding: % of outputs not equal to any reference (sequence/word error rate)",
+                "% of outputs equal to no reference (sequence error rate)",
                 sequence_error_rate,
             ),
             DecodingMetric(
                 "per",
                 True,
-                "decoding: token edit distance / reference tokens in % (PER; CER for "
-                "tokens: chars)",
+                "% edits per reference token (PER; CER for tokens: chars)",
                 token_error_rate,
             ),
         )

@@ -7,9 +7,12 @@ import functools
 
 import pytest
 import sacrebleu
+from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mxtrain.cli.main import cli
+from mxtrain.metric_tracker import lower_is_better
 from mxtrain.text_metrics import (
     DECODING_METRICS,
     bleu,
@@ -181,5 +184,19 @@ def test_decoding_scores_by_name() -> None:
 def test_the_table_says_which_way_is_better() -> None:
     assert [m.name for m in DECODING_METRICS.values()] == list(DECODING_METRICS)
     assert {n for n, m in DECODING_METRICS.items() if m.lower_is_better} == {"wer", "per"}
-    assert all(m.summary.startswith("decoding: ") for m in DECODING_METRICS.values())
     assert is_decoding_metric("bleu") and not is_decoding_metric("perplexity")
+
+
+def test_the_metric_tracker_judges_decoding_metrics_by_their_table_entry() -> None:
+    assert lower_is_better("wer") and lower_is_better("per")
+    assert not lower_is_better("bleu") and not lower_is_better("chrf")
+    assert not lower_is_better("wer", "max")  # the config's mode still wins
+
+
+def test_list_metrics_shows_the_decoding_metrics_marked() -> None:
+    result = CliRunner().invoke(cli, ["list", "metrics"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line for line in result.output.splitlines()[1:]}
+    for name in DECODING_METRICS:
+        assert rows[name].endswith("[seq2seq, decoded output]")
+    assert "[seq2seq" not in rows["perplexity"]
