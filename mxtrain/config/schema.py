@@ -1316,7 +1316,7 @@ class FitSection:
     decode_eval: DecodeEvalSection | None = documented(
         None,
         "how evaluations decode the eval set for decoding metrics in eval_metrics, e.g. "
-        "{beam_size: 1, max_sentences: 500}; null: those defaults (greedy, every sentence)",
+        "{beam_size: 5, max_sentences: 500}; null: greedy (beam 1) over every eval sentence",
     )
     fixed_params: tuple[str, ...] = documented(
         (),
