@@ -333,7 +333,7 @@ def _training_variant(config: Config, sym_gen: Any, metrics_read_the_loss: bool)
 def metrics_read_loss(config: Config, data_info: DataInfo) -> bool:
     """Whether every metric training and its evaluations compute can read the model's loss
     output instead of the probabilities (perplexity, cross_entropy)."""
-    names = set(config.fit.metrics) | set(config.fit.evaluation_metrics)
+    names = set(config.fit.metrics) | set(config.fit.device_evaluation_metrics)
     metrics = [build_metric(name, data_info, config.base_dir) for name in names]
     return bool(metrics) and all(getattr(m, "reads_loss", False) for m in metrics)
 

@@ -4,8 +4,9 @@ Used for the best checkpoint (``checkpoint.best_metric``), early stopping
 (``fit.early_stopping``), the ``*`` mark in epoch summaries and the best value that
 ``mxtrain runs``/``show`` read back from metrics.jsonl. A metric says its own direction with a
 ``lower_is_better`` attribute (mxtrain's metrics do; a plugin metric may); a metric that does
-not is judged by its name (:data:`LOWER_IS_BETTER`), and ``mode: min|max`` in the config wins
-over both.
+not is judged by its name (a decoding metric by its entry in
+:data:`~mxtrain.text_metrics.DECODING_METRICS`, others by :data:`LOWER_IS_BETTER`), and
+``mode: min|max`` in the config wins over both.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from typing import Any
+
+from mxtrain.text_metrics import DECODING_METRICS
 
 #: metric names whose smaller values are better, for metrics that do not say
 LOWER_IS_BETTER = ("perplexity", "loss", "error", "mae", "mse", "rmse", "cross_entropy")
@@ -34,6 +37,8 @@ def lower_is_better(metric: str, mode: str = "auto", declared: bool | None = Non
         return mode == "min"
     if declared is not None:
         return declared
+    if metric in DECODING_METRICS:  # wer, per: lower; bleu, chrf: higher
+        return DECODING_METRICS[metric].lower_is_better
     return metric in LOWER_IS_BETTER
 
 

@@ -451,6 +451,10 @@ MODEL_EXPORTS: dict[str, str] = {
     "rnn_tagger": "mxnet, onnx",
 }
 
+#: built-in models that decode (an encoder and a decoder step: issue 30's seq2seq contract):
+#: only their runs compute the decoding metrics of mxtrain.text_metrics (bleu, wer, ...)
+DECODING_MODELS = frozenset({"rnn_seq2seq", "transformer_seq2seq"})
+
 #: fit.callbacks: no built-ins yet; plugins only ('file.py:attr' / 'package.module:attr')
 CALLBACKS = Registry("callback", context_arg=False)
 

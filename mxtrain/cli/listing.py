@@ -6,6 +6,7 @@ import click
 
 from mxtrain.cli.options import handle_errors
 from mxtrain.registry import ITERATORS, METRICS, MODEL_EXPORTS, MODELS
+from mxtrain.text_metrics import DECODING_METRICS
 
 KINDS = ["models", "iterators", "metrics", "optimizers", "initializers", "all"]
 
@@ -28,7 +29,8 @@ def list_command(kind: str) -> None:
     sections: dict[str, list[tuple[str, str]]] = {
         "models": [(e.name, e.summary + exports(e.name)) for e in MODELS.entries()],
         "iterators": [(e.name, e.summary) for e in ITERATORS.entries()],
-        "metrics": [(e.name, e.summary) for e in METRICS.entries()],
+        "metrics": [(e.name, e.summary) for e in METRICS.entries()]
+        + [(m.name, f"{m.summary} [seq2seq, decoded output]") for m in DECODING_METRICS.values()],
         "optimizers": [(name, OPTIMIZERS[name].summary) for name in SUPPORTED_OPTIMIZERS],
         "initializers": [(name, spec.summary) for name, spec in sorted(INITIALIZERS.items())],
     }

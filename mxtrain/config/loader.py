@@ -32,6 +32,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 import mxtrain
 from mxtrain.config.schema import (
     COMPRESSION_HINT,
+    DECODING_METRIC_HINT,
     INITIALIZERS,
     LR_COMMON_KEYS,
     LR_REQUIRED_KEYS,
@@ -39,6 +40,7 @@ from mxtrain.config.schema import (
     OPTIMIZERS,
     REQUIRED,
     SECTIONS,
+    SEQ2SEQ_HINT,
     SHARDING_HINT,
     CallbackSection,
     CheckpointSection,
@@ -58,13 +60,16 @@ from mxtrain.config.schema import (
     OptimizerSection,
     ParamSpec,
     WarmStartSection,
+    decoding_model_problem,
     gradient_compression_problem,
     sharding_problem,
+    training_metric_problem,
     updates_on_servers,
     worker_update_keys,
 )
 from mxtrain.errors import ConfigError, InvalidValue
 from mxtrain.registry import CALLBACKS, ITERATORS, METRICS, MODELS, Registry
+from mxtrain.text_metrics import is_decoding_metric
 from mxtrain.user_files import read_file
 
 KeyPath = tuple[str | int, ...]
@@ -1139,6 +1144,11 @@ class _Builder:
             for i, name in enumerate(getattr(fit, key) or ()):
                 item = (*path, key, i) if key in raw else path
                 where = f"{self.where(item)}: fit.{key}[{i}]"
+                problem = training_metric_problem(name) if key == "metrics" else None
+                if problem is not None:
+                    raise ConfigError(f"{where}: {problem}", hint=DECODING_METRIC_HINT)
+                if is_decoding_metric(name):  # not a registered metric: checked in cross_check
+                    continue
                 try:
                     self.registries.metrics.get(name, base_dir=self.base_dir, where=where)
                 except ConfigError as exc:
@@ -1188,6 +1198,12 @@ class _Builder:
                     hint="Set kvstore.update_on_kvstore: false (with dist_sync rather than "
                     f"dist_async), or remove {'.'.join(path)}.",
                 )
+        for i, name in enumerate(config.fit.eval_metrics or ()):
+            problem = decoding_model_problem(name, config.model.name)
+            if problem is not None:
+                self.fail(
+                    ("fit", "eval_metrics", i), f"fit.eval_metrics[{i}] {problem}", SEQ2SEQ_HINT
+                )
         early = config.fit.early_stopping
         if early is not None:
             self._needs_eval_data(config, ("fit", "early_stopping"))
@@ -1218,7 +1234,9 @@ class _Builder:
                 path,
                 f"{'.'.join(map(str, path))} {metric!r} is not one of {key} "
                 f"({', '.join(names) or 'none'}): it watches the evaluations",
-                hint=f"Pick one of {key}, or add it there.",
+                hint=DECODING_METRIC_HINT
+                if is_decoding_metric(metric)
+                else f"Pick one of {key}, or add it there.",
             )
 
 

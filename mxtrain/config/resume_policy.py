@@ -25,6 +25,8 @@ MAY_CHANGE: tuple[str, ...] = (
     "fit.eval_max_batches",
     "fit.metrics",
     "fit.eval_metrics",
+    "fit.decode_eval",  # how evaluations decode: scores only, not the trained numbers
+    "fit.decode_eval.*",
     "fit.callbacks",
     "fit.eval_interval",
     "fit.early_stopping",

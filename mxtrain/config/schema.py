@@ -35,7 +35,8 @@ from mxtrain.option_checks import (
     documented,
     show_number,
 )
-from mxtrain.registry import ITERATORS, MODELS
+from mxtrain.registry import DECODING_MODELS, ITERATORS, MODELS
+from mxtrain.text_metrics import DECODING_METRICS, is_decoding_metric
 
 
 class _Required:
@@ -1226,6 +1227,64 @@ class MonitorSection:
             ) from None
 
 
+@dataclass(frozen=True)
+class DecodeEvalSection:
+    """How evaluations decode the eval set for the decoding metrics of ``fit.eval_metrics``
+    (bleu, chrf, wer, per: scored on output text, not on the teacher-forced softmax)."""
+
+    beam_size: int = documented(
+        1,
+        "beams of the search that decodes the eval set at each evaluation; 1 (greedy) "
+        "keeps evaluations cheap, each more beam is one more decoder row per step "
+        "(mxtrain predict searches 5 by default)",
+    )
+    max_sentences: int | None = documented(
+        None,
+        "decode only the first N sentences of the eval set, the same ones at every "
+        "evaluation so their scores compare (null: all); device metrics still read every "
+        "eval batch (or eval_max_batches)",
+    )
+
+    def __post_init__(self) -> None:
+        check_at_least("beam_size", self.beam_size, 1)
+        check_at_least("max_sentences", self.max_sentences, 1)
+
+
+DECODING_METRIC_HINT = (
+    "List decoding metrics in fit.eval_metrics beside the device ones, e.g. eval_metrics: "
+    "[perplexity, bleu]; `mxtrain list metrics` marks which are which."
+)
+
+
+def training_metric_problem(name: str) -> str | None:
+    """Why ``fit.metrics`` cannot list ``name``, or None: a decoding metric needs decoded
+    output, which only evaluations make (fit.metrics are computed on every training batch)."""
+    if not is_decoding_metric(name):
+        return None
+    return (
+        f"{name!r} is scored on decoded output, which only the evaluations make; fit.metrics "
+        "are computed on every training batch."
+    )
+
+
+SEQ2SEQ_HINT = (
+    "Remove it from fit.eval_metrics, or train a sequence-to-sequence model (`mxtrain list "
+    "models`) on parallel data: `mxtrain init --template seq2seq` writes such a config."
+)
+
+
+def decoding_model_problem(metric: str, model: str) -> str | None:
+    """Why the evaluations of ``model`` cannot compute ``metric``, a decoding metric, or None
+    (they can, or it is none): only sequence-to-sequence models (an encoder and a decoder
+    step) decode."""
+    if model in DECODING_MODELS or not is_decoding_metric(metric):
+        return None
+    return (
+        f"{metric!r} is scored on decoded output, which only sequence-to-sequence models "
+        f"make ({', '.join(sorted(DECODING_MODELS))}); model.name is {model!r}."
+    )
+
+
 #: the largest fit.bucket_memory: far more buckets than any iterator makes (null: no bound)
 MAX_BUCKET_MEMORY = 1e6
 
@@ -1251,7 +1310,13 @@ class FitSection:
     eval_metrics: tuple[str, ...] | None = documented(
         None,
         "metrics of the evaluations (data.eval, eval_interval, mxtrain score), the "
-        "ones checkpoint.best_metric and early_stopping watch; null: fit.metrics",
+        "ones checkpoint.best_metric and early_stopping watch; null: fit.metrics; "
+        f"seq2seq models may add metrics of decoded output ({', '.join(DECODING_METRICS)})",
+    )
+    decode_eval: DecodeEvalSection | None = documented(
+        None,
+        "how evaluations decode the eval set for decoding metrics in eval_metrics, e.g. "
+        "{beam_size: 5, max_sentences: 500}; null: greedy (beam 1) over every eval sentence",
     )
     fixed_params: tuple[str, ...] = documented(
         (),
@@ -1317,6 +1382,21 @@ class FitSection:
         """The metrics evaluations compute: ``eval_metrics``, else ``metrics``."""
         return self.metrics if self.eval_metrics is None else self.eval_metrics
 
+    @property
+    def decoding_metrics(self) -> tuple[str, ...]:
+        """The evaluations' metrics of decoded output (bleu, chrf, wer, per), in order."""
+        return tuple(n for n in self.evaluation_metrics if is_decoding_metric(n))
+
+    @property
+    def device_evaluation_metrics(self) -> tuple[str, ...]:
+        """The evaluations' other metrics: computed batch by batch on the device."""
+        return tuple(n for n in self.evaluation_metrics if not is_decoding_metric(n))
+
+    @property
+    def decoding(self) -> DecodeEvalSection:
+        """How the decoding metrics decode: ``decode_eval``, else its defaults."""
+        return self.decode_eval if self.decode_eval is not None else DecodeEvalSection()
+
     def __post_init__(self) -> None:
         check_at_least("num_epoch", self.num_epoch, 1)
         if self.bucket_memory != "auto":
@@ -1344,6 +1424,12 @@ class FitSection:
                 if name in seen:
                     raise InvalidValue(key, f"lists {name!r} twice.")
                 seen.add(name)
+        if self.decode_eval is not None and not self.decoding_metrics:
+            raise InvalidValue(
+                "decode_eval",
+                "has no effect without a decoding metric "
+                f"({', '.join(DECODING_METRICS)}) in fit.eval_metrics.",
+            )
         if self.fixed_params_exclude and not self.fixed_params:
             raise InvalidValue(
                 "fixed_params_exclude",

@@ -194,7 +194,7 @@ def fit_options(job: TrainingJob, finish_requested: Callable[[], bool]) -> FitOp
         return MetricSet([build_metric(n, data_info, base_dir) for n in fit_cfg.metrics])
 
     def eval_metric_factory() -> MetricSet:
-        names = fit_cfg.evaluation_metrics
+        names = fit_cfg.device_evaluation_metrics  # decoding metrics are scored on decoded text
         return MetricSet([build_metric(n, data_info, base_dir) for n in names])
 
     early = fit_cfg.early_stopping
@@ -248,7 +248,7 @@ def metric_lower_is_better(setup: TrainingSetup, metric: str, mode: str) -> bool
     if mode == "auto":
         fit_cfg, base_dir = setup.config.fit, setup.config.base_dir
         data_info = setup.train_iter.data_info
-        names = dict.fromkeys((*fit_cfg.evaluation_metrics, *fit_cfg.metrics))
+        names = dict.fromkeys((*fit_cfg.device_evaluation_metrics, *fit_cfg.metrics))
         built = [build_metric(n, data_info, base_dir) for n in names]
         return lower_is_better(metric, mode, declared_direction(built, metric))
     return lower_is_better(metric, mode)

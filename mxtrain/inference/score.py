@@ -74,7 +74,7 @@ def score_checkpoint(
 
     config = opened.config
     data_info = opened.data_iter.data_info
-    names = config.fit.evaluation_metrics
+    names = config.fit.device_evaluation_metrics  # decoding metrics are scored on decoded text
     metrics = MetricSet([build_metric(n, data_info, config.base_dir) for n in names])
     values = score(
         opened.module,
