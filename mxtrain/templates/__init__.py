@@ -18,6 +18,7 @@ TEMPLATES: dict[str, str] = {
     "tagger": "sequence tagger, bidirectional LSTM over CoNLL/CoNLL-U files",
     "classifier": "MLP classifier over rows of a CSV file (or NumPy arrays)",
     "text_classifier": "bidirectional LSTM classifier over rows of token ids (.npz)",
+    "seq2seq": "encoder-decoder with attention over parallel source/target text files",
 }
 DEFAULT_TEMPLATE = "lm"
 

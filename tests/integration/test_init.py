@@ -34,6 +34,12 @@ SHRINK = {
     ],
     "classifier": ["model.hidden=[8]", "data.train.batch_size=16"],
     "text_classifier": ["model.num_embed=4", "model.num_hidden=4", "data.train.batch_size=16"],
+    "seq2seq": [
+        "model.num_embed=8",
+        "model.num_hidden=8",
+        "data.train.batch_tokens=64",
+        "data.eval.batch_tokens=64",
+    ],
 }
 
 
@@ -55,6 +61,16 @@ def write_tagger_data(folder: Path) -> None:
         (folder / name).write_text("\n".join(lines) + "\n")
 
 
+def write_parallel_data(folder: Path) -> None:
+    """Source/target line pairs with a learnable rule: the target is the source reversed."""
+    rng = random.Random(0)
+    words = ["a", "b", "c", "d", "e", "f"]
+    for split, count in (("train", 60), ("dev", 15)):
+        sources = [[rng.choice(words) for _ in range(rng.randint(1, 6))] for _ in range(count)]
+        (folder / f"{split}.src").write_text("".join(" ".join(s) + "\n" for s in sources))
+        (folder / f"{split}.tgt").write_text("".join(" ".join(s[::-1]) + "\n" for s in sources))
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with data/ for every template: demo arrays/CSV and generated CoNLL files."""
@@ -74,6 +90,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
     )
     write_tagger_data(data)
+    write_parallel_data(data)
     return root
 
 
