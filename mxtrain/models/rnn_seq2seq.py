@@ -46,18 +46,12 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
     model = "rnn_seq2seq"
     state_names = ("decoder_hidden", "decoder_cell")
 
+    options: RnnSeq2SeqOptions
+
     def __init__(self, options: RnnSeq2SeqOptions, data_info: DataInfo) -> None:
-        self.options = options
         # tied: the attentional layer is as wide as the embedding the output layer reads
         width = options.num_embed if options.tie_embeddings else options.num_hidden
-        super().__init__(
-            data_info,
-            num_embed=options.num_embed,
-            output_width=width,
-            tie_embeddings=options.tie_embeddings,
-            share_embeddings=options.share_embeddings,
-            label_smoothing=options.label_smoothing,
-        )
+        super().__init__(options, data_info, num_embed=options.num_embed, output_width=width)
         keys = () if options.attention == "dot" else ("attention_keys",)
         self.static_names = ("encoder_memory", *keys, "source_bias")
 
@@ -69,7 +63,7 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
         opts = self.options
         real = real_tokens(source, self.pad_id)
         lengths = mx.sym.sum(real, axis=1, name="source_lengths")
-        x = self._dropout(self.embed_source(source), "source_embed_dropout")
+        x = self._dropout(self.embed(source, "source"), "source_embed_dropout")
         stack = RecurrentStack(
             "lstm", opts.num_hidden, opts.num_layers, opts.dropout, fused=True, prefix="encoder_"
         )
@@ -150,7 +144,7 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
         )
 
     def decode_all(self, target: Any, seq_len: int, encoded: dict[str, Any]) -> Any:
-        x = self._dropout(self.embed_target(target), "target_embed_dropout")
+        x = self._dropout(self.embed(target, "target"), "target_embed_dropout")
         x = mx.sym.swapaxes(x, dim1=0, dim2=1)
         outputs, _ = self._decoder_layers(
             x, seq_len, encoded["decoder_hidden"], encoded["decoder_cell"]
@@ -165,7 +159,7 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
         # the position does not change an RNN's step; reading it (0 * step) keeps the step
         # graph's inputs those of every model
         prev_token = mx.sym.broadcast_add(prev_token, 0 * step)
-        x = mx.sym.expand_dims(self.embed_target(prev_token), axis=0)  # (1, N, E)
+        x = mx.sym.expand_dims(self.embed(prev_token, "target"), axis=0)  # (1, N, E)
         outputs, finals = self._decoder_layers(
             x, 1, inputs["decoder_hidden"], inputs["decoder_cell"]
         )

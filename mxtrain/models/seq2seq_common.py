@@ -15,7 +15,7 @@ n * T + t); positions labelled ``pad_id`` give no gradient.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import mxnet as mx
 
@@ -79,6 +79,18 @@ def smoothed_softmax_loss(logits: Any, label: Any, pad_id: int, label_smoothing:
     )
 
 
+class Seq2SeqOptions(Protocol):
+    """What the options of every encoder-decoder model declare (read-only: frozen
+    dataclasses)."""
+
+    @property
+    def tie_embeddings(self) -> bool: ...
+    @property
+    def share_embeddings(self) -> bool: ...
+    @property
+    def label_smoothing(self) -> float: ...
+
+
 class Seq2SeqSymGen:
     """``sym_gen`` of an encoder-decoder model, with its inference graphs.
 
@@ -95,23 +107,22 @@ class Seq2SeqSymGen:
     #: arrays the decoder steps carry: the encoder's are the initial ones
     state_names: tuple[str, ...] = ()
 
+    options: Seq2SeqOptions
+
     def __init__(
-        self,
-        data_info: DataInfo,
-        *,
-        num_embed: int,
-        output_width: int,
-        tie_embeddings: bool,
-        share_embeddings: bool,
-        label_smoothing: float,
+        self, options: Seq2SeqOptions, data_info: DataInfo, *, num_embed: int, output_width: int
     ) -> None:
+        """``num_embed``: the embeddings' width; ``output_width``: the output layer's input
+        width."""
+        self.options = options
         self.source_vocab, self.target_vocab = check_sizes(self.model, data_info)
         if data_info.pad_id is None:
             raise InvalidValue(
                 self.model, "needs the data iterator's pad_id (use the parallel_text iterator)"
             )
         self.pad_id = int(data_info.pad_id)
-        if share_embeddings and (
+        shared = options.share_embeddings
+        if shared and (
             not getattr(data_info, "shared_vocab", False) or self.source_vocab != self.target_vocab
         ):
             raise InvalidValue(
@@ -121,13 +132,13 @@ class Seq2SeqSymGen:
             )
         self.num_embed = num_embed
         self.output_width = output_width
-        self.tie_embeddings = tie_embeddings
-        self.label_smoothing = float(label_smoothing)
-        if share_embeddings:
-            self.source_embed_weight = self.target_embed_weight = mx.sym.Variable("embed_weight")
-        else:
-            self.source_embed_weight = mx.sym.Variable("source_embed_weight")
-            self.target_embed_weight = mx.sym.Variable("target_embed_weight")
+        # one variable when shared: two of one name would be two parameters to MXNet
+        source = mx.sym.Variable("embed_weight" if shared else "source_embed_weight")
+        target = source if shared else mx.sym.Variable("target_embed_weight")
+        self.embed_weights = {
+            "source": (source, self.source_vocab),
+            "target": (target, self.target_vocab),
+        }
 
     # -- what each model provides ---------------------------------------------------------
 
@@ -152,30 +163,17 @@ class Seq2SeqSymGen:
 
     # -- shared pieces ----------------------------------------------------------------------
 
-    def embed_source(self, ids: Any) -> Any:
-        """(N, ...) source ids -> (N, ..., num_embed)."""
+    def embed(self, ids: Any, side: str) -> Any:
+        """(N, ...) ids of ``side`` (``source`` or ``target``) -> (N, ..., num_embed)."""
+        weight, vocab = self.embed_weights[side]
         return mx.sym.Embedding(
-            ids,
-            weight=self.source_embed_weight,
-            input_dim=self.source_vocab,
-            output_dim=self.num_embed,
-            name="source_embed",
-        )
-
-    def embed_target(self, ids: Any) -> Any:
-        """(N, ...) target ids -> (N, ..., num_embed)."""
-        return mx.sym.Embedding(
-            ids,
-            weight=self.target_embed_weight,
-            input_dim=self.target_vocab,
-            output_dim=self.num_embed,
-            name="target_embed",
+            ids, weight=weight, input_dim=vocab, output_dim=self.num_embed, name=f"{side}_embed"
         )
 
     def output_logits(self, hidden: Any) -> Any:
         """(M, output_width) -> (M, target vocabulary) logits; tied: weights are the target
         embedding's."""
-        tied = {"weight": self.target_embed_weight} if self.tie_embeddings else {}
+        tied = {"weight": self.embed_weights["target"][0]} if self.options.tie_embeddings else {}
         return mx.sym.FullyConnected(hidden, num_hidden=self.target_vocab, name="output", **tied)
 
     # -- the contract -------------------------------------------------------------------------
@@ -186,7 +184,7 @@ class Seq2SeqSymGen:
         hidden = self.decode_all(mx.sym.Variable("target"), target_len, encoded)
         label = mx.sym.reshape(mx.sym.Variable("target_label"), shape=(-1,))
         loss = smoothed_softmax_loss(
-            self.output_logits(hidden), label, self.pad_id, self.label_smoothing
+            self.output_logits(hidden), label, self.pad_id, self.options.label_smoothing
         )
         return loss, ("source", "target"), ("target_label",)
 

@@ -88,16 +88,11 @@ class TransformerSeq2SeqSymGen(Seq2SeqSymGen):
 
     model = "transformer_seq2seq"
 
+    options: TransformerSeq2SeqOptions
+
     def __init__(self, options: TransformerSeq2SeqOptions, data_info: DataInfo) -> None:
-        self.options = options
-        super().__init__(
-            data_info,
-            num_embed=options.model_size,
-            output_width=options.model_size,
-            tie_embeddings=options.tie_embeddings,
-            share_embeddings=options.share_embeddings,
-            label_smoothing=options.label_smoothing,
-        )
+        size = options.model_size
+        super().__init__(options, data_info, num_embed=size, output_width=size)
         self.heads = options.num_heads
         self.head_size = options.model_size // options.num_heads
         layers = range(options.decoders)
@@ -157,7 +152,7 @@ class TransformerSeq2SeqSymGen(Seq2SeqSymGen):
         opts = self.options
         source_bias = source_mask_bias(source, self.pad_id)
         positions = _positions(None, seq_len, opts.model_size)
-        x = self._embed(self.embed_source(source), positions, "source_embed")
+        x = self._embed(self.embed(source, "source"), positions, "source_embed")
         bias = _heads_bias(source_bias, self.heads)
         for i in range(opts.num_layers):
             x = self._self_attention(x, f"encoder{i}_", bias)
@@ -182,7 +177,7 @@ class TransformerSeq2SeqSymGen(Seq2SeqSymGen):
     def decode_all(self, target: Any, seq_len: int, encoded: dict[str, Any]) -> Any:
         opts = self.options
         positions = _positions(None, seq_len, opts.model_size)
-        x = self._embed(self.embed_target(target), positions, "target_embed")
+        x = self._embed(self.embed(target, "target"), positions, "target_embed")
         steps = mx.sym.arange(0, seq_len)
         later = mx.sym.broadcast_greater(
             mx.sym.reshape(steps, shape=(1, -1)), mx.sym.reshape(steps, shape=(-1, 1))
@@ -229,7 +224,7 @@ class TransformerSeq2SeqSymGen(Seq2SeqSymGen):
     ) -> tuple[Any, list[Any]]:
         opts = self.options
         position = _positions(step, 1, opts.model_size)  # (1, 1, d)
-        embedded = mx.sym.reshape(self.embed_target(prev_token), shape=(0, 1, -1))
+        embedded = mx.sym.reshape(self.embed(prev_token, "target"), shape=(0, 1, -1))
         x = self._embed(embedded, position, "target_embed")
         cross_bias = _heads_bias(inputs["source_bias"], self.heads)
         states = []

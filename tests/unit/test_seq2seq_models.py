@@ -161,14 +161,6 @@ def test_importing_and_listing_does_not_import_mxnet() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.parametrize("cls", [RnnSeq2SeqOptions, TransformerSeq2SeqOptions])
-def test_every_option_is_documented(cls) -> None:
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        assert f.metadata["doc"], f.name
-        assert f.name in hints
-
-
 @pytest.mark.parametrize(
     ("cls", "bad", "says"),
     [
@@ -436,10 +428,12 @@ def _check(tmp_path: Path, model: str, data: str, *sets: str) -> Any:
 
 
 @pytest.mark.parametrize("model", sorted(CHECKED_MODELS))
-def test_check_accepts_and_explains_the_model_options(tmp_path: Path, model: str) -> None:
+def test_check_explains_every_option_and_names_a_bad_one(tmp_path: Path, model: str) -> None:
     result = _check(tmp_path, CHECKED_MODELS[model], SENTENCE_DATA)
     assert result.exit_code == 0, result.output
-    assert "model.label_smoothing" in result.output and "target word" in result.output
+    options = {"rnn_seq2seq": RnnSeq2SeqOptions, "transformer_seq2seq": TransformerSeq2SeqOptions}
+    for field in dataclasses.fields(options[model]):  # every key is explained
+        assert f"model.{field.name} " in result.output and field.metadata["doc"] in result.output
     bad = {"rnn_seq2seq": "model.attention=luong", "transformer_seq2seq": "model.num_heads=3"}
     result = _check(tmp_path, CHECKED_MODELS[model], SENTENCE_DATA, bad[model])
     assert result.exit_code == 2 and "Traceback" not in result.output
