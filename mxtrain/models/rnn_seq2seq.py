@@ -11,7 +11,10 @@ positions) -> attention over the memory, padding masked out (``dot``: h . m, ``g
 h . W m, ``mlp``: v . tanh(W h + U m)) -> the attentional state tanh(W_c [context; h]) ->
 output layer -> softmax. The attentional state is not fed back into the next step's input (no
 input feeding, unlike Luong et al. 2015): so the recurrent layers of all target positions run
-as one operator in training, the design choice that makes training fast.
+as one operator in training, the design choice that makes training fast. A decoder step
+(:meth:`RnnSeq2SeqSymGen.decoder_step`) is the same fused operator over one position, its
+begin states the carried ones and its final states the new ones, then the same attention.
+The recurrent layers are always fused RNN operators (CPU and GPU; no unfused variant).
 
 Parameters: ``source_embed_weight`` and ``target_embed_weight`` (``embed_weight`` when shared),
 ``encoder_l{i}_parameters`` / ``encoder_r{i}_parameters`` (each direction of layer i),

@@ -10,7 +10,9 @@ unchanged.
 Inputs (batch-major): ``source`` (N, S) token ids padded with ``pad_id`` after the tokens,
 ``target`` (N, T) decoder inputs ``<bos> w1 .. wm``, label ``target_label`` (N, T) ``w1 .. wm
 <eos>``. Output 0 of the training graph, ``softmax_output``, is (N * T, V) probabilities (row
-n * T + t); positions labelled ``pad_id`` give no gradient.
+n * T + t); positions labelled ``pad_id`` give no gradient. There is no
+``without_probabilities`` variant (the language models' graph for metrics that read the loss):
+SoftmaxOutput's forward is the probabilities, so leaving them out would save nothing.
 """
 
 from __future__ import annotations
