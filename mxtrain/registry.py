@@ -449,6 +449,9 @@ MODEL_EXPORTS: dict[str, str] = {
     "lenet": "mxnet, onnx",
     "rnn_classifier": "mxnet (onnx: no SequenceLast, _not_equal_scalar)",
     "rnn_tagger": "mxnet, onnx",
+    # seq2seq: of the teacher-forced training graph
+    "rnn_seq2seq": "mxnet, onnx",
+    "transformer_seq2seq": "mxnet, onnx",
 }
 
 #: built-in models that decode (an encoder and a decoder step: issue 30's seq2seq contract):
@@ -495,6 +498,20 @@ def _register_builtin_models() -> None:
         "mxtrain.models.taggers:build_rnn_tagger",
         options="mxtrain.models.tagger_options:RnnTaggerOptions",
         summary="sequence tagger: embedding -> (bi)LSTM/GRU -> per-token FC -> softmax",
+    )
+    MODELS.register(
+        "rnn_seq2seq",
+        "mxtrain.models.rnn_seq2seq:build_rnn_seq2seq",
+        options="mxtrain.models.seq2seq_options:RnnSeq2SeqOptions",
+        summary="encoder-decoder: bidirectional LSTM encoder -> LSTM decoder with attention "
+        "(dot, general, mlp) -> softmax (task: seq2seq)",
+    )
+    MODELS.register(
+        "transformer_seq2seq",
+        "mxtrain.models.transformer_seq2seq:build_transformer_seq2seq",
+        options="mxtrain.models.seq2seq_options:TransformerSeq2SeqOptions",
+        summary="encoder-decoder: pre-norm Transformer, self and cross multi-head attention, "
+        "sinusoid positions -> softmax (task: seq2seq)",
     )
 
 

@@ -38,5 +38,6 @@ def list_command(kind: str) -> None:
         if kind not in (name, "all"):
             continue
         click.echo(f"{name}:")
+        width = max([18, *(len(entry) for entry, _ in rows)])  # names longer than 18 stay aligned
         for entry, summary in rows:
-            click.echo(f"  {entry:<18} {summary}")
+            click.echo(f"  {entry:<{width}} {summary}")

@@ -22,7 +22,7 @@ from mxtrain.build import build_sym_gen
 from mxtrain.cli.main import cli
 from mxtrain.config import load_config, parse_config
 from mxtrain.data.array_options import ArrayDataInfo
-from mxtrain.data.base import DataInfo
+from mxtrain.data.base import DataInfo, Seq2SeqInfo
 from mxtrain.fit.new_run import fit_experiment
 from mxtrain.inference.export import _onnx_ready, inference_symbol, unsupported_operators
 from mxtrain.registry import MODEL_EXPORTS, MODELS
@@ -153,6 +153,8 @@ def _toy(name: str) -> tuple[Any, Any]:
         "lstm_lm": (lm, 7),
         "gru_lm": (lm, 7),
         "rnn_tagger": (DataInfo(vocab_size=30, num_classes=5, pad_id=0, task="tag"), 7),
+        "rnn_seq2seq": (Seq2SeqInfo(vocab_size=30, num_classes=20, pad_id=0), (7, 5)),
+        "transformer_seq2seq": (Seq2SeqInfo(vocab_size=30, num_classes=20, pad_id=0), (7, 5)),
         "mlp": (ArrayDataInfo(**rows, feature_shape=(5,)), (5,)),
         "lenet": (ArrayDataInfo(**rows, feature_shape=(1, 28, 28)), (1, 28, 28)),
         "rnn_classifier": (
