@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,13 @@ class OpenedRun:
     module: Any
     data_source: str  # what the iterator reads, for messages and reports
     checkpoint: ChosenCheckpoint | None = None  # what was loaded (tag, position)
+    contexts: list[Any] = field(default_factory=list)  # the devices the run's config names
+
+    def params(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The checkpoint's (arg_params, aux_params)."""
+        if self.checkpoint is not None:
+            return self.checkpoint.arrays()
+        return read_checkpoint_params(self.params_file)
 
 
 def _with_options(section: IteratorSection, where: str, **changes: Any) -> IteratorSection:
@@ -200,8 +207,7 @@ _module_log.addFilter(_ExpectedLargeBuckets())
 def _load_params(opened: OpenedRun, overrides: Sequence[str]) -> None:
     """Load the params file into the module, explaining any mismatch with the model."""
     module, path = opened.module, opened.params_file
-    chosen = opened.checkpoint
-    args, auxs = chosen.arrays() if chosen is not None else read_checkpoint_params(path)
+    args, auxs = opened.params()
     problems = param_problems(module.param_shapes(), (args, auxs), source="the checkpoint")
     if problems:
         raise params_mismatch_error(path, opened.run.config_file, problems, overrides)
@@ -217,6 +223,7 @@ def open_run(
     batch_size: int | None = None,
     data: str | os.PathLike[str] | None = None,
     role: str = "eval",
+    needs_module: Callable[[Any], bool] | None = None,
 ) -> OpenedRun:
     """Rebuild a run's model and data for inference from its run folder.
 
@@ -226,7 +233,9 @@ def open_run(
     file to read instead of ``data.eval`` (relative to the current folder), with the iterator
     options of ``data.eval`` (or ``data.train`` when there is none); ``batch_size`` replaces
     the iterator's. ``role`` is ``"eval"`` (score: exactly as fit evaluated) or
-    ``"predict"`` (every line whole, in file order, see ``DataContext``).
+    ``"predict"`` (every line whole, in file order, see ``DataContext``). ``needs_module(
+    data_iter)`` False: no module is bound (``module`` is None; decoding binds its own graphs
+    with :meth:`OpenedRun.params`); None: always bound.
     """
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, not {role!r}")
@@ -274,6 +283,12 @@ def open_run(
     if callable(describe):
         log.info("%s data: %s", role, describe())
 
+    if needs_module is not None and not needs_module(data_iter):
+        log.info("loaded the checkpoint %s (%s)", chosen.params_file, chosen.describe())
+        return OpenedRun(
+            run, chosen.epoch, chosen.params_file, config, data_iter, None, str(source), chosen,
+            contexts,
+        )  # fmt: skip
     logger = _module_log if role == "predict" else log
     module = build_module(
         config,
@@ -285,8 +300,9 @@ def open_run(
         for_metrics=role == "eval",  # score: the same outputs as the evaluations in fit
     )
     opened = OpenedRun(
-        run, chosen.epoch, chosen.params_file, config, data_iter, module, str(source), chosen
-    )
+        run, chosen.epoch, chosen.params_file, config, data_iter, module, str(source), chosen,
+        contexts,
+    )  # fmt: skip
     _load_params(opened, overrides)
     log.info(
         "loaded %s (checkpoint %s: epoch %d, batch %d) on %s",
