@@ -100,6 +100,17 @@ class GraphRunner:
         executor.forward(is_train=False)
         return list(executor.outputs)
 
+    def argument_shapes(
+        self, key: Hashable, shapes: Mapping[str, tuple[int, ...]]
+    ) -> dict[str, tuple[int, ...]]:
+        """Every argument's shape in ``key``'s graph given the input ``shapes``."""
+        with mx.name.NameManager():
+            symbol = self._symbol_for(key)
+        arg_shapes, _, _ = symbol.infer_shape(**shapes)
+        if arg_shapes is None:
+            raise ValueError(f"graph {key!r}: shapes cannot be inferred from {dict(shapes)}")
+        return dict(zip(symbol.list_arguments(), map(tuple, arg_shapes), strict=True))
+
     def _bind(self, key: Any, shapes: dict[str, tuple[int, ...]]) -> Any:
         with mx.name.NameManager():  # auto-named nodes named as in every other graph
             symbol = self._symbol_for(key)

@@ -20,19 +20,17 @@ without spaces, ``whitespace`` with single spaces). A line the iterator gives no
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from mxtrain.errors import ConfigError
 from mxtrain.inference.decode import (
+    DecodedLines,
     DecodeOptions,
     DeviceScores,
     Hypothesis,
     decode,
-    finite_or_nan,
     max_output_lengths,
     repeat_rows,
     rows_per_input,
@@ -47,75 +45,17 @@ log = logging.getLogger("mxtrain")
 DECODER_PARTS = ("encoder", "decoder_step", "static_names", "state_names", "input_shapes")
 
 
-@dataclass
-class Seq2SeqPredictions:
-    """Decoded outputs per input line (None: the line had no source)."""
+class Seq2SeqPredictions(DecodedLines):
+    """Decoded outputs per input line: ``output``, ``score``, ``log_prob`` per hypothesis."""
 
-    hypotheses: list[list[Hypothesis] | None]
-    texts: list[list[str] | None]  # detokenized, parallel to hypotheses
-    nbest: int
+    HYPOTHESIS_FIELDS = (("output", "text"), ("score", "<f8"), ("log_prob", "<f8"))
 
-    def totals(self) -> tuple[int, int, int, float]:
-        """(lines, lines without output, 0, 0.0): decoded text has no perplexity to report."""
-        return len(self.hypotheses), sum(h is None for h in self.hypotheses), 0, 0.0
-
-    def _ranked(self, i: int) -> list[dict[str, Any]]:
-        hyps, texts = self.hypotheses[i], self.texts[i]
-        if hyps is None or texts is None:
-            return []
-        return [
-            {
-                "output": text,
-                "score": finite_or_none(finite_or_nan(h.score)),
-                "log_prob": finite_or_none(finite_or_nan(h.log_prob)),
-            }
-            for h, text in zip(hyps, texts, strict=True)
-        ]
-
-    def records(self) -> Iterator[dict[str, Any]]:
-        for i in range(len(self.hypotheses)):
-            ranked = self._ranked(i)
-            best = ranked[0] if ranked else {"output": None, "score": None, "log_prob": None}
-            record: dict[str, Any] = {"line": i + 1, **best}
-            if self.nbest > 1:
-                record["nbest"] = ranked if ranked else None
-            yield record
-
-    def csv_header(self) -> list[str]:
-        return ["line", "rank", "output", "score", "log_prob"]
-
-    def csv_rows(self) -> Iterator[list[Any]]:
-        """One row per hypothesis (rank 1 = the best); a line without output: one empty row."""
-        for i in range(len(self.hypotheses)):
-            ranked = self._ranked(i)
-            if not ranked:
-                yield [i + 1, None, None, None, None]
-            for rank, h in enumerate(ranked, start=1):
-                yield [i + 1, rank, h["output"], h["score"], h["log_prob"]]
-
-    def to_numpy(self) -> np.ndarray:
-        """One row per hypothesis: line, rank (0: no output), output, score, log_prob."""
-        rows = list(self.csv_rows())
-        width = max([1, *(len(r[2]) for r in rows if r[2] is not None)])
-        out = np.zeros(
-            len(rows),
-            dtype=[
-                ("line", "<i8"),
-                ("rank", "<i8"),
-                ("output", f"<U{width}"),
-                ("score", "<f8"),
-                ("log_prob", "<f8"),
-            ],
-        )
-        for j, (line, rank, text, score, log_prob) in enumerate(rows):
-            out[j] = (
-                line,
-                rank or 0,
-                text or "",
-                np.nan if score is None else score,
-                np.nan if log_prob is None else log_prob,
-            )
-        return out
+    def hypothesis_fields(self, hypothesis: Hypothesis, text: str) -> dict[str, Any]:
+        return {
+            "output": text,
+            "score": finite_or_none(hypothesis.score),
+            "log_prob": finite_or_none(hypothesis.log_prob),
+        }
 
 
 class EncoderDecoderSteps:

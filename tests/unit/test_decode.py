@@ -391,7 +391,7 @@ def test_seq2seq_csv_and_npy_hold_every_hypothesis() -> None:
     assert [r[:2] for r in rows] == [[1, 1], [1, 2], [2, 1], [2, 2], [3, 1], [3, 2], [4, None],
                                      [5, 1], [5, 2]]  # fmt: skip
     table = predictions.to_numpy()
-    assert table["output"][0] == "x" and table["rank"][6] == 0 and np.isnan(table["score"][6])
+    assert table["output"][0] == "x" and table["rank"][6] == -1 and np.isnan(table["score"][6])
     assert table.dtype.names == ("line", "rank", "output", "score", "log_prob")
 
 
