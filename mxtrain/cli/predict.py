@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from mxtrain.cli.options import EPOCH, batch_size_override, handle_errors, set_option
+
+
+def _unset(flag: str, kind: Any, help: str) -> Callable[[Any], Any]:
+    """An option whose default None stands for "not given": the library knows the default,
+    and refuses a given flag that does not apply."""
+    return click.option(flag, type=kind, default=None, help=help)
 
 
 @click.command(
@@ -100,44 +109,38 @@ score is log_prob divided by the GNMT length penalty. --task generate: {"line", 
     "stateful LMs carry their state through the prompt, others recompute the prefix each "
     "step). Default: the model's own task.",
 )
-@click.option(
+@_unset(
     "--beam-size",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Hypotheses kept per input by beam search (seq2seq, generate); 1 is greedy. "
+    click.IntRange(min=1),
+    "Hypotheses kept per input by beam search (seq2seq, generate); 1 is greedy. "
     "Default: 5 for seq2seq, 1 for generate.",
 )
-@click.option(
+@_unset(
     "--nbest",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Write the N best outputs per input with their scores (N <= --beam-size; default 1).",
+    click.IntRange(min=1),
+    "Write the N best outputs per input with their scores (N <= --beam-size; default 1).",
 )
-@click.option(
+@_unset(
     "--length-penalty",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="alpha of the GNMT length penalty ((5 + length) / 6) ** alpha that divides the "
+    click.FloatRange(min=0),
+    "alpha of the GNMT length penalty ((5 + length) / 6) ** alpha that divides the "
     "log-probability of an output (ranking); 0: none. Default: 1.0 (Sockeye's).",
 )
-@click.option(
+@_unset(
     "--max-output-ratio",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="seq2seq: at most ceil(RATIO * source length) + --max-output-add output tokens "
+    click.FloatRange(min=0),
+    "seq2seq: at most ceil(RATIO * source length) + --max-output-add output tokens "
     "(<eos> included). Default: 2.0.",
 )
-@click.option(
+@_unset(
     "--max-output-add",
-    type=click.IntRange(min=0),
-    default=None,
-    help="seq2seq: see --max-output-ratio. Default: 10.",
+    click.IntRange(min=0),
+    "seq2seq: see --max-output-ratio. Default: 10.",
 )
-@click.option(
+@_unset(
     "--max-tokens",
-    type=click.IntRange(min=1),
-    default=None,
-    help="generate: at most N tokens after each prompt (<eos> included; it ends one "
+    click.IntRange(min=1),
+    "generate: at most N tokens after each prompt (<eos> included; it ends one "
     "earlier). Default: 20.",
 )
 @click.option(
@@ -146,24 +149,20 @@ score is log_prob divided by the GNMT length penalty. --task generate: {"line", 
     help="generate: draw each token from the model's distribution instead of searching "
     "(implied by --temperature, --top-p and --top-k).",
 )
-@click.option(
+@_unset(
     "--temperature",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="generate: sample from p ** (1 / T), renormalized (default 1).",
+    click.FloatRange(min=0, min_open=True),
+    "generate: sample from p ** (1 / T), renormalized (default 1).",
 )
-@click.option(
+@_unset(
     "--top-p",
-    type=click.FloatRange(min=0, max=1, min_open=True),
-    default=None,
-    help="generate: sample among the most likely tokens holding probability P (nucleus).",
+    click.FloatRange(min=0, max=1, min_open=True),
+    "generate: sample among the most likely tokens holding probability P (nucleus).",
 )
-@click.option(
+@_unset(
     "--seed",
-    type=int,
-    default=None,
-    help="generate with sampling: the same seed gives the same text on the same machine "
-    "(default 0).",
+    int,
+    "generate with sampling: the same seed gives the same text on the same machine (default 0).",
 )
 @set_option
 @click.option("--force", is_flag=True, help="Replace an existing output file.")

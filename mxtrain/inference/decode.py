@@ -11,8 +11,11 @@ fakes.
 Beam search needs only each row's ``beam`` best tokens: the best ``beam`` continuations of a
 sentence are among them. :class:`DeviceScores` picks them on the device (``topk``), so only
 (rows, beam) values reach the host per step, never the (rows, vocabulary) log-probabilities;
-the recurrent states never leave the device (``take`` reorders them there). Sampling reads
-the whole distribution of each row (it draws from all of it).
+the recurrent states never leave the device (``take`` reorders them there). Measured on a
+2-core CPU for 160 rows (32 inputs x beam 5): ``topk`` then copying (160, 7) took 2.9 ms for
+10k words and 8.3 ms for 32k, copying the whole (160, V) and ``argpartition`` on the host
+24.6 and 67 ms; for a 60-symbol G2P vocabulary 0.18 against 0.11 ms, small next to a step.
+Sampling reads the whole distribution of each row (it draws from all of it).
 
 Scores: a hypothesis's ``log_prob`` is the sum of the natural-log probabilities of its tokens,
 the ``<eos>`` that ended it included; its ``score`` is ``log_prob / lp(length)`` with the GNMT
@@ -523,6 +526,18 @@ class DeviceScores:
 
     def full(self) -> np.ndarray:
         return np.asarray(self.log_probs.asnumpy())
+
+
+def batch_lines(batch: Any, unit: str) -> np.ndarray:
+    """The 0-based input line of each row of a predict batch (-1: a padding row), or a
+    ConfigError when the iterator's batches do not say (``unit``: what a row holds)."""
+    index = getattr(batch, "index", None)
+    if index is None:
+        raise ConfigError(
+            f"The data iterator's batches have no 'index' (the input line of each {unit}), so "
+            "outputs cannot be matched with their input lines."
+        )
+    return np.asarray(index, dtype=np.int64)
 
 
 def repeat_rows(arrays: Sequence[Any], times: int, axes: Sequence[int] | None = None) -> list[Any]:

@@ -44,6 +44,7 @@ from mxtrain.inference.decode import (
     DecodeOptions,
     DeviceScores,
     Hypothesis,
+    batch_lines,
     decode,
     repeat_rows,
     rows_per_input,
@@ -188,14 +189,9 @@ def read_prompts(data_iter: Any, pad: int) -> dict[int, np.ndarray]:
     prompts: dict[int, np.ndarray] = {}
     data_iter.reset()
     for batch in data_iter:
-        index = getattr(batch, "index", None)
-        if index is None:
-            raise ConfigError(
-                "The data iterator's batches have no 'index' (the input line of each row), "
-                "so prompts cannot be matched with their lines."
-            )
+        lines = batch_lines(batch, "prompt")
         data = np.rint(batch.data[0].asnumpy()).astype(np.int64)
-        for row, line in zip(data, np.asarray(index, dtype=np.int64), strict=True):
+        for row, line in zip(data, lines, strict=True):
             if line >= 0:
                 prompts[int(line)] = row[row != pad]
     return prompts

@@ -30,6 +30,7 @@ from mxtrain.inference.decode import (
     DecodeOptions,
     DeviceScores,
     Hypothesis,
+    batch_lines,
     decode,
     max_output_lengths,
     repeat_rows,
@@ -128,19 +129,13 @@ def decode_batches(
     rows = rows_per_input(options)
     pad = info.pad_id if info.pad_id is not None else 0
     for batch in batches:
-        index = getattr(batch, "index", None)
-        if index is None:
-            raise ConfigError(
-                "The data iterator's batches have no 'index' (the source line of each row), "
-                "so decoded outputs cannot be written in input order."
-            )
+        lines = batch_lines(batch, "source")
         source = batch.data[0]
         host = source.asnumpy()
         lengths = (host != pad).sum(axis=1)
         max_steps = int(max_output_lengths([source.shape[1]], *_ratio(options))[0])
         limits = max_output_lengths(lengths, *_ratio(options))  # <= max_steps
         model = EncoderDecoderSteps(runner, sym_gen, source, rows, max_steps)
-        lines = np.asarray(index, dtype=np.int64)
         hyps = decode(
             model,
             np.full(len(lines), info.bos_id, dtype=np.int64),

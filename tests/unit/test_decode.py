@@ -433,3 +433,93 @@ def test_graph_runner_shares_parameters_and_bounds_its_executors(
         runner.forward(("scale", 1), {"data": np.zeros((3, 2), dtype=np.float32)})
     with pytest.raises(ValueError, match="no parameters"):
         GraphRunner(symbol_for, {}, {}, mx.cpu()).forward(("scale", 1), {"data": x})
+
+
+class FakeSourceIter:
+    """A predict-role iterator as the contract describes it (source batches with index)."""
+
+    def __init__(self) -> None:
+        from mxtrain.data.base import Seq2SeqInfo
+
+        self.data_info = Seq2SeqInfo(
+            vocab_size=len(COPY_VOCAB), num_classes=len(COPY_VOCAB), pad_id=0, tokens="chars"
+        )
+        self.num_sentences = 5
+        self.resets = 0
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    def __iter__(self):
+        return iter(copy_batches())
+
+    def detokenize(self, ids) -> str:
+        return "".join(COPY_VOCAB[i] for i in ids)
+
+
+def fake_opened(params):
+    from types import SimpleNamespace
+
+    import mxnet as mx
+
+    config = SimpleNamespace(model=SimpleNamespace(name="copy"), base_dir=None)
+    return SimpleNamespace(
+        data_iter=FakeSourceIter(),
+        config=config,
+        params=lambda: (params, {}),
+        contexts=[mx.cpu()],
+        params_file="model-0001.params",
+    )
+
+
+def test_predict_seq2seq_builds_the_graphs_from_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mxtrain.build
+    from mxtrain.errors import ConfigError
+    from mxtrain.inference.seq2seq import predict_seq2seq
+
+    sym_gen = CopySymGen(len(COPY_VOCAB), eos=2)
+    monkeypatch.setattr(mxtrain.build, "build_sym_gen", lambda *args: sym_gen)
+    opened = fake_opened(copy_params())
+    records = list(predict_seq2seq(opened, DecodeOptions(beam_size=2)).records())
+    assert [r["output"] for r in records] == ["x", "yxwzyx", "wxyz", None, "zzw"]  # chars
+    assert opened.data_iter.resets == 1
+
+    with pytest.raises(ConfigError, match="no parameters"):
+        predict_seq2seq(fake_opened({}), DecodeOptions())
+    monkeypatch.setattr(mxtrain.build, "build_sym_gen", lambda *args: lambda key: None)
+    with pytest.raises(ConfigError, match="encoder, decoder_step"):
+        predict_seq2seq(fake_opened(copy_params()), DecodeOptions())
+
+
+def test_decode_options_defaults_and_refusals() -> None:
+    from mxtrain.data.base import TASK_LM, TASK_SEQ2SEQ
+    from mxtrain.errors import ConfigError
+    from mxtrain.inference.decode import DecodeFlags, decode_options
+
+    seq2seq = decode_options(DecodeFlags(), TASK_SEQ2SEQ, False, 0)
+    assert (seq2seq.beam_size, seq2seq.nbest, seq2seq.length_penalty) == (5, 1, 1.0)
+    assert (seq2seq.max_output_ratio, seq2seq.max_output_add, seq2seq.sample) == (2.0, 10, False)
+    greedy = decode_options(DecodeFlags(), TASK_LM, True, 0)
+    assert (greedy.beam_size, greedy.sample, greedy.max_tokens) == (1, False, 20)
+    top_k = decode_options(DecodeFlags(seed=4), TASK_LM, True, 3)
+    assert (top_k.sample, top_k.top_k, top_k.seed, top_k.beam_size) == (True, 3, 4, 1)
+    nucleus = decode_options(DecodeFlags(top_p=0.5), TASK_LM, True, 0)
+    assert nucleus.sample and nucleus.top_p == 0.5 and nucleus.top_k == 0
+
+    refusals = [
+        (DecodeFlags(temperature=0.5), TASK_SEQ2SEQ, False, 0, "--temperature"),
+        (DecodeFlags(max_tokens=5), TASK_SEQ2SEQ, False, 0, "--max-tokens"),
+        (DecodeFlags(), TASK_SEQ2SEQ, False, 3, "--top-k"),
+        (DecodeFlags(beam_size=2, nbest=3), TASK_SEQ2SEQ, False, 0, "--nbest 3"),
+        (DecodeFlags(nbest=6), TASK_SEQ2SEQ, False, 0, "--beam-size 5"),
+        (DecodeFlags(beam_size=3), "classify", False, 0, "--beam-size"),
+        (DecodeFlags(sample=True), TASK_LM, False, 0, "--sample"),
+        (DecodeFlags(max_output_add=2), TASK_LM, True, 0, "--max-output-add"),
+        (DecodeFlags(beam_size=0), TASK_SEQ2SEQ, False, 0, "--beam-size 0"),
+        (DecodeFlags(temperature=0.0), TASK_LM, True, 0, "--temperature 0.0"),
+    ]
+    for flags, task, generate, k, named in refusals:
+        with pytest.raises(ConfigError, match=named):
+            decode_options(flags, task, generate, k)
+    # a scoring task without decoding flags: nothing to refuse
+    assert decode_options(DecodeFlags(), TASK_LM, False, 5) == DecodeOptions()
