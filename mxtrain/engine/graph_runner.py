@@ -104,23 +104,26 @@ class GraphRunner:
         self, key: Hashable, shapes: Mapping[str, tuple[int, ...]]
     ) -> dict[str, tuple[int, ...]]:
         """Every argument's shape in ``key``'s graph given the input ``shapes``."""
-        with mx.name.NameManager():
-            symbol = self._symbol_for(key)
-        arg_shapes, _, _ = symbol.infer_shape(**shapes)
-        if arg_shapes is None:
-            raise ValueError(f"graph {key!r}: shapes cannot be inferred from {dict(shapes)}")
-        return dict(zip(symbol.list_arguments(), map(tuple, arg_shapes), strict=True))
+        return self._graph(key, shapes)[1]
 
-    def _bind(self, key: Any, shapes: dict[str, tuple[int, ...]]) -> Any:
+    def _graph(
+        self, key: Hashable, shapes: Mapping[str, tuple[int, ...]]
+    ) -> tuple[Any, dict[str, tuple[int, ...]]]:
+        """``key``'s symbol and its arguments' shapes."""
         with mx.name.NameManager():  # auto-named nodes named as in every other graph
             symbol = self._symbol_for(key)
         names = symbol.list_arguments()
         unknown = sorted(set(shapes) - set(names))
         if unknown:
             raise ValueError(f"graph {key!r} has no inputs {unknown}; its arguments: {names}")
-        arg_shapes, _, aux_shapes = symbol.infer_shape(**shapes)
+        arg_shapes, _, _ = symbol.infer_shape(**shapes)
         if arg_shapes is None:
-            raise ValueError(f"graph {key!r}: shapes cannot be inferred from {shapes}")
+            raise ValueError(f"graph {key!r}: shapes cannot be inferred from {dict(shapes)}")
+        return symbol, dict(zip(names, map(tuple, arg_shapes), strict=True))
+
+    def _bind(self, key: Hashable, shapes: dict[str, tuple[int, ...]]) -> Any:
+        symbol, arg_shapes = self._graph(key, shapes)
+        names = list(arg_shapes)
         missing = [n for n in names if n not in shapes and n not in self._args]
         missing = [n for n in missing if n not in self._zeros]
         if missing:
@@ -128,7 +131,7 @@ class GraphRunner:
                 f"graph {key!r}: the checkpoint has no parameters {missing} and they are not inputs"
             )
         args = {}
-        for name, shape in zip(names, arg_shapes, strict=True):
+        for name, shape in arg_shapes.items():
             param = self._args.get(name)
             if name in shapes or param is None:
                 args[name] = mx.nd.zeros(shape, ctx=self.context)
@@ -143,6 +146,5 @@ class GraphRunner:
         if missing:
             raise ValueError(f"graph {key!r}: the checkpoint has no auxiliary states {missing}")
         auxs = {n: self._auxs[n] for n in symbol.list_auxiliary_states()}
-        del aux_shapes  # the checkpoint's arrays are bound as they are
         self.binds += 1
         return symbol.bind(self.context, args=args, grad_req="null", aux_states=auxs)
