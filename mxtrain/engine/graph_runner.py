@@ -25,10 +25,14 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
-__all__ = ["GraphRunner"]
+__all__ = ["GraphMismatch", "GraphRunner"]
 
 #: executors kept bound by default: an encoder and a step graph for a few source lengths
 DEFAULT_MAX_BOUND = 8
+
+
+class GraphMismatch(ValueError):
+    """A graph that its inputs or the parameter arrays do not fit (names, shapes)."""
 
 
 class GraphRunner:
@@ -37,8 +41,8 @@ class GraphRunner:
     ``arg_params`` / ``aux_params``: name -> NDArray (a checkpoint's); every graph takes the
     ones it names. An argument named in ``zeros`` (a label the loss layer takes, a begin
     state) is bound as zeros of its inferred shape unless :meth:`forward` is given it; any
-    other argument that is neither given nor a parameter is a ``ValueError`` (a checkpoint
-    that does not fit the model).
+    other argument that is neither given nor a parameter is a :class:`GraphMismatch` (a
+    checkpoint that does not fit the model).
     """
 
     def __init__(
@@ -88,7 +92,7 @@ class GraphRunner:
         for name, value in inputs.items():
             target = executor.arg_dict.get(name)
             if target is None or tuple(target.shape) != tuple(value.shape):
-                raise ValueError(
+                raise GraphMismatch(
                     f"graph {key!r} was bound with {name} "
                     f"{None if target is None else tuple(target.shape)}, "
                     f"not {tuple(value.shape)}"
@@ -115,10 +119,10 @@ class GraphRunner:
         names = symbol.list_arguments()
         unknown = sorted(set(shapes) - set(names))
         if unknown:
-            raise ValueError(f"graph {key!r} has no inputs {unknown}; its arguments: {names}")
+            raise GraphMismatch(f"graph {key!r} has no inputs {unknown}; its arguments: {names}")
         arg_shapes, _, _ = symbol.infer_shape(**shapes)
         if arg_shapes is None:
-            raise ValueError(f"graph {key!r}: shapes cannot be inferred from {dict(shapes)}")
+            raise GraphMismatch(f"graph {key!r}: shapes cannot be inferred from {dict(shapes)}")
         return symbol, dict(zip(names, map(tuple, arg_shapes), strict=True))
 
     def _bind(self, key: Hashable, shapes: dict[str, tuple[int, ...]]) -> Any:
@@ -127,7 +131,7 @@ class GraphRunner:
         missing = [n for n in names if n not in shapes and n not in self._args]
         missing = [n for n in missing if n not in self._zeros]
         if missing:
-            raise ValueError(
+            raise GraphMismatch(
                 f"graph {key!r}: the checkpoint has no parameters {missing} and they are not inputs"
             )
         args = {}
@@ -136,7 +140,7 @@ class GraphRunner:
             if name in shapes or param is None:
                 args[name] = mx.nd.zeros(shape, ctx=self.context)
             elif tuple(param.shape) != tuple(shape):
-                raise ValueError(
+                raise GraphMismatch(
                     f"graph {key!r}: parameter {name} has shape {tuple(param.shape)} in the "
                     f"checkpoint, the graph needs {tuple(shape)}"
                 )
@@ -144,7 +148,7 @@ class GraphRunner:
                 args[name] = param
         missing = [n for n in symbol.list_auxiliary_states() if n not in self._auxs]
         if missing:
-            raise ValueError(f"graph {key!r}: the checkpoint has no auxiliary states {missing}")
+            raise GraphMismatch(f"graph {key!r}: the checkpoint has no auxiliary states {missing}")
         auxs = {n: self._auxs[n] for n in symbol.list_auxiliary_states()}
         self.binds += 1
         return symbol.bind(self.context, args=args, grad_req="null", aux_states=auxs)

@@ -27,6 +27,7 @@ Sockeye's default (GNMT tuned 0.6 for its models); 0 ranks by ``log_prob`` alone
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Protocol
 
@@ -526,6 +527,22 @@ class DeviceScores:
 
     def full(self) -> np.ndarray:
         return np.asarray(self.log_probs.asnumpy())
+
+
+@contextmanager
+def graphs_fit(params_file: Any) -> Iterator[None]:
+    """Within the block, a decoding graph that the checkpoint's arrays do not fit (the graph
+    runner's ``GraphMismatch``, a ValueError) is a ConfigError naming ``params_file``."""
+    # deferred: the runner imports MXNet, which reads its thread settings when it loads
+    from mxtrain.engine.graph_runner import GraphMismatch
+
+    try:
+        yield
+    except GraphMismatch as exc:
+        raise ConfigError(
+            f"{params_file}: the checkpoint does not fit the model's decoding graphs: {exc}.",
+            hint="Decode with the run's own config (no --set model.*=...).",
+        ) from exc
 
 
 def batch_lines(batch: Any, unit: str) -> np.ndarray:

@@ -46,6 +46,7 @@ from mxtrain.inference.decode import (
     Hypothesis,
     batch_lines,
     decode,
+    graphs_fit,
     repeat_rows,
     rows_per_input,
     take_rows,
@@ -303,7 +304,7 @@ def generate_text(opened: OpenedRun, options: DecodeOptions) -> GeneratedText:
             "the model gives no recurrent state outputs: every step recomputes the whole "
             "prefix (slower)"
         )
-    try:
+    with graphs_fit(opened.params_file):
         found = generator.continue_prompts(
             prompts,
             options,
@@ -311,12 +312,6 @@ def generate_text(opened: OpenedRun, options: DecodeOptions) -> GeneratedText:
             banned=(info.pad_id,),
             batch_size=int(getattr(data_iter, "batch_size", None) or DEFAULT_BATCH),
         )
-    except ValueError as exc:  # a graph that does not fit the checkpoint
-        raise ConfigError(
-            f"{opened.params_file}: the checkpoint does not fit the model's generation "
-            f"graphs: {exc}.",
-            hint="Generate with the run's own config (no --set model.*=...).",
-        ) from exc
 
     def text(ids: Sequence[int] | np.ndarray) -> str:
         return joiner.join(tokens[i] for i in ids)

@@ -32,6 +32,7 @@ from mxtrain.inference.decode import (
     Hypothesis,
     batch_lines,
     decode,
+    graphs_fit,
     max_output_lengths,
     repeat_rows,
     rows_per_input,
@@ -197,11 +198,5 @@ def predict_seq2seq(opened: OpenedRun, options: DecodeOptions) -> Seq2SeqPredict
     )
     data_iter.reset()
     count = getattr(data_iter, "num_sentences", None)
-    try:
+    with graphs_fit(opened.params_file):
         return decode_batches(data_iter, runner, sym_gen, info, options, detokenize, count=count)
-    except ValueError as exc:  # a graph that does not fit the checkpoint
-        raise ConfigError(
-            f"{opened.params_file}: the checkpoint does not fit the model's decoding graphs: "
-            f"{exc}.",
-            hint="Decode with the run's own config (no --set model.*=...).",
-        ) from exc
