@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from mxtrain.cli.options import EPOCH, batch_size_override, handle_errors, set_option
+
+
+def _unset(flag: str, kind: Any, help: str) -> Callable[[Any], Any]:
+    """An option whose default None stands for "not given": the library knows the default,
+    and refuses a given flag that does not apply."""
+    return click.option(flag, type=kind, default=None, help=help)
 
 
 @click.command(
@@ -18,11 +27,21 @@ Examples:
       --batch-size 256 --set context.devices=gpu --force
   mxtrain predict --checkpoint runs/my_plugin_model --input rows.npy --output out.npz \\
       --outputs raw
+  mxtrain predict --checkpoint runs/g2p --input words.txt --output prons.jsonl \\
+      --beam-size 5 --nbest 3
+  mxtrain predict --checkpoint runs/ptb_lstm --task generate --input prompts.txt \\
+      --output more.jsonl --sample --top-p 0.9 --seed 7
 
 \b
 Language models: each record has line (1-based), tokens, log_likelihood (natural log, summed
 over the predicted tokens, <eos> included), perplexity and, with --top-k K, "next": the K most
-likely tokens after the whole line. Blank lines get a record with null values.""",
+likely tokens after the whole line. Blank lines get a record with null values.
+
+\b
+Seq2seq models: each line is decoded by beam search (encoder once per batch, decoder step
+by step on its states): {"line", "output", "score", "log_prob"} (+ "nbest" with --nbest > 1);
+score is log_prob divided by the GNMT length penalty. --task generate: {"line", "prompt",
+"output", "tokens", "log_likelihood"}.""",
 )
 @click.option(
     "--checkpoint",
@@ -79,7 +98,71 @@ likely tokens after the whole line. Blank lines get a record with null values.""
     default=0,
     show_default=True,
     help="Also list the K most likely outcomes with probabilities: next tokens after each "
-    "line (language models), labels (classifiers, taggers); not for regressors.",
+    "line (language models), labels (classifiers, taggers); not for regressors or seq2seq. "
+    "With --task generate: sample each token among the K most likely.",
+)
+@click.option(
+    "--task",
+    type=click.Choice(["generate"]),
+    default=None,
+    help="generate: a language model continues each line of --input (greedy by default; "
+    "stateful LMs carry their state through the prompt, others recompute the prefix each "
+    "step). Default: the model's own task.",
+)
+@_unset(
+    "--beam-size",
+    click.IntRange(min=1),
+    "Hypotheses kept per input by beam search (seq2seq, generate); 1 is greedy. "
+    "Default: 5 for seq2seq, 1 for generate.",
+)
+@_unset(
+    "--nbest",
+    click.IntRange(min=1),
+    "Write the N best outputs per input with their scores (N <= --beam-size; default 1).",
+)
+@_unset(
+    "--length-penalty",
+    click.FloatRange(min=0),
+    "alpha of the GNMT length penalty ((5 + length) / 6) ** alpha that divides the "
+    "log-probability of an output (ranking); 0: none. Default: 1.0 (Sockeye's).",
+)
+@_unset(
+    "--max-output-ratio",
+    click.FloatRange(min=0),
+    "seq2seq: at most ceil(RATIO * source length) + --max-output-add output tokens "
+    "(<eos> included). Default: 2.0.",
+)
+@_unset(
+    "--max-output-add",
+    click.IntRange(min=0),
+    "seq2seq: see --max-output-ratio. Default: 10.",
+)
+@_unset(
+    "--max-tokens",
+    click.IntRange(min=1),
+    "generate: at most N tokens after each prompt (<eos> included; it ends one "
+    "earlier). Default: 20.",
+)
+@click.option(
+    "--sample",
+    is_flag=True,
+    help="generate: draw each token from the model's distribution instead of searching "
+    "(implied by --temperature, --top-p and --top-k).",
+)
+@_unset(
+    "--temperature",
+    click.FloatRange(min=0, min_open=True),
+    "generate: sample from p ** (1 / T), renormalized (default 1).",
+)
+@_unset(
+    "--top-p",
+    click.FloatRange(min=0, max=1, min_open=True),
+    "generate: sample among the most likely tokens holding probability P (nucleus).",
+)
+@_unset(
+    "--seed",
+    int,
+    "generate with sampling: the same seed gives the same text on the same machine (default 0).",
 )
 @set_option
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
@@ -93,6 +176,17 @@ def predict_command(
     epoch: int | None,
     batch_size: int | None,
     top_k: int,
+    task: str | None,
+    beam_size: int | None,
+    nbest: int | None,
+    length_penalty: float | None,
+    max_output_ratio: float | None,
+    max_output_add: int | None,
+    max_tokens: int | None,
+    sample: bool,
+    temperature: float | None,
+    top_p: float | None,
+    seed: int | None,
     overrides: tuple[str, ...],
     force: bool,
 ) -> None:
@@ -110,6 +204,7 @@ def predict_command(
     from rich.console import Console
 
     # deferred: the inference modules cost ~0.2 s, which `mxtrain --help` should not pay
+    from mxtrain.inference.decode import DecodeFlags
     from mxtrain.inference.output import is_stream
     from mxtrain.inference.predict import predict_run
     from mxtrain.reporting import Reporter
@@ -127,6 +222,19 @@ def predict_command(
             overrides=overrides,
             force=force,
             outputs=outputs,
+            task=task,
+            decoding=DecodeFlags(
+                beam_size=beam_size,
+                nbest=nbest,
+                length_penalty=length_penalty,
+                max_output_ratio=max_output_ratio,
+                max_output_add=max_output_add,
+                max_tokens=max_tokens,
+                sample=sample,
+                temperature=temperature,
+                top_p=top_p,
+                seed=seed,
+            ),
         )
     finally:
         reporter.close()

@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,13 @@ class OpenedRun:
     module: Any
     data_source: str  # what the iterator reads, for messages and reports
     checkpoint: ChosenCheckpoint | None = None  # what was loaded (tag, position)
+    contexts: list[Any] = field(default_factory=list)  # the devices the run's config names
+
+    def params(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The checkpoint's (arg_params, aux_params)."""
+        if self.checkpoint is not None:
+            return self.checkpoint.arrays()
+        return read_checkpoint_params(self.params_file)
 
 
 def _with_options(section: IteratorSection, where: str, **changes: Any) -> IteratorSection:
@@ -244,8 +251,7 @@ _module_log.addFilter(_ExpectedLargeBuckets())
 def _load_params(opened: OpenedRun, overrides: Sequence[str]) -> None:
     """Load the params file into the module, explaining any mismatch with the model."""
     module, path = opened.module, opened.params_file
-    chosen = opened.checkpoint
-    args, auxs = chosen.arrays() if chosen is not None else read_checkpoint_params(path)
+    args, auxs = opened.params()
     problems = param_problems(module.param_shapes(), (args, auxs), source="the checkpoint")
     if problems:
         raise params_mismatch_error(path, opened.run.config_file, problems, overrides)
@@ -262,6 +268,7 @@ def open_run(
     data: str | os.PathLike[str] | None = None,
     role: str = "eval",
     target: str | os.PathLike[str] | None = None,
+    needs_module: Callable[[Any], bool] | None = None,
 ) -> OpenedRun:
     """Rebuild a run's model and data for inference from its run folder.
 
@@ -272,7 +279,9 @@ def open_run(
     options of ``data.eval`` (or ``data.train`` when there is none); ``batch_size`` replaces
     the iterator's. ``role`` is ``"eval"`` (score: exactly as fit evaluated) or
     ``"predict"`` (every line whole, in file order, see ``DataContext``). ``target`` is the
-    target side of parallel data (``data`` then being the source side).
+    target side of parallel data (``data`` then being the source side). ``needs_module(
+    data_iter)`` False: no module is bound (``module`` is None; decoding binds its own graphs
+    with :meth:`OpenedRun.params`); None: always bound.
     """
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, not {role!r}")
@@ -321,6 +330,12 @@ def open_run(
     if callable(describe):
         log.info("%s data: %s", role, describe())
 
+    if needs_module is not None and not needs_module(data_iter):
+        log.info("loaded the checkpoint %s (%s)", chosen.params_file, chosen.describe())
+        return OpenedRun(
+            run, chosen.epoch, chosen.params_file, config, data_iter, None, str(source), chosen,
+            contexts,
+        )  # fmt: skip
     logger = _module_log if role == "predict" else log
     module = build_module(
         config,
@@ -332,8 +347,9 @@ def open_run(
         for_metrics=role == "eval",  # score: the same outputs as the evaluations in fit
     )
     opened = OpenedRun(
-        run, chosen.epoch, chosen.params_file, config, data_iter, module, str(source), chosen
-    )
+        run, chosen.epoch, chosen.params_file, config, data_iter, module, str(source), chosen,
+        contexts,
+    )  # fmt: skip
     _load_params(opened, overrides)
     log.info(
         "loaded %s (checkpoint %s: epoch %d, batch %d) on %s",

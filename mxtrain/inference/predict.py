@@ -22,13 +22,16 @@ from typing import IO, Any, Protocol
 
 import numpy as np
 
-from mxtrain.data.base import TASK_LM, TASK_TAG
+from mxtrain.data.base import TASK_LM, TASK_SEQ2SEQ, TASK_TAG
 from mxtrain.errors import ConfigError
+from mxtrain.inference.decode import TASK_GENERATE, DecodeFlags, DecodeOptions, decode_options
+from mxtrain.inference.generate import generate_text
 from mxtrain.inference.lm import predict_lm
 from mxtrain.inference.open import OpenedRun, input_file, open_run
 from mxtrain.inference.output import check_output, resolve_output, write_output
 from mxtrain.inference.raw import RAW_FORMATS, predict_raw
 from mxtrain.inference.rows import predict_classes, predict_values
+from mxtrain.inference.seq2seq import predict_seq2seq
 from mxtrain.inference.tags import predict_tags
 from mxtrain.run.plugin_files import uses_kept_plugins
 
@@ -90,6 +93,12 @@ PREDICTORS: dict[str, Callable[[OpenedRun, int], Predictions]] = {
     "classify": predict_classes,
     "regress": predict_values,
 }
+#: tasks whose records are decoded outputs (the decoding flags apply): seq2seq models, and
+#: language models with ``--task generate``
+DECODERS: dict[str, Callable[[OpenedRun, DecodeOptions], Predictions]] = {
+    TASK_SEQ2SEQ: predict_seq2seq,
+    TASK_GENERATE: generate_text,
+}
 
 
 def _writer(predictions: Predictions, fmt: str) -> Callable[[IO[bytes]], None]:
@@ -138,6 +147,8 @@ def predict_run(
     overrides: Sequence[str] = (),
     force: bool = False,
     outputs: str = "records",
+    task: str | None = None,
+    decoding: DecodeFlags | None = None,
 ) -> PredictSummary:
     """Predict every line of the text file ``input`` and write one record per line to ``output``.
 
@@ -177,9 +188,15 @@ def predict_run(
 
     ``outputs="raw"`` writes the model's outputs uninterpreted instead, for any model (its
     iterator need not report a task), as ``npz`` or ``npy``: see :mod:`mxtrain.inference.raw`.
+
+    Seq2seq models (task ``"seq2seq"``) decode each line (:mod:`mxtrain.inference.seq2seq`);
+    ``task="generate"`` makes a language model continue each line
+    (:mod:`mxtrain.inference.generate`); ``decoding`` holds the flags of both
+    (:func:`mxtrain.inference.decode.decode_options`).
     """
     started = time.perf_counter()
     _check_request(fmt, top_k, outputs)
+    generate = _check_task(task, outputs, decoding)
     out_path = resolve_output(Path(output).expanduser().absolute())
     check_output(out_path, force)
     in_path = input_file(input, "input file")
@@ -190,20 +207,19 @@ def predict_run(
         batch_size=batch_size,
         data=in_path,
         role="predict",
+        # decoding binds its own graphs
+        needs_module=lambda data_iter: (
+            outputs == "raw" or (not generate and _task(data_iter) != TASK_SEQ2SEQ)
+        ),
     )
     if outputs == "raw":
         return _predict_raw(opened, in_path, out_path, fmt, started)
-    info = opened.data_iter.data_info
-    task = getattr(info, "task", None)
-    predictor = PREDICTORS.get(task) if task is not None else None
-    if predictor is None:
-        raise ConfigError(
-            f"mxtrain predict cannot interpret this model's output: its data iterator "
-            f"({opened.config.data.train.name}) reports task {task!r}.",
-            hint=f"Supported tasks: {', '.join(PREDICTORS)} (data_info.task). `--outputs "
-            "raw` writes any model's outputs as they are; `mxtrain score` works for any model.",
-        )
-    predictions = predictor(opened, top_k)
+    model_task = _task(opened.data_iter)
+    if generate or model_task == TASK_SEQ2SEQ:
+        predictions = _decode(opened, model_task, generate, top_k, decoding or DecodeFlags())
+    else:
+        decode_options(decoding or DecodeFlags(), model_task, generate, top_k)  # none given
+        predictions = _predict(opened, model_task, top_k)
     check_output(out_path, force)  # again: the file may have appeared meanwhile
     write_output(out_path, _writer(predictions, fmt))
     summary = _summarize(predictions, opened, in_path, out_path, fmt, started)
@@ -215,6 +231,49 @@ def predict_run(
         summary.seconds,
     )
     return summary
+
+
+def _task(data_iter: Any) -> str | None:
+    return getattr(data_iter.data_info, "task", None)
+
+
+def _check_task(task: str | None, outputs: str, decoding: DecodeFlags | None) -> bool:
+    """Whether ``task`` asks for generation; a ConfigError for a task or flags that cannot be."""
+    if task not in (None, TASK_GENERATE):
+        raise ConfigError(f"Unknown --task {task!r}.", hint=f"Use --task {TASK_GENERATE}.")
+    if outputs == "raw" and (task is not None or (decoding and decoding.given())):
+        raise ConfigError(
+            "--outputs raw writes the model's outputs as they are; --task and the decoding "
+            "flags ask for decoded records.",
+            hint="Leave them out, or use --outputs records.",
+        )
+    return task == TASK_GENERATE
+
+
+def _decode(
+    opened: OpenedRun, task: str | None, generate: bool, top_k: int, flags: DecodeFlags
+) -> Predictions:
+    if generate and task != TASK_LM:
+        raise ConfigError(
+            f"--task generate continues text with a language model; this run's model has "
+            f"task {task!r}.",
+            hint="Use a run of a language model (lstm_lm, gru_lm), or leave out --task.",
+        )
+    options = decode_options(flags, task, generate, top_k)
+    return DECODERS[TASK_GENERATE if generate else TASK_SEQ2SEQ](opened, options)
+
+
+def _predict(opened: OpenedRun, task: str | None, top_k: int) -> Predictions:
+    predictor = PREDICTORS.get(task) if task is not None else None
+    if predictor is None:
+        raise ConfigError(
+            f"mxtrain predict cannot interpret this model's output: its data iterator "
+            f"({opened.config.data.train.name}) reports task {task!r}.",
+            hint=f"Supported tasks: {', '.join([*PREDICTORS, TASK_SEQ2SEQ])} (data_info.task). "
+            "`--outputs raw` writes any model's outputs as they are; `mxtrain score` works for "
+            "any model.",
+        )
+    return predictor(opened, top_k)
 
 
 def _check_request(fmt: str, top_k: int, outputs: str) -> None:
