@@ -1,7 +1,7 @@
 """``mxtrain predict`` for sequence-to-sequence models (data iterators reporting task
 ``"seq2seq"``): each source line decoded by beam search (:mod:`mxtrain.inference.decode`).
 
-The model's ``sym_gen`` gives an encoder graph and a decoder step graph (``encoder(S)``,
+The model's ``sym_gen`` gives an encoder graph and a decoder step graph (``encoder(S, max_steps)``,
 ``decoder_step(S, max_steps)``, ``static_names``, ``state_names``, ``input_shapes``: see the
 issue-30 contract). Per batch of sources the encoder runs once; its outputs are repeated
 ``beam`` times along the rows, and the step graph runs once per output position on the
@@ -69,7 +69,8 @@ class EncoderDecoderSteps:
         inputs, width = source.shape
         self.static_names = list(sym_gen.static_names)
         self.state_names = list(sym_gen.state_names)
-        outputs = runner.forward(("encoder", width, inputs), {"source": source})
+        # the encoder's initial states may be sized by max_steps (a Transformer's caches)
+        outputs = runner.forward(("encoder", width, inputs, max_steps), {"source": source})
         expected = len(self.static_names) + len(self.state_names)
         if len(outputs) != expected:
             raise ConfigError(
@@ -108,7 +109,7 @@ def decoder_graphs(sym_gen: Any) -> Any:
 
     def symbol_for(key: tuple[Any, ...]) -> Any:
         if key[0] == "encoder":
-            return sym_gen.encoder(key[1])
+            return sym_gen.encoder(key[1], key[3])
         return sym_gen.decoder_step(key[1], key[3])
 
     return symbol_for

@@ -280,7 +280,7 @@ class CopySymGen:
     def __init__(self, vocab: int, eos: int) -> None:
         self.vocab, self.eos = vocab, eos
 
-    def encoder(self, width: int):
+    def encoder(self, width: int, max_steps: int | None = None):
         import mxnet as mx
 
         source = mx.sym.Variable("source")
