@@ -144,6 +144,8 @@ def _data_section(
     if batch_size is not None:
         changes["batch_size"] = batch_size
     _check_target_argument(config, role, data, target)
+    if batch_size is not None and _has_option(config.data.eval or config.data.train, "target"):
+        changes["batch_tokens"] = None  # parallel data: --batch-size pairs replaces batch_tokens
     if data is None:
         if config.data.eval is None:
             raise ConfigError(

@@ -118,6 +118,10 @@ def test_score_reproduces_the_logged_eval_and_reads_parallel_files(
     code, out, err = invoke("score", straight_run, "--json")
     assert code == 0, err
     assert json.loads(out)["metrics"]["perplexity"] == pytest.approx(logged, rel=1e-6)
+    # --batch-size counts pairs, replacing batch_tokens; the value does not change
+    code, out, err = invoke("score", straight_run, "--batch-size", "5", "--json")
+    assert code == 0, err
+    assert json.loads(out)["metrics"]["perplexity"] == pytest.approx(logged, rel=1e-5)
     code, out, err = invoke(
         "score", straight_run, "--data", workdir / "test.src", "--target", workdir / "test.tgt",
         "--json",
