@@ -14,12 +14,27 @@ Files, per bucket key K: ``model-bucketK-symbol.json`` and ``model-bucketK-0000.
 label_names=None)`` and ``gluon.SymbolBlock.imports(symbol, input names, params)`` load them.
 The run's vocabularies are copied beside them.
 
+A sequence-to-sequence run (data task ``seq2seq``) exports, per source length S (``--bucket``
+values, every training bucket's S with ``--all-buckets``, else the largest), its encoder
+graph ``encoder-sourceS`` (input ``source``; outputs the static arrays, then the initial
+states) and its decoder-step graph ``decoder_step-sourceS`` (inputs ``prev_token``, ``step``,
+the static arrays and the states; outputs ``log_probs``, then the new states), built for
+``--max-steps`` decoder positions (default: the longest output ``mxtrain predict`` allows, by
+default, a source of S tokens) instead of the teacher-forced training graph, which
+needs the target as an input. export.json gives each graph's ``role``, ``source_length``,
+``max_steps`` and ``output_roles`` (``onnx_output_roles`` for ONNX files, whose outputs the
+exporter orders its own way) and a ``decoding`` entry: the special ids and how to feed the
+graphs step by step. target_vocab.json is copied too.
+
 ``--format onnx`` writes ``model-bucketK.onnx`` instead, through MXNet's own exporter
 (``mx.onnx.export_model``, which needs the ``onnx`` package): static shapes (the batch axis
 is ``batch_size``), fused RNN layers switched to ``state_outputs`` (the only form it
-converts), the file's opset set to 13, the newest its translations write (it would declare
-the installed onnx package's newest, whose ``Split`` differs). Operators it cannot convert
-are named before anything is written.
+converts), reshapes with codes (-2, -3, -4) and broadcast_to with 0 (keep an axis) written
+with the static shapes they give (the exporter mistranslates or refuses them), the file's
+opset set to 13, the newest its translations write (it would declare the installed onnx
+package's newest, whose ``Split`` and ``ReduceMean`` differ). Operators it cannot convert
+are named before anything is written, and any other conversion failure is a ConfigError;
+files are written into a staging folder, so a failed export leaves nothing under ``-o``.
 """
 
 from __future__ import annotations

@@ -148,6 +148,9 @@ def test_unsupported_operators_are_named_and_nothing_is_written(tmp_path: Path) 
     assert "--format mxnet" in output and "Traceback" not in output
     assert not (tmp_path / "x").exists()
     assert invoke("export", tmp_path / "runs/gated", "-o", tmp_path / "y")[0] == 0  # mxnet
+    # --max-steps sizes a seq2seq decoder step: refused for a model without one
+    code, output = invoke("export", tmp_path / "runs/gated", "-o", tmp_path / "z", "--max-steps", 5)
+    assert code == 2 and "--max-steps" in output and not (tmp_path / "z").exists()
 
 
 def _toy(name: str) -> tuple[Any, Any]:

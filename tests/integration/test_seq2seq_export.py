@@ -175,22 +175,6 @@ def test_bucket_picks_source_lengths_and_max_steps_sizes_the_transformer_caches(
     assert code == 2 and "--max-steps" in output
 
 
-def test_max_steps_is_refused_for_a_model_without_a_decoder(tmp_path: Path) -> None:
-    rows = np.random.default_rng(0).normal(size=(16, 3)).astype("f4")
-    np.savez(tmp_path / "rows.npz", data=rows, label=(rows[:, 0] > 0).astype("f4"))
-    config = tmp_path / "mlp.yaml"
-    config.write_text(
-        f"experiment: {{name: mlp, runs_dir: {tmp_path / 'runs'}}}\n"
-        "model: {name: mlp, hidden: [4]}\n"
-        "data: {train: {iterator: ndarray, source: rows.npz, batch_size: 8}}\n"
-        "fit: {num_epoch: 1}\n"
-    )
-    assert invoke("fit", config, "--progress", "quiet")[0] == 0
-    code, output = invoke("export", tmp_path / "runs/mlp", "-o", tmp_path / "x", "--max-steps", 5)
-    assert code == 2 and "--max-steps" in output and "Traceback" not in output
-    assert not (tmp_path / "x").exists()
-
-
 def attention_roundings(length: int, width: int, classes: int) -> int:
     """Roundings along the longest chain of an encoder (a bidirectional recurrent layer over
     ``length`` positions, or a layer of attention: dots over ``width``, a softmax over
