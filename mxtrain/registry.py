@@ -449,7 +449,7 @@ MODEL_EXPORTS: dict[str, str] = {
     "lenet": "mxnet, onnx",
     "rnn_classifier": "mxnet (onnx: no SequenceLast, _not_equal_scalar)",
     "rnn_tagger": "mxnet, onnx",
-    # seq2seq: of the teacher-forced training graph
+    # seq2seq: its encoder and decoder-step graphs (what export writes for it), both
     "rnn_seq2seq": "mxnet, onnx",
     "transformer_seq2seq": "mxnet, onnx",
 }

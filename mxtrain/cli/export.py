@@ -18,7 +18,8 @@ Examples:
   mxtrain export runs/ptb_lstm:best -o exported/            # the default (largest) bucket
   mxtrain export runs/ptb_lstm -o exported/ --bucket 20 --bucket 35
   mxtrain export runs/conll_tagger:best -o tagger/ --all-buckets
-  mxtrain export runs/ptb_lstm:best -o onnx/ --format onnx --bucket 35 --batch-size 20""",
+  mxtrain export runs/ptb_lstm:best -o onnx/ --format onnx --bucket 35 --batch-size 20
+  mxtrain export runs/g2p:best -o g2p/ --bucket 20 --max-steps 40   # seq2seq: source length""",
 )
 @click.argument("checkpoint", metavar="RUN[:EPOCH|:best|:latest|:TAG]")
 @click.option(
@@ -34,7 +35,8 @@ Examples:
     "buckets",
     type=SEQUENCE_LENGTH,
     multiple=True,
-    help="A sequence length (bucket key) to unroll the graph for; repeatable.",
+    help="A sequence length (bucket key) to unroll the graph for (seq2seq: a source "
+    "length); repeatable.",
 )
 @click.option("--all-buckets", is_flag=True, help="Every bucket the run trained with.")
 @click.option(
@@ -54,6 +56,14 @@ Examples:
     "package: pip install -e '.[onnx]' in the mxtrain checkout; static shapes, batch axis "
     "--batch-size).",
 )
+@click.option(
+    "--max-steps",
+    type=SEQUENCE_LENGTH,
+    default=None,
+    help="seq2seq: decoder positions the decoder-step graph is built for (a Transformer's "
+    "key/value cache size). Default: the longest output predict allows, by default, a "
+    "source of the bucket's length (its --max-output-ratio and --max-output-add).",
+)
 @click.option("--force", is_flag=True, help="Write into a non-empty folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print only export.json's content.")
 @handle_errors
@@ -64,6 +74,7 @@ def export_command(
     all_buckets: bool,
     batch_size: int,
     fmt: str,
+    max_steps: int | None,
     force: bool,
     as_json: bool,
 ) -> None:
@@ -71,7 +82,9 @@ def export_command(
     per bucket (sequence length): MXNet symbol + params files (loadable by
     mx.mod.Module.load and gluon.SymbolBlock.imports) or ONNX files; export.json lists the
     graphs with their input and output names and shapes, and the run's vocabularies are
-    copied."""
+    copied. A sequence-to-sequence run writes, per source length, its encoder graph and its
+    decoder-step graph instead (encoder-sourceS, decoder_step-sourceS); export.json says
+    what to feed them step by step."""
     # deferred: import cost (`mxtrain --help` imports every command)
     from mxtrain.inference.export import export_run
 
@@ -86,6 +99,7 @@ def export_command(
         batch_size=batch_size,
         force=force,
         fmt=fmt,
+        max_steps=max_steps,
     )
     manifest = (folder / "export.json").read_text(encoding="utf-8")
     if as_json:

@@ -24,8 +24,13 @@ from mxtrain.config import load_config, parse_config
 from mxtrain.data.array_options import ArrayDataInfo
 from mxtrain.data.base import DataInfo, Seq2SeqInfo
 from mxtrain.fit.new_run import fit_experiment
-from mxtrain.inference.export import _onnx_ready, inference_symbol, unsupported_operators
-from mxtrain.registry import MODEL_EXPORTS, MODELS
+from mxtrain.inference.export import (
+    _onnx_ready,
+    inference_symbol,
+    unsupported_operators,
+    write_onnx,
+)
+from mxtrain.registry import DECODING_MODELS, MODEL_EXPORTS, MODELS
 
 pytest.importorskip("onnx", reason="the onnx package is a test extra: pip install -e '.[test]'")
 
@@ -143,6 +148,9 @@ def test_unsupported_operators_are_named_and_nothing_is_written(tmp_path: Path) 
     assert "--format mxnet" in output and "Traceback" not in output
     assert not (tmp_path / "x").exists()
     assert invoke("export", tmp_path / "runs/gated", "-o", tmp_path / "y")[0] == 0  # mxnet
+    # --max-steps sizes a seq2seq decoder step: refused for a model without one
+    code, output = invoke("export", tmp_path / "runs/gated", "-o", tmp_path / "z", "--max-steps", 5)
+    assert code == 2 and "--max-steps" in output and not (tmp_path / "z").exists()
 
 
 def _toy(name: str) -> tuple[Any, Any]:
@@ -165,15 +173,38 @@ def _toy(name: str) -> tuple[Any, Any]:
 
 
 @pytest.mark.parametrize("name", sorted(e.name for e in MODELS.entries()))
-def test_list_says_truly_which_models_export_to_onnx(name: str) -> None:
+def test_list_says_truly_which_models_export_to_onnx(name: str, tmp_path: Path) -> None:
     info, key = _toy(name)
     config = parse_config(
         f"model: {{name: {name}}}\ndata: {{train: {{iterator: bucket_sentence, source: x}}}}\n",
         source="x.yaml",
         base_dir=Path("."),
     )
-    symbol, _, labels = build_sym_gen(config.model, info, Path("."))(key)
+    sym_gen = build_sym_gen(config.model, info, Path("."))
+    if name in DECODING_MODELS:  # export writes the encoder and the decoder step: converted
+        assert MODEL_EXPORTS[name] == "mxnet, onnx"
+        converts_both_decoder_graphs(sym_gen, key[0], tmp_path)
+        return
+    symbol, _, labels = sym_gen(key)
     graph, _ = inference_symbol(symbol, list(labels))
     missing = unsupported_operators(_onnx_ready(graph))
     expected = "mxnet, onnx" if not missing else f"mxnet (onnx: no {', '.join(missing)})"
     assert MODEL_EXPORTS[name] == expected
+
+
+def converts_both_decoder_graphs(sym_gen: Any, length: int, folder: Path) -> None:
+    """The encoder and decoder-step graphs of ``sym_gen`` written by MXNet's ONNX exporter
+    (any parameter values: conversion reads their shapes)."""
+    steps, batch = 11, 2
+    graphs = {
+        "encoder": (sym_gen.encoder(length, steps), {"source": (batch, length)}),
+        "decoder_step": (sym_gen.decoder_step(length, steps),
+                         sym_gen.input_shapes(length, batch, steps)),
+    }  # fmt: skip
+    for role, (graph, shapes) in graphs.items():
+        arg_shapes, _, aux_shapes = graph.infer_shape(**shapes)
+        params = {n: mx.nd.ones(s) for n, s in zip(graph.list_arguments(), arg_shapes, strict=True)
+                  if n not in shapes}  # fmt: skip
+        params.update(zip(graph.list_auxiliary_states(), map(mx.nd.ones, aux_shapes), strict=True))
+        inputs = {n: list(s) for n, s in shapes.items()}
+        assert write_onnx(graph, params, inputs, folder / f"{role}.onnx"), role
