@@ -65,10 +65,12 @@ def masked_softmax(scores: Any, bias: Any) -> Any:
 def smoothed_softmax_loss(logits: Any, label: Any, pad_id: int, label_smoothing: float) -> Any:
     """SoftmaxOutput over (M, V) ``logits`` and (M,) labels, named ``softmax``.
 
-    Its forward output is the probabilities; backward sends (p - q) / (number of non-pad
-    labels) to each row, q the smoothed target (1 - alpha at the label, alpha / (V - 1)
-    elsewhere: the gradient of the cross-entropy -sum q log p), and nothing to rows labelled
-    ``pad_id``.
+    Its forward output is the probabilities; backward sends p - q to each row, q the
+    smoothed target (1 - alpha at the label, alpha / (V - 1) elsewhere: the gradient of the
+    cross-entropy -sum q log p), and nothing to rows labelled ``pad_id``. The loss is summed,
+    not divided by each executor's own count of real labels ("valid"), so that a batch split
+    over devices or workers sums to the gradient of the whole batch; the optimizer's
+    rescale_grad = 1 / (batch x workers) averages it over the pairs, as for the other models.
     """
     return mx.sym.SoftmaxOutput(
         logits,
@@ -76,7 +78,7 @@ def smoothed_softmax_loss(logits: Any, label: Any, pad_id: int, label_smoothing:
         use_ignore=True,
         ignore_label=pad_id,
         smooth_alpha=label_smoothing,
-        normalization="valid",
+        normalization="null",
         name="softmax",
     )
 

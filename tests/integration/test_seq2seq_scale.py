@@ -7,14 +7,8 @@ The exact statements, and why they are these:
   into batches that are exactly the union of the workers' k-th batches (the same buckets in
   the same order, every part having the same number of batches). Tested on the iterator.
 - So the sum of the workers' (or devices') gradients is the combined batch's gradient,
-  summed in another order, IF the loss head does not divide each part by something of its
-  own. rnn_seq2seq's SoftmaxOutput uses normalization "valid" (issue 30's contract): each
-  executor divides its gradient by its own slice's real labels, so two devices or two
-  workers compute g0 / n0 + g1 / n1 where one computes (g0 + g1) / (n0 + n1): not the same
-  training (about twice the step for halves of equal size), whatever the tolerance. The
-  equality is tested on the same model with its loss head's normalization "null" (what
-  the other built-in models use; rescale_grad = 1 / (batch x workers) averages), and the
-  difference of the model as shipped is kept as a strict expected failure.
+  summed in another order: the loss head sums over the real labels (no per-executor
+  division), and rescale_grad = 1 / (batch x workers) averages.
 """
 
 from __future__ import annotations
@@ -46,34 +40,6 @@ WORDS = list("abcdefg")
 PAIRS = 120
 EMBED = HIDDEN = 8
 
-#: rnn_seq2seq as built in, its loss head summing (normalization null) instead of dividing
-#: each executor's gradient by its own real labels
-SUMMED_MODEL = """
-import json
-
-import mxnet as mx
-
-from mxtrain.models.rnn_seq2seq import build_rnn_seq2seq
-from mxtrain.models.seq2seq_options import RnnSeq2SeqOptions
-
-
-class Summed:
-    def __init__(self, data_info):
-        options = RnnSeq2SeqOptions(num_embed=8, num_hidden=8, attention="mlp", dropout=0.0)
-        self.model = build_rnn_seq2seq(options, data_info)
-
-    def __call__(self, key):
-        symbol, data_names, label_names = self.model(key)
-        tree = json.loads(symbol.tojson())
-        for node in tree["nodes"]:
-            if node["op"] == "SoftmaxOutput":
-                node["attrs"]["normalization"] = "null"
-        return mx.sym.load_json(json.dumps(tree)), data_names, label_names
-
-
-def summed_rnn_seq2seq(data_info):
-    return Summed(data_info)
-"""
 SHIPPED_MODEL = "{name: rnn_seq2seq, num_embed: 8, num_hidden: 8, attention: mlp, dropout: 0}"
 CONFIG = """\
 experiment: {{name: {name}, seed: 4, runs_dir: {runs}}}
@@ -93,7 +59,6 @@ def write_pairs(folder: Path, count: int = PAIRS, seed: int = 1) -> Path:
     sources = [[rng.choice(WORDS) for _ in range(rng.randint(1, 7))] for _ in range(count)]
     (folder / "train.src").write_text("".join(" ".join(s) + "\n" for s in sources))
     (folder / "train.tgt").write_text("".join(" ".join(s[::-1]) + "\n" for s in sources))
-    (folder / "summed.py").write_text(SUMMED_MODEL)
     return folder
 
 
@@ -157,25 +122,12 @@ def fit_params(config: Path, name: str, *sets: str) -> dict[str, np.ndarray]:
     return load_params(config.parent / "runs" / name / "model-0001.params")
 
 
-def test_two_cpu_contexts_equal_one_when_the_loss_sums(tmp_path: Path) -> None:
-    folder = write_pairs(tmp_path)
-    config = write_config(folder, "md", model="{name: summed.py:summed_rnn_seq2seq}", batch=8)
-    one = fit_params(config, "one", "context.count=1")
-    two = fit_params(config, "two", "context.count=2")
-    # each step sums two halves' gradients where one context sums the batch: another order
-    assert_params_close(two, one, roundings=steps_roundings(PAIRS // 8 + 6, 8))
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="rnn_seq2seq's loss divides each device's gradient by that device's own real "
-    "labels (SoftmaxOutput normalization 'valid'), so two contexts take another step",
-)
-def test_two_cpu_contexts_equal_one_for_rnn_seq2seq_as_shipped(tmp_path: Path) -> None:
+def test_two_cpu_contexts_equal_one(tmp_path: Path) -> None:
     folder = write_pairs(tmp_path)
     config = write_config(folder, "md", model=SHIPPED_MODEL, batch=8)
     one = fit_params(config, "one", "context.count=1")
     two = fit_params(config, "two", "context.count=2")
+    # each step sums two halves' gradients where one context sums the batch: another order
     assert_params_close(two, one, roundings=steps_roundings(PAIRS // 8 + 6, 8))
 
 
@@ -185,7 +137,7 @@ def test_two_cpu_contexts_equal_one_for_rnn_seq2seq_as_shipped(tmp_path: Path) -
 @pytest.mark.usefixtures("reaper")  # every process the launch started is killed afterwards
 def test_dist_sync_two_workers_equal_one_process_with_the_combined_batch(tmp_path: Path) -> None:
     folder = write_pairs(tmp_path)
-    model = "{name: summed.py:summed_rnn_seq2seq}"
+    model = SHIPPED_MODEL
     dist = write_config(folder, "dist", model=model, batch=4, kvstore="dist_sync", epochs=2)
     # `mxtrain launch` sets DMLC_PS_ROOT_URI and DMLC_NODE_HOST to 127.0.0.1 for every role;
     # a hang is killed by mxtrain()'s timeout and fails the test
