@@ -107,9 +107,10 @@ def score_command(
     has every target of those lines as a reference, and its output counts as right when it
     matches any (the grapheme-to-phoneme convention for words with several pronunciations).
     References are the target lines as read (whitespace runs as one space, lowercased with
-    the data's lowercase), so a target word outside the vocabulary stays itself. On
-    data.eval the sources fit decoded are decoded (fit.decode_eval.max_sentences; change it
-    with --set fit.decode_eval.max_sentences=null), with --data every one; "decoding" in
+    the data's lowercase), so a target word outside the vocabulary stays itself. Pairs
+    longer than every bucket, which the device metrics skip, are decoded too. On data.eval
+    the sources fit decoded are decoded (fit.decode_eval.max_sentences; change it with
+    --set fit.decode_eval.max_sentences=null), with --data every one; "decoding" in
     the JSON line gives the beam and the number of sources.
     """
     # deferred: import cost (`mxtrain --help` imports every command)
