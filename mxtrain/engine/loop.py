@@ -499,7 +499,7 @@ def _evaluate(
     values: dict[str, float] = {}
     if metrics.metrics:  # eval_metrics may list only metrics of decoded output
         values = score(
-            options.eval_module or module,
+            module if options.eval_module is None else options.eval_module,
             eval_iter,
             metrics,
             max_batches=options.eval_max_batches,

@@ -161,3 +161,16 @@ def test_an_iterator_without_texts_or_a_model_without_steps_is_a_config_error() 
         DecodingEvaluation(sym_gen, no_texts, ["bleu"], context=mx.cpu())
     with pytest.raises(ConfigError, match="encoder, decoder_step"):
         DecodingEvaluation(lambda key: None, CopyEvalIter([]), ["bleu"], context=mx.cpu())
+
+
+def test_training_imports_decoding_but_not_inference() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, mxtrain.fit.setup, mxtrain.fit.supervise, mxtrain.fit.new_run, "
+        "mxtrain.fit.resume, mxtrain.engine.loop; "
+        "print(sorted(m for m in sys.modules if m.startswith('mxtrain.inference')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
