@@ -567,15 +567,18 @@ class ParallelTextIter(batching.PrebuiltBatchIter):
                 break
             if i not in skip:
                 kept.append(i)
-        joiner = "" if self.tokens == "chars" else " "
-        return joiner.join(self.target_vocab.decode(kept))
+        return self._joined(self.target_vocab.decode(kept))
 
     def normalized(self, line: str) -> str:
         """``line`` as the iterator reads it, written as :meth:`detokenize` writes outputs:
         its tokens (lowercased with ``lowercase``) joined the same way, every word kept as
         it is (a word missing from the vocabulary stays itself, not ``<unk>``)."""
-        joiner = "" if self.tokens == "chars" else " "
-        return joiner.join(tokenize(line, LEVELS[self.tokens], self.lowercase))
+        return self._joined(tokenize(line, LEVELS[self.tokens], self.lowercase))
+
+    def _joined(self, tokens: Sequence[str]) -> str:
+        """Tokens as text: ``chars`` joined without spaces (a space token is one), words with
+        single spaces."""
+        return ("" if self.tokens == "chars" else " ").join(tokens)
 
     def pairs(self) -> list[TextPair]:
         """Every pair read, in file order, long pairs (left out of the batches) included:
