@@ -19,6 +19,7 @@ Examples:
   mxtrain score runs/ptb_lstm:3 --data test.txt --batch-size 64
   mxtrain score runs/ptb_lstm --max-batches 20        # a quick estimate
   mxtrain score runs/g2p --data test.src --target test.tgt   # parallel data
+  mxtrain score runs/g2p --data test.src --target test.tgt --metrics wer,per --beam-size 5
   mxtrain score runs/ptb_lstm --set context.devices=gpu --set context.ids=[0,1] --json""",
 )
 @click.argument("checkpoint", metavar="RUN[:EPOCH|:best|:latest|:TAG]")
@@ -57,7 +58,24 @@ Examples:
     "--max-batches",
     type=click.IntRange(min=1),
     default=None,
-    help="Score only the first N batches (a quick estimate; the JSON line says so).",
+    help="Score only the first N batches with the device metrics (a quick estimate; the JSON "
+    "line says so). Decoding metrics decode their sources all the same.",
+)
+@click.option(
+    "--metrics",
+    "decoding_metrics",
+    metavar="NAMES",
+    default=None,
+    help="Also compute these metrics of decoded output, comma-separated: bleu, chrf, wer "
+    "(% of outputs equal to no reference), per (% token edits; CER for chars). Seq2seq runs "
+    "only; those in fit.eval_metrics are computed anyway.",
+)
+@click.option(
+    "--beam-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The beam of the decoding metrics (default: fit.decode_eval.beam_size, 1 without it, "
+    "as fit decoded; `predict` searches 5 by default).",
 )
 @set_option
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON line.")
@@ -69,6 +87,8 @@ def score_command(
     target_file: str | None,
     batch_size: int | None,
     max_batches: int | None,
+    decoding_metrics: str | None,
+    beam_size: int | None,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -80,7 +100,18 @@ def score_command(
     checkpoint (tags: `mxtrain show RUN`). Needs only the run folder `mxtrain fit` wrote. On
     data.eval the result equals the eval value fit logged for that checkpoint. Prints a
     table and one JSON line {"run", "epoch", "batch", "checkpoint", "data", "max_batches",
-    "metrics"}.
+    "metrics", "decoding"}.
+
+    Seq2seq runs: the metrics of decoded output (bleu, chrf, wer, per) in fit.eval_metrics
+    or --metrics decode each distinct source once by beam search. A source on several lines
+    has every target of those lines as a reference, and its output counts as right when it
+    matches any (the grapheme-to-phoneme convention for words with several pronunciations).
+    References are the target lines as read (whitespace runs as one space, lowercased with
+    the data's lowercase), so a target word outside the vocabulary stays itself. Pairs
+    longer than every bucket, which the device metrics skip, are decoded too. On data.eval
+    the sources fit decoded are decoded (fit.decode_eval.max_sentences; change it with
+    --set fit.decode_eval.max_sentences=null), with --data every one; "decoding" in
+    the JSON line gives the beam and the number of sources.
     """
     # deferred: import cost (`mxtrain --help` imports every command)
     from rich.console import Console
@@ -100,11 +131,18 @@ def score_command(
             batch_size=batch_size,
             overrides=overrides,
             max_batches=max_batches,
+            decoding_metrics=[n.strip() for n in (decoding_metrics or "").split(",") if n.strip()],
+            beam_size=beam_size,
         )
     finally:
         reporter.close()
     if not as_json:
         part = f", first {max_batches} batches at most" if max_batches is not None else ""
+        if report.decoding is not None:
+            part += (
+                f", {report.decoding['sources']} sources decoded at beam "
+                f"{report.decoding['beam_size']}"
+            )
         click.echo(
             f"{report.run} epoch {report.epoch} on {report.data} "
             f"(checkpoint {report.checkpoint}{part})"

@@ -66,10 +66,22 @@ Bucket = pair_buckets.Bucket
 
 @dataclasses.dataclass(frozen=True)
 class Side:
-    """One file of the pair as read: its name for messages and its tokenized lines."""
+    """One file of the pair as read: its name for messages, its tokenized lines and the
+    lines themselves."""
 
     name: str
     tokens: list[list[str]]
+    lines: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class TextPair:
+    """One pair of an eval iterator as read (:meth:`ParallelTextIter.pairs`)."""
+
+    line: int  # 0-based, in both files
+    source_ids: list[int]  # what the model reads
+    source: str  # the source line as the iterator reads it (see ParallelTextIter.normalized)
+    target: str  # the target line likewise: what a right output is, detokenized
 
 
 def build_parallel_text_iter(
@@ -115,6 +127,10 @@ def build_parallel_text_iter(
         min_batch=context.min_batch,
         last_batch="short" if predict else context.last_batch or options.last_batch,
         skipped_long=skipped,
+        texts=(source.lines, target.lines)
+        if target is not None and context.role == "eval"
+        else None,
+        lowercase=options.lowercase,
     )
     if context.role == "train" and options.buckets == "auto":  # explicit ones were chosen
         batching.warn_about_padding(
@@ -151,7 +167,8 @@ def read_pair(
     level, lower = LEVELS[options.tokens], options.lowercase
     source_name, source_lines = read_lines(options.source, base_dir, "source")
     if not with_target:
-        return Side(source_name, [tokenize(line, level, lower) for line in source_lines]), None
+        tokens = [tokenize(line, level, lower) for line in source_lines]
+        return Side(source_name, tokens, source_lines), None
     target_name, target_lines = read_lines(options.target, base_dir, "target")
     if len(source_lines) != len(target_lines):
         raise DataError(
@@ -178,7 +195,7 @@ def read_pair(
                 hint="Every pair needs at least one token on each side: remove the line from "
                 "both files (or fill it in).",
             )
-        sides.append(Side(name, tokens))
+        sides.append(Side(name, tokens, lines))
     return sides[0], sides[1]
 
 
@@ -486,6 +503,8 @@ class ParallelTextIter(batching.PrebuiltBatchIter):
         min_batch: int = 1,
         last_batch: str = "short",
         skipped_long: int = 0,
+        texts: tuple[Sequence[str], Sequence[str]] | None = None,
+        lowercase: bool = False,
     ) -> None:
         super().__init__(batch_size)
         if num_parts < 1 or not 0 <= part_index < num_parts:
@@ -504,7 +523,9 @@ class ParallelTextIter(batching.PrebuiltBatchIter):
         self.last_batch = last_batch
         self.shuffle, self.seed = shuffle, int(seed)
         self.source, self.target = source, target
-        self.tokens = tokens
+        self.tokens, self.lowercase = tokens, lowercase
+        # the lines read and their source ids, kept by eval iterators for pairs()
+        self._texts, self._source_ids = texts, source_ids
         self.predicting = target_ids is None
         self.vocab, self.target_vocab = source_vocab, target_vocab
         self.pad_id = Vocab.pad_id
@@ -546,8 +567,29 @@ class ParallelTextIter(batching.PrebuiltBatchIter):
                 break
             if i not in skip:
                 kept.append(i)
-        joiner = "" if self.tokens == "chars" else " "
-        return joiner.join(self.target_vocab.decode(kept))
+        return self._joined(self.target_vocab.decode(kept))
+
+    def normalized(self, line: str) -> str:
+        """``line`` as the iterator reads it, written as :meth:`detokenize` writes outputs:
+        its tokens (lowercased with ``lowercase``) joined the same way, every word kept as
+        it is (a word missing from the vocabulary stays itself, not ``<unk>``)."""
+        return self._joined(tokenize(line, LEVELS[self.tokens], self.lowercase))
+
+    def _joined(self, tokens: Sequence[str]) -> str:
+        """Tokens as text: ``chars`` joined without spaces (a space token is one), words with
+        single spaces."""
+        return ("" if self.tokens == "chars" else " ").join(tokens)
+
+    def pairs(self) -> list[TextPair]:
+        """Every pair read, in file order, long pairs (left out of the batches) included:
+        what the decoding metrics decode and compare with. Only eval iterators keep them."""
+        if self._texts is None:
+            raise ValueError("only an eval iterator of parallel text keeps its lines")
+        sources, targets = self._texts
+        return [
+            TextPair(i, list(self._source_ids[i]), self.normalized(s), self.normalized(t))
+            for i, (s, t) in enumerate(zip(sources, targets, strict=True))
+        ]
 
     def _descs(self, key: Bucket, rows: int) -> tuple[list[Any], list[Any]]:
         """(provide_data, provide_label) of a batch of ``rows`` in bucket ``key``."""

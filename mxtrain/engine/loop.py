@@ -298,6 +298,11 @@ class FitOptions:
     # trained with a sampled one), bound on the training module's parameter arrays. None: the
     # training module evaluates.
     eval_module: BucketingModule | None = None
+    # More metrics of each evaluation, computed from the training module (e.g. a seq2seq
+    # model's eval set decoded under its current parameters: mxtrain.decoding.evaluation),
+    # merged into the device metrics' values before early stopping and checkpoints see them.
+    # It must leave the module and the random streams as they are. None: none.
+    extra_evaluation: Callable[[BucketingModule], dict[str, float]] | None = None
 
 
 def _batches(data_iter: Any, prefetch: int) -> tuple[Iterator[Any], Callable[[], None]]:
@@ -490,15 +495,18 @@ def _evaluate(
     module: BucketingModule, eval_iter: Any, options: FitOptions
 ) -> tuple[dict[str, float], float]:
     started = time.perf_counter()
-    if options.eval_module is not None:
-        module = options.eval_module
-    values = score(
-        module,
-        eval_iter,
-        (options.eval_metric_factory or options.metric_factory)(),
-        max_batches=options.eval_max_batches,
-        prefetch=options.prefetch,
-    )
+    metrics = (options.eval_metric_factory or options.metric_factory)()
+    values: dict[str, float] = {}
+    if metrics.metrics:  # eval_metrics may list only metrics of decoded output
+        values = score(
+            module if options.eval_module is None else options.eval_module,
+            eval_iter,
+            metrics,
+            max_batches=options.eval_max_batches,
+            prefetch=options.prefetch,
+        )
+    if options.extra_evaluation is not None:
+        values.update(options.extra_evaluation(module))
     return values, time.perf_counter() - started
 
 

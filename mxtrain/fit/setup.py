@@ -36,6 +36,7 @@ from mxtrain.config.schema import (
     worker_update_keys,
 )
 from mxtrain.data.base import DataContext
+from mxtrain.decoding.evaluation import DecodingEvaluation
 from mxtrain.devices import (
     build_contexts,
     configure_threads,
@@ -94,6 +95,9 @@ class TrainingSetup:
     callbacks: CallbackRunner | None = None  # fit.callbacks (None: none)
     kernel_choices: list[Choice] = field(default_factory=list)
     eval_module: BucketingModule | None = None  # the full graph when training uses another
+    #: fit.eval_metrics' decoding metrics of data.eval under the module's current parameters
+    #: (None: none asked)
+    decoding_evaluation: DecodingEvaluation | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,7 @@ def prepare_training(
         f"{int(sum(v.size for v in arg_params.values())):,}",
         ", ".join(str(c) for c in worker.contexts),
     )
+    decoding = decoding_evaluation(config, model.sym_gen, eval_iter, worker.contexts[0])
     callbacks = None
     if config.fit.callbacks:  # built before the run folder exists: a bad one fails first
         callbacks = CallbackRunner(config.fit.callbacks, base_dir, module, rank=worker.rank)
@@ -156,7 +161,23 @@ def prepare_training(
         config=config, contexts=worker.contexts, train_iter=train_iter, eval_iter=eval_iter,
         module=module, mxnet_version=mx.__version__, rank=worker.rank, coordinator=coordinator,
         warm_start=started_from, callbacks=callbacks, kernel_choices=choices,
-        eval_module=eval_module, full_sym_gen=model.sym_gen,
+        eval_module=eval_module, full_sym_gen=model.sym_gen, decoding_evaluation=decoding,
+    )  # fmt: skip
+
+
+def decoding_evaluation(
+    config: Config, sym_gen: Any, eval_iter: mx.io.DataIter | None, context: mx.Context
+) -> DecodingEvaluation | None:
+    """The decoding metrics of ``fit.eval_metrics`` (bleu, chrf, wer, per) over data.eval,
+    decoded as ``fit.decode_eval`` says on the first device at every evaluation; None without
+    such metrics or without data.eval."""
+    names = config.fit.decoding_metrics
+    if not names or eval_iter is None:
+        return None
+    decoding = config.fit.decoding
+    return DecodingEvaluation(
+        sym_gen, eval_iter, names, context=context, beam_size=decoding.beam_size,
+        max_sentences=decoding.max_sentences, model_name=config.model.name,
     )  # fmt: skip
 
 

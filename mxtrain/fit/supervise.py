@@ -221,6 +221,7 @@ def fit_options(job: TrainingJob, finish_requested: Callable[[], bool]) -> FitOp
         max_updates=fit_cfg.max_updates, max_time=max_time, early_stopping=stopper,
         grad_accumulation=fit_cfg.grad_accumulation, profiler=profiler(fit_cfg, run),
         monitor=monitor(fit_cfg, run), coordinator=coordinator, eval_module=setup.eval_module,
+        extra_evaluation=setup.decoding_evaluation,
     )  # fmt: skip
 
 

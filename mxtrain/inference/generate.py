@@ -4,7 +4,7 @@ Each input line is a prompt, read by the run's predict iterator (as ``predict`` 
 for scoring). The continuation is chosen greedily (``--beam-size 1``, the default), by beam
 search (``--beam-size K``) or by sampling (``--sample``, ``--temperature``, ``--top-k``,
 ``--top-p``, ``--seed``), token by token, until ``<eos>`` or ``--max-tokens`` tokens
-(:mod:`mxtrain.inference.decode`).
+(:mod:`mxtrain.decoding.search`).
 
 Recurrent state: the model is built as for a stream (``data_info.stream``), so its recurrent
 layers take their begin states as inputs and give their final states as outputs
@@ -38,19 +38,10 @@ from typing import Any
 import numpy as np
 
 from mxtrain.data.base import DataInfo
+from mxtrain.decoding.device import DeviceScores, repeat_rows, take_rows
+from mxtrain.decoding.search import DecodeOptions, Hypothesis, decode, rows_per_input
 from mxtrain.errors import ConfigError
-from mxtrain.inference.decode import (
-    DecodedLines,
-    DecodeOptions,
-    DeviceScores,
-    Hypothesis,
-    batch_lines,
-    decode,
-    graphs_fit,
-    repeat_rows,
-    rows_per_input,
-    take_rows,
-)
+from mxtrain.inference.decode import DecodedLines, batch_lines, graphs_fit
 from mxtrain.inference.open import OpenedRun
 from mxtrain.inference.output import finite_or_none
 
@@ -112,7 +103,7 @@ class GeneratedText(DecodedLines):
 
 
 class StatefulLmSteps:
-    """The :class:`~mxtrain.inference.decode.StepModel` of a batch of same-length prompts on a
+    """The :class:`~mxtrain.decoding.search.StepModel` of a batch of same-length prompts on a
     model with recurrent state inputs and outputs."""
 
     def __init__(

@@ -1,4 +1,11 @@
-"""``mxtrain score``: the config's metrics of a checkpoint over its eval data or a file."""
+"""``mxtrain score``: the config's metrics of a checkpoint over its eval data or a file.
+
+Device metrics (perplexity, accuracy, ...) run the eval batches through the model under
+teacher forcing. Decoding metrics (bleu, chrf, wer, per: those of ``fit.eval_metrics`` and
+those asked for) decode each distinct source by beam search and compare the outputs with every
+target its lines have (:mod:`mxtrain.decoding.evaluation` states the rules); on ``data.eval``
+they decode the sources and beam that fit decoded, so the values equal the ones fit logged.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mxtrain.build import build_metric
-from mxtrain.inference.open import open_run
+from mxtrain.build import build_metric, build_sym_gen
+from mxtrain.config import Config
+from mxtrain.config.schema import SEQ2SEQ_HINT, decoding_model_problem
+from mxtrain.decoding.evaluation import DecodingEvaluation
+from mxtrain.errors import ConfigError
+from mxtrain.inference.decode import graphs_fit
+from mxtrain.inference.open import OpenedRun, open_run
 from mxtrain.inference.output import finite_or_none
 from mxtrain.run.plugin_files import uses_kept_plugins
+from mxtrain.text_metrics import DECODING_METRICS
 
 log = logging.getLogger("mxtrain")
 
@@ -30,10 +43,12 @@ class ScoreReport:
     checkpoint: str | None = None  # the tag loaded, or the params file's name without one
     batch: int = 0  # batches of the next epoch in the checkpoint (mid-epoch)
     max_batches: int | None = None  # only the first N batches were scored (None: all)
+    # how the decoding metrics decoded: {"beam_size", "sources"} (None: no decoding metric)
+    decoding: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``{"run", "epoch", "batch", "checkpoint", "data", "max_batches", "metrics"}``;
-        non-finite values become null."""
+        """``{"run", "epoch", "batch", "checkpoint", "data", "max_batches", "metrics",
+        "decoding"}``; non-finite values become null."""
         return {
             "run": str(self.run),
             "epoch": self.epoch,
@@ -42,6 +57,7 @@ class ScoreReport:
             "data": self.data,
             "max_batches": self.max_batches,
             "metrics": {k: finite_or_none(v) for k, v in self.metrics.items()},
+            "decoding": self.decoding,
         }
 
 
@@ -55,11 +71,27 @@ def score_checkpoint(
     overrides: Sequence[str] = (),
     max_batches: int | None = None,
     target: str | os.PathLike[str] | None = None,
+    decoding_metrics: Sequence[str] = (),
+    beam_size: int | None = None,
 ) -> ScoreReport:
     """Score a run's checkpoint with its evaluation metrics (``fit.eval_metrics``, else
-    ``fit.metrics``; see :func:`score_run`), over the first ``max_batches`` batches only
-    when given (a quick estimate). ``target``: the target side of a parallel ``data`` file."""
+    ``fit.metrics``; see :func:`score_run`), the device metrics over the first
+    ``max_batches`` batches only when given (a quick estimate). ``target``: the target side
+    of a parallel ``data`` file.
+
+    ``decoding_metrics``: metrics of decoded output (bleu, chrf, wer, per) to compute besides
+    the config's; ``beam_size``: their beam (default ``fit.decode_eval.beam_size``, 1 without
+    it: as fit decoded). On ``data.eval`` they decode what fit decoded (the first
+    ``fit.decode_eval.max_sentences`` distinct sources), on a ``data`` file every one.
+    """
     started = time.perf_counter()
+    unknown = [name for name in decoding_metrics if name not in DECODING_METRICS]
+    if unknown:
+        raise ConfigError(
+            f"--metrics {','.join(unknown)}: not a metric of decoded output.",
+            hint=f"Name some of {', '.join(DECODING_METRICS)} (device metrics come from the "
+            "run's fit.eval_metrics).",
+        )
     opened = open_run(
         ref,
         epoch=epoch,
@@ -73,16 +105,26 @@ def score_checkpoint(
     from mxtrain.engine.loop import MetricSet, score
 
     config = opened.config
+    decoding_names = checked_decoding_metrics(config, decoding_metrics, beam_size)
     data_info = opened.data_iter.data_info
     names = config.fit.device_evaluation_metrics  # decoding metrics are scored on decoded text
     metrics = MetricSet([build_metric(n, data_info, config.base_dir) for n in names])
-    values = score(
-        opened.module,
-        opened.data_iter,
-        metrics,
-        max_batches=max_batches,
-        prefetch=config.fit.prefetch,
-    )
+    values: dict[str, float] = {}
+    if metrics.metrics:  # eval_metrics may list only decoding metrics
+        values = score(
+            opened.module,
+            opened.data_iter,
+            metrics,
+            max_batches=max_batches,
+            prefetch=config.fit.prefetch,
+        )
+    decoding = None
+    if decoding_names:
+        beam = beam_size if beam_size is not None else config.fit.decoding.beam_size
+        evaluation = decoding_evaluation(opened, decoding_names, beam, on_eval_data=data is None)
+        with graphs_fit(opened.params_file):
+            values.update(evaluation.scores(*opened.params()))
+        decoding = {"beam_size": beam, "sources": len(evaluation.sources)}
     chosen = opened.checkpoint
     report = ScoreReport(
         opened.run.path,
@@ -93,10 +135,51 @@ def score_checkpoint(
         checkpoint=chosen.describe() if chosen is not None else None,
         batch=chosen.batch if chosen is not None else 0,
         max_batches=max_batches,
+        decoding=decoding,
     )
     part = f" (first {max_batches} batches at most)" if max_batches is not None else ""
     log.info("scored %s%s in %.1fs", opened.data_source, part, report.seconds)
     return report
+
+
+def checked_decoding_metrics(
+    config: Config, asked: Sequence[str], beam_size: int | None
+) -> list[str]:
+    """The decoding metrics to compute: the config's evaluation ones, then those ``asked``
+    (``--metrics``); a ConfigError when the model does not decode, or for ``--beam-size``
+    without any."""
+    for name in asked:
+        problem = decoding_model_problem(name, config.model.name)
+        if problem is not None:
+            raise ConfigError(f"--metrics {name}: {problem}", hint=SEQ2SEQ_HINT)
+    names = list(dict.fromkeys((*config.fit.decoding_metrics, *asked)))
+    if beam_size is not None and not names:
+        raise ConfigError(
+            f"--beam-size {beam_size} sets the beam of the decoding metrics, but the run's "
+            "fit.eval_metrics lists none and --metrics names none.",
+            hint="Add --metrics bleu (or chrf, wer, per) for a seq2seq run, or leave out "
+            "--beam-size.",
+        )
+    return names
+
+
+def decoding_evaluation(
+    opened: OpenedRun, names: Sequence[str], beam_size: int, *, on_eval_data: bool
+) -> DecodingEvaluation:
+    """The decoding metrics ``names`` of ``opened``'s eval iterator at ``beam_size``: on
+    data.eval (``on_eval_data``) of its first ``fit.decode_eval.max_sentences`` distinct
+    sources, as fit decoded them, else of every one."""
+    config = opened.config
+    sym_gen = build_sym_gen(config.model, opened.data_iter.data_info, config.base_dir)
+    return DecodingEvaluation(
+        sym_gen,
+        opened.data_iter,
+        names,
+        context=opened.contexts[0],
+        beam_size=beam_size,
+        max_sentences=config.fit.decoding.max_sentences if on_eval_data else None,
+        model_name=config.model.name,
+    )
 
 
 def score_run(

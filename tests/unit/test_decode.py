@@ -1,4 +1,4 @@
-"""Beam search, greedy decoding and sampling (mxtrain.inference.decode) on NumPy fake models
+"""Beam search, greedy decoding and sampling (mxtrain.decoding.search) on NumPy fake models
 whose per-step distributions are written down here, so every expected result is computed by
 hand in the comments."""
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 
-from mxtrain.inference.decode import (
+from mxtrain.decoding.search import (
     DecodeOptions,
     Sampler,
     beam_search,
@@ -343,8 +343,9 @@ def decode_copies(options: DecodeOptions):
     import mxnet as mx
 
     from mxtrain.data.base import Seq2SeqInfo
+    from mxtrain.decoding.seq2seq import decoder_graphs
     from mxtrain.engine.graph_runner import GraphRunner
-    from mxtrain.inference.seq2seq import decode_batches, decoder_graphs
+    from mxtrain.inference.seq2seq import decode_batches
 
     info = Seq2SeqInfo(vocab_size=len(COPY_VOCAB), num_classes=len(COPY_VOCAB), pad_id=0)
     sym_gen = CopySymGen(len(COPY_VOCAB), info.eos_id)

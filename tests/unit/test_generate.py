@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mxtrain.data.base import TASK_LM, DataInfo
-from mxtrain.inference.decode import Hypothesis
+from mxtrain.decoding.search import Hypothesis
 from mxtrain.inference.generate import GeneratedText, LmGenerator, lm_inputs
 from mxtrain.models.language_model_options import GruLmOptions, LstmLmOptions
 from mxtrain.models.rnn_common import build_rnn_lm

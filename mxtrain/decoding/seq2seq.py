@@ -1,0 +1,129 @@
+"""Decoding sequence-to-sequence models step by step: the encoder run once per batch of
+sources, the decoder step graph on the carried states (issue 30).
+
+The model's ``sym_gen`` gives an encoder graph and a decoder step graph (``encoder(S,
+max_steps)``, ``decoder_step(S, max_steps)``, ``static_names``, ``state_names``,
+``input_shapes``: see the issue-30 contract). Per batch of sources the encoder runs once; its
+outputs are repeated ``beam`` times along the rows, and the step graph runs once per output
+position on the carried states (reordered with ``take`` as hypotheses are kept), never
+recomputing earlier positions itself (a Transformer's step reads its key/value caches, which
+are states). Both graphs run on one device, bound by :class:`mxtrain.engine.graph_runner.
+GraphRunner` with the parameters given to it. ``mxtrain predict`` and the decoding metrics of
+fit and score both decode through :func:`decode_sources`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from mxtrain.decoding.device import DeviceScores, repeat_rows, take_rows
+from mxtrain.decoding.search import (
+    DecodeOptions,
+    Hypothesis,
+    decode,
+    max_output_lengths,
+    rows_per_input,
+)
+from mxtrain.errors import ConfigError
+
+#: what a seq2seq ``sym_gen`` must have for decoding (the issue-30 contract)
+DECODER_PARTS = ("encoder", "decoder_step", "static_names", "state_names", "input_shapes")
+
+
+class EncoderDecoderSteps:
+    """The :class:`~mxtrain.decoding.search.StepModel` of one batch of sources: the encoder
+    run once, the step graph on the carried states, ``rows`` hypotheses per source."""
+
+    def __init__(self, runner: Any, sym_gen: Any, source: Any, rows: int, max_steps: int) -> None:
+        self.runner, self.sym_gen = runner, sym_gen
+        inputs, width = source.shape
+        self.static_names = list(sym_gen.static_names)
+        self.state_names = list(sym_gen.state_names)
+        # the encoder's initial states may be sized by max_steps (a Transformer's caches)
+        outputs = runner.forward(("encoder", width, inputs, max_steps), {"source": source})
+        expected = len(self.static_names) + len(self.state_names)
+        if len(outputs) != expected:
+            raise ConfigError(
+                f"The model's encoder has {len(outputs)} outputs; its static_names and "
+                f"state_names name {expected}.",
+                hint="A seq2seq model's encoder(S) outputs the static arrays, then the states.",
+            )
+        split = len(self.static_names)
+        self.static = repeat_rows(outputs[:split], rows)
+        self.states = repeat_rows(outputs[split:], rows)
+        self.key = ("decoder_step", width, inputs * rows, max_steps)
+        self._first = True
+
+    def step(self, prev_tokens: np.ndarray, position: int) -> DeviceScores:
+        inputs: dict[str, Any] = {
+            "prev_token": prev_tokens.astype(np.float32),
+            "step": np.array([position], dtype=np.float32),
+            **dict(zip(self.state_names, self.states, strict=True)),
+        }
+        if self._first:  # the encoder's outputs stay in the step executor for the batch
+            inputs.update(zip(self.static_names, self.static, strict=True))
+            self._first = False
+        outputs = self.runner.forward(self.key, inputs)
+        # the next forward copies these into its inputs before overwriting them
+        self.states = outputs[1:]
+        return DeviceScores(outputs[0])
+
+    def reorder(self, rows: np.ndarray) -> None:
+        # the static arrays are the same for every row of a source, and rows move only
+        # within their source: only the states follow
+        self.states = take_rows(self.states, rows)
+
+
+def decoder_graphs(sym_gen: Any) -> Any:
+    """``symbol_for(key)`` of the encoder and step graphs of ``sym_gen``, for a GraphRunner."""
+
+    def symbol_for(key: tuple[Any, ...]) -> Any:
+        if key[0] == "encoder":
+            return sym_gen.encoder(key[1], key[3])
+        return sym_gen.decoder_step(key[1], key[3])
+
+    return symbol_for
+
+
+def decode_sources(
+    runner: Any,
+    sym_gen: Any,
+    info: Any,
+    options: DecodeOptions,
+    source: Any,
+    lines: Sequence[int] = (),
+) -> list[list[Hypothesis]]:
+    """The hypotheses of each row of ``source`` (N, S), ids padded with ``info.pad_id`` (an
+    NDArray or a NumPy array), best first; ``lines`` seed the sampler (one per row)."""
+    pad = info.pad_id if info.pad_id is not None else 0
+    host = source if isinstance(source, np.ndarray) else source.asnumpy()
+    lengths = (host != pad).sum(axis=1)
+    ratio = options.max_output_ratio, options.max_output_add
+    max_steps = int(max_output_lengths([host.shape[1]], *ratio)[0])
+    limits = max_output_lengths(lengths, *ratio)  # <= max_steps
+    model = EncoderDecoderSteps(runner, sym_gen, source, rows_per_input(options), max_steps)
+    return decode(
+        model,
+        np.full(host.shape[0], info.bos_id, dtype=np.int64),
+        limits,
+        options,
+        eos=info.eos_id,
+        banned=(pad, info.bos_id),
+        lines=list(lines),
+    )
+
+
+def check_decoder(sym_gen: Any, model: str) -> None:
+    """A ConfigError unless ``sym_gen`` has what decoding needs."""
+    missing = [part for part in DECODER_PARTS if not hasattr(sym_gen, part)]
+    if missing:
+        raise ConfigError(
+            f"The model {model!r} reports task 'seq2seq' but its sym_gen has no "
+            f"{', '.join(missing)}, so it cannot be decoded step by step.",
+            hint="A seq2seq model's sym_gen provides encoder(S), decoder_step(S, max_steps), "
+            "static_names, state_names and input_shapes (rnn_seq2seq and transformer_seq2seq "
+            "do).",
+        )

@@ -1,0 +1,173 @@
+"""End-to-end: decoding metrics (bleu, wer, ...) in fit's evaluations and in `mxtrain score`.
+
+The toy task of test_seq2seq_e2e (the target is the source reversed) is fitted with
+eval_metrics [perplexity, bleu, wer] and best_metric wer: the eval records carry the decoded
+metrics every epoch, score reproduces them exactly, a source with two targets counts as right
+when its output matches either, and a mid-epoch stop resumes bit-identically with decoding on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import params
+from test_seq2seq_e2e import SHRINK, invoke, sets, write_pairs
+
+from mxtrain.run.folder import read_metrics
+
+SETTINGS = [
+    *SHRINK,
+    "fit.num_epoch=2",
+    "fit.eval_metrics=[perplexity, bleu, wer]",
+    "fit.decode_eval.beam_size=2",
+    "fit.decode_eval.max_sentences=30",
+    "checkpoint.best_metric=wer",
+]
+
+
+def fit(workdir: Path, runs: Path, *more: str) -> Path:
+    code, out, err = invoke(
+        "fit",
+        workdir / "s2s.yaml",
+        "--progress",
+        "quiet",
+        *sets([*SETTINGS, f"experiment.runs_dir={runs}", *more]),
+    )
+    assert code == 0, out + err
+    return runs / "s2s"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("decoding_metrics")
+    (root / "data").mkdir()
+    write_pairs(root / "data", "train", 300, seed=1)
+    write_pairs(root / "data", "dev", 40, seed=2)
+    code, out, err = invoke("init", "--template", "seq2seq", "-o", root / "s2s.yaml")
+    assert code == 0, out + err
+    return root
+
+
+@pytest.fixture(scope="module")
+def straight_run(workdir: Path) -> Path:
+    """Two epochs straight with decoding metrics; tests only read it."""
+    return fit(workdir, workdir / "runs")
+
+
+def evals(run: Path) -> list[dict]:
+    return [r["eval"] for r in read_metrics(run / "metrics.jsonl") if r["event"] == "epoch"]
+
+
+def score_json(*args: object) -> dict:
+    code, out, err = invoke("score", *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_eval_records_carry_decoding_metrics_and_the_best_is_by_wer(straight_run: Path) -> None:
+    records = evals(straight_run)
+    assert len(records) == 2
+    for record in records:
+        assert set(record) == {"perplexity", "bleu", "wer"}
+        assert 0.0 <= record["bleu"] <= 100.0 and 0.0 <= record["wer"] <= 100.0
+        # 30 distinct sources: a WER is a whole number of them
+        assert record["wer"] * 30 / 100 == pytest.approx(round(record["wer"] * 30 / 100))
+    best = 1 if records[0]["wer"] <= records[1]["wer"] else 2  # a tie keeps the first
+    tag = (straight_run / "checkpoints" / "best").read_text().strip()
+    assert tag == f"e{best:04d}-b000000"
+
+
+def test_score_on_data_eval_reproduces_the_logged_decoding_metrics(straight_run: Path) -> None:
+    for epoch, logged in enumerate(evals(straight_run), start=1):
+        report = score_json(f"{straight_run}:{epoch}")
+        assert report["decoding"] == {"beam_size": 2, "sources": 30}
+        # the same sources, beam, parameters and batches: the same outputs, the same numbers
+        assert report["metrics"]["bleu"] == logged["bleu"]
+        assert report["metrics"]["wer"] == logged["wer"]
+        assert report["metrics"]["perplexity"] == pytest.approx(logged["perplexity"], rel=1e-6)
+    more = score_json(straight_run, "--metrics", "chrf,per", "--beam-size", "1")
+    assert list(more["metrics"]) == ["perplexity", "bleu", "wer", "chrf", "per"]
+    assert all(0.0 <= more["metrics"][n] <= 100.0 for n in ("bleu", "wer", "chrf", "per"))
+
+
+def test_a_source_with_two_targets_is_right_when_it_matches_either(
+    workdir: Path, straight_run: Path
+) -> None:
+    from mxtrain.inference.open import open_run
+    from mxtrain.inference.score import decoding_evaluation
+
+    folder = workdir / "two_targets"
+    folder.mkdir()
+    src = folder / "test.src"
+    src.write_text("a b c\n")
+    (folder / "one.tgt").write_text("x\n")
+    opened = open_run(straight_run, data=src, target=folder / "one.tgt")
+    evaluation = decoding_evaluation(opened, ["wer"], 3, on_eval_data=False)
+    (output,) = evaluation.outputs(*opened.params())
+    assert output and output != "x"
+    src.write_text("a b c\na b c\na  b c\n")  # three lines, one source as the iterator reads it
+    cases = {
+        "hit.tgt": (f"x\n{output}\nx\n", 0.0),
+        "hit_first.tgt": (f"{output}\ng g\nx\n", 0.0),
+        "miss.tgt": ("x\ng g\nx\n", 100.0),
+    }
+    for name, (text, wer) in cases.items():
+        (folder / name).write_text(text)
+        report = score_json(
+            straight_run, "--data", src, "--target", folder / name, "--metrics", "wer,per",
+            "--beam-size", "3",
+        )  # fmt: skip
+        assert report["decoding"] == {"beam_size": 3, "sources": 1}
+        assert report["metrics"]["wer"] == wer, name
+        if wer == 0.0:
+            assert report["metrics"]["per"] == 0.0
+
+
+def test_resume_from_a_mid_epoch_stop_is_exact_with_decoding_metrics(
+    workdir: Path, straight_run: Path
+) -> None:
+    run = fit(workdir, workdir / "stopped_runs", "fit.max_updates=7")
+    code, out, err = invoke("resume", run, "--set", "fit.max_updates=null", "--progress", "quiet")
+    assert code == 0, out + err
+    straight, resumed = params(straight_run, 2), params(run, 2)
+    assert sorted(straight) == sorted(resumed)
+    for name, value in straight.items():
+        assert np.array_equal(value, resumed[name]), name
+    assert evals(run) == evals(straight_run)
+
+
+def test_only_decoding_metrics_mid_epoch_evaluations_and_early_stopping_on_wer(
+    workdir: Path,
+) -> None:
+    run = fit(
+        workdir, workdir / "wer_runs", "fit.eval_metrics=[wer]", "checkpoint.best_metric=null",
+        "fit.eval_interval=8", "fit.early_stopping.metric=wer", "fit.early_stopping.patience=1",
+        "fit.num_epoch=6",
+    )  # fmt: skip
+    records = read_metrics(run / "metrics.jsonl")
+    mid = [r["eval"] for r in records if r["event"] == "eval"]
+    assert mid and all(set(values) == {"wer"} for values in mid)  # no device metric at all
+    assert all(set(values) == {"wer"} for values in evals(run))
+    # patience 1: training ends at the first evaluation that does not improve on the best
+    wers = [values["wer"] for values in mid]
+    stop = next(i for i in range(1, len(wers)) if wers[i] >= min(wers[:i]))
+    assert len(wers) == stop + 1
+    status = json.loads((run / "run.json").read_text())
+    assert status.get("stop_reason") == "early_stopping"
+
+
+def test_decoding_metric_errors_are_clear(workdir: Path, straight_run: Path, tiny_config) -> None:
+    code, out, err = invoke("score", straight_run, "--metrics", "bleux")
+    assert code != 0 and "bleux" in err and "bleu, chrf, wer, per" in err
+    assert "Traceback" not in err
+    code, out, err = invoke("fit", tiny_config, "--progress", "quiet")
+    assert code == 0, out + err
+    lm_run = tiny_config.parent / "runs" / "tiny"
+    code, out, err = invoke("score", lm_run, "--metrics", "bleu")
+    assert code != 0 and "--metrics bleu" in err and "lstm_lm" in err
+    assert "Traceback" not in err
+    code, out, err = invoke("score", lm_run, "--beam-size", "3")
+    assert code != 0 and "--beam-size 3" in err and "Traceback" not in err
