@@ -56,14 +56,14 @@ from mxtrain.build import build_sym_gen
 from mxtrain.config import load_config
 from mxtrain.data.base import TASK_SEQ2SEQ, data_info_from
 from mxtrain.data.parallel_text import TARGET_VOCAB_FILE
-from mxtrain.errors import ConfigError, InvalidValue, RunFolderError
-from mxtrain.graph_sizes import graph_problem, input_problem
-from mxtrain.inference.decode import (
+from mxtrain.decoding.search import (
     DEFAULT_MAX_OUTPUT_ADD,
     DEFAULT_MAX_OUTPUT_RATIO,
     max_output_lengths,
 )
-from mxtrain.inference.seq2seq import check_decoder
+from mxtrain.decoding.seq2seq import check_decoder
+from mxtrain.errors import ConfigError, InvalidValue, RunFolderError
+from mxtrain.graph_sizes import graph_problem, input_problem
 from mxtrain.mxnet_errors import mxnet_reason
 from mxtrain.run.atomic import temporary_name
 from mxtrain.run.bucket_keys import as_tuples, key_problem, read_model_inputs, trained_keys
