@@ -131,3 +131,47 @@ def test_the_split_depends_on_the_word_not_the_dictionary_order(tmp_path: Path) 
     for name, percent in zip(SPLITS, script.SPLIT_PERCENT, strict=True):
         share = sum(script.split_of(w) == name for w in forward) / total
         assert abs(share - percent / 100) < 0.01, (name, share)
+
+
+def load_bench() -> ModuleType:
+    """scripts/bench_seq2seq.py, which imports scripts/bench.py as a sibling."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "bench_seq2seq", SCRIPT.parent / "bench_seq2seq.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return module
+
+
+def test_the_benchmark_counts_an_output_right_when_it_matches_any_pronunciation(
+    tmp_path: Path,
+) -> None:
+    bench = load_bench()
+    (tmp_path / "test.src").write_text("a\na\nb o b\nc\n")
+    (tmp_path / "test.tgt").write_text("AH\nEY\nB AA B\nS IY\n")
+    paths = {"test_src": tmp_path / "test.src", "test_tgt": tmp_path / "test.tgt"}
+    # "a" right twice (either pronunciation), "bob" right, "c" wrong: 1 of 4 lines
+    assert bench.word_error_rate(["EY", "AH", "B AA B", "K"], paths) == 25.0
+    (tmp_path / "train.src").write_text("a\nb o b\n")
+    (tmp_path / "train.tgt").write_text("AH\nB AA B\n")
+    paths.update(train_src=tmp_path / "train.src", train_tgt=tmp_path / "train.tgt")
+    assert bench.epoch_target_tokens(paths, max_len=40) == 2 + 4  # <eos> counted per pair
+    assert bench.epoch_target_tokens(paths, max_len=3) == 2  # "b o b" + <eos> is 4 tokens
+    assert bench.evenly_spaced(list("abcdefgh"), 4) == list("aceg")
+
+
+def test_the_benchmark_report_takes_ratios_per_round() -> None:
+    bench = load_bench()
+    rounds = [
+        {"peer": {"train_tokens_per_s": 100.0}, "mxtrain": {"train_tokens_per_s": 150.0}},
+        {"peer": {"train_tokens_per_s": 200.0}, "mxtrain": {"train_tokens_per_s": 200.0}},
+        {"peer": {"train_tokens_per_s": 100.0}, "mxtrain": {"train_tokens_per_s": 120.0}},
+    ]
+    row = bench.summarize(rounds)["train_tokens_per_s"]
+    assert row["ratio"] == {"min": 1.0, "median": 1.2, "max": 1.5}
+    assert row["theirs_median"] == 100.0 and row["ours_median"] == 150.0
