@@ -42,7 +42,6 @@ import datetime as dt
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,7 +50,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import machine  # scripts/bench.py: CPU model, instruction set, versions
+from bench import machine, summarize  # scripts/bench.py: CPU and versions; ratios per round
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "g2p_cmudict.yaml"
@@ -276,23 +275,6 @@ def run_peer(args: argparse.Namespace, paths: dict[str, Path], workdir: Path) ->
 # ----------------------------------------------------------------------------- report
 
 
-def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per figure: each side's median and the mxtrain/peer ratios over the rounds."""
-    table: dict[str, Any] = {}
-    for key in FIGURES:
-        pairs = [(r["mxtrain"].get(key), r["peer"].get(key)) for r in rounds]
-        pairs = [(ours, theirs) for ours, theirs in pairs if ours is not None and theirs]
-        if not pairs:
-            continue
-        ratios = [ours / theirs for ours, theirs in pairs]
-        table[key] = {
-            "ours_median": statistics.median(ours for ours, _ in pairs),
-            "theirs_median": statistics.median(theirs for _, theirs in pairs),
-            "ratio": {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios)},
-        }
-    return table
-
-
 def markdown(report: dict[str, Any]) -> str:
     """The BENCHMARKS.md block: machine, command, what was held equal, the table."""
     m, s = report["machine"], report["settings"]
@@ -339,7 +321,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     paths = write_subset(args, workdir)
     tokens = epoch_target_tokens(paths, args.max_len)
     test_lines = len(paths["test_src"].read_text(encoding="utf-8").splitlines())
-    rounds = []
+    rounds, both = [], len(args.sides) == len(SIDES)
     for i in range(args.repeats):
         done = {}
         for side in args.sides:
@@ -357,7 +339,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "test_lines": test_lines,
         "epoch_tokens": tokens,
         "rounds": rounds,
-        "table": summarize(rounds) if set(args.sides) == set(SIDES) else {},
+        "table": summarize(rounds, "mxtrain", "peer", tuple(FIGURES)) if both else {},
     }
 
 

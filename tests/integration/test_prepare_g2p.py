@@ -172,6 +172,30 @@ def test_the_benchmark_report_takes_ratios_per_round() -> None:
         {"peer": {"train_tokens_per_s": 200.0}, "mxtrain": {"train_tokens_per_s": 200.0}},
         {"peer": {"train_tokens_per_s": 100.0}, "mxtrain": {"train_tokens_per_s": 120.0}},
     ]
-    row = bench.summarize(rounds)["train_tokens_per_s"]
+    row = bench.summarize(rounds, "mxtrain", "peer", tuple(bench.FIGURES))["train_tokens_per_s"]
     assert row["ratio"] == {"min": 1.0, "median": 1.2, "max": 1.5}
     assert row["theirs_median"] == 100.0 and row["ours_median"] == 150.0
+    report = {
+        "date": "2026-01-01T00:00:00",
+        "command": "python scripts/bench_seq2seq.py",
+        "machine": {"cpu": "CPU X", "cores": 2, "isa": "AVX2", "python": "3.11", "mxnet": "1.9.1"},
+        "settings": {
+            "omp_threads": 2,
+            "num_embed": 8,
+            "num_layers": 1,
+            "num_hidden": 16,
+            "learning_rate": 0.002,
+            "batch_size": 4,
+            "max_len": 40,
+            "decode_batch_size": 4,
+        },
+        "peer_version": "1.18.106",
+        "train_pairs": 10,
+        "epoch_tokens": 50,
+        "dev_pairs": 2,
+        "test_lines": 3,
+        "table": bench.summarize(rounds, "mxtrain", "peer", tuple(bench.FIGURES)),
+    }
+    text = bench.markdown(report)
+    assert "| training, target tokens/s | 100 | 150 | 1.000 / **1.200** / 1.500 |" in text
+    assert "CPU X (2 cores, AVX2), OMP_NUM_THREADS=2 on both sides" in text
