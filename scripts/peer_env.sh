@@ -2,6 +2,10 @@
 # Creates .venv-peer: Sockeye 1.18.106 (the last Sockeye on MXNet's module API) beside MXNet
 # 1.9.1 on Python 3.11, for the side-by-side benchmark (scripts/bench_seq2seq.py, issue 30).
 # It is a separate environment because Sockeye 1.18 needs sacrebleu 1.x while mxtrain uses 2.x.
+# With the versions below, nothing in Sockeye needed a change on Python 3.11.7: sockeye.train
+# (RNN encoder/decoder with attention, word and sentence batches, checkpoints, the checkpoint
+# decoder child process with sacrebleu's BLEU/chrF) and sockeye.translate at beam 5 ran as
+# they are; what would break is the version pins, explained at each install below.
 # Usage: scripts/peer_env.sh            (idempotent: reinstalls nothing that is already there)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,7 +24,7 @@ PIP=("$PEER/bin/python" -m pip install --quiet)
 # NumPy must stay below 1.24: sockeye saves its data iterator's state at every checkpoint with
 # np.save of a list of permutations of different lengths (data_io.py), a ragged array that
 # NumPy 1.24 refuses (ValueError; 1.23 only warns VisibleDeprecationWarning), and MXNet 1.9.1
-# itself still names np.bool / np.int, removed in 1.24.
+# itself does not import on 1.24 (mxnet/numpy/utils.py: `bool = onp.bool`, removed in 1.24).
 "${PIP[@]}" "mxnet==1.9.1" "numpy<1.24"
 # What sockeye 1.18 imports at the top of train/translate: portalocker (device locks), pyyaml
 # (model config), sacrebleu 1.x: raw_corpus_bleu and CHRF_BETA, which it calls, left in
