@@ -278,6 +278,8 @@ def run_peer(args: argparse.Namespace, paths: dict[str, Path], workdir: Path) ->
 def markdown(report: dict[str, Any]) -> str:
     """The BENCHMARKS.md block: machine, command, what was held equal, the table."""
     m, s = report["machine"], report["settings"]
+    loads = [x for r in report["rounds"] for side in r.values() for x in side["load_average"]]
+    low, high = min(loads), max(loads)
     lines = [
         "## seq2seq: mxtrain against Sockeye 1.18 (G2P, CMUdict)",
         "",
@@ -300,7 +302,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"beam 5, {s['decode_batch_size']} sentences per decoding batch. Each figure times a "
         "whole process (start-up, data, binding and checkpoints included). Sockeye's encoder "
         "runs half the hidden size per direction and its decoder feeds the attentional state "
-        "back (input feeding): the parameter row shows the difference.",
+        "back (input feeding): the parameter row shows the difference. The machine's "
+        f"1-minute load average (each side's own threads included) ranged {low:.1f} to "
+        f"{high:.1f} around the processes.",
         "",
         "| figure | peer (Sockeye 1.18) | mxtrain | ratio mxtrain/peer (min / median / max) |",
         "|---|---:|---:|---|",
@@ -327,7 +331,10 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         for side in args.sides:
             folder = workdir / f"round{i + 1}"
             folder.mkdir(exist_ok=True)
+            # other work on the machine slows either side: the load is kept with the figures
+            load_before = os.getloadavg()[0]
             figures = (run_peer if side == "peer" else run_mxtrain)(args, paths, folder)
+            figures["load_average"] = [load_before, os.getloadavg()[0]]
             figures["train_tokens_per_s"] = tokens / figures["train_seconds"]
             figures["decode_sentences_per_s"] = test_lines / figures["decode_seconds"]
             done[side] = figures

@@ -195,7 +195,9 @@ def test_the_benchmark_report_takes_ratios_per_round() -> None:
         "dev_pairs": 2,
         "test_lines": 3,
         "table": bench.summarize(rounds, "mxtrain", "peer", tuple(bench.FIGURES)),
+        "rounds": [{side: {"load_average": [0.5, 2.0]} for side in ("peer", "mxtrain")}],
     }
     text = bench.markdown(report)
     assert "| training, target tokens/s | 100 | 150 | 1.000 / **1.200** / 1.500 |" in text
     assert "CPU X (2 cores, AVX2), OMP_NUM_THREADS=2 on both sides" in text
+    assert "included) ranged 0.5 to 2.0 around" in text
