@@ -65,7 +65,8 @@ FIGURES = {
     "parameters": ("parameters", "{:,.0f}"),
     "test_wer": ("test WER after the epoch, %", "{:.1f}"),
 }
-HIGHER_IS_BETTER = ("train_tokens_per_s", "decode_sentences_per_s")
+#: issue 30's goal for mxtrain/peer, median over the rounds
+GOALS = {"train_tokens_per_s": 1.3, "decode_sentences_per_s": 1.5}
 
 
 # ----------------------------------------------------------------------------- data
@@ -317,6 +318,16 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {label} | {fmt.format(row['theirs_median'])} | "
             f"{fmt.format(row['ours_median'])} | {ratio} |"
         )
+    verdicts = []
+    for key, goal in GOALS.items():
+        if key in report["table"]:
+            median = report["table"][key]["ratio"]["median"]
+            verdicts.append(
+                f"{FIGURES[key][0].split(',')[0]} {median:.2f}x "
+                f"({'meets' if median >= goal else 'misses'} the goal of {goal}x)"
+            )
+    if verdicts:
+        lines += ["", "mxtrain against the peer: " + "; ".join(verdicts) + "."]
     return "\n".join(lines) + "\n"
 
 

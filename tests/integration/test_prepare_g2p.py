@@ -201,3 +201,4 @@ def test_the_benchmark_report_takes_ratios_per_round() -> None:
     assert "| training, target tokens/s | 100 | 150 | 1.000 / **1.200** / 1.500 |" in text
     assert "CPU X (2 cores, AVX2), OMP_NUM_THREADS=2 on both sides" in text
     assert "included) ranged 0.5 to 2.0 around" in text
+    assert "training 1.20x (misses the goal of 1.3x)" in text
