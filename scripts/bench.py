@@ -851,9 +851,12 @@ def memory_tables(args: argparse.Namespace) -> list[dict[str, Any]]:
     return reports
 
 
-def summarize(rounds: list[dict[str, Any]], ours: str, theirs: str) -> dict[str, Any]:
+def summarize(
+    rounds: list[dict[str, Any]], ours: str, theirs: str, figures: tuple[str, ...] = FIGURES
+) -> dict[str, Any]:
+    """Per figure: each side's median and the ours/theirs ratios over the paired rounds."""
     table = {}
-    for key in FIGURES:
+    for key in figures:
         pairs = [(r[ours].get(key), r[theirs].get(key)) for r in rounds]
         pairs = [(o, s) for o, s in pairs if o is not None and s]
         if not pairs:
