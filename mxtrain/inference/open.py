@@ -260,6 +260,20 @@ def _load_params(opened: OpenedRun, overrides: Sequence[str]) -> None:
     module.set_params(args, auxs)
 
 
+def _named_files(
+    data: str | os.PathLike[str] | None, target: str | os.PathLike[str] | None, role: str
+) -> tuple[Path | str | None, Path | None]:
+    """The data file (or treebank split) and parallel target file named on the command line."""
+    data_file: Path | str | None = None
+    if data is not None and str(data).startswith(TREEBANK_PREFIX):
+        data_file = str(data)  # a split of the treebank package, read by the iterator
+    elif data:
+        data_file = input_file(data, "data file" if role == "eval" else "input file")
+    if role == "predict" and data_file is None:
+        raise ValueError("role 'predict' needs a data file")
+    return data_file, input_file(target, "target file") if target is not None else None
+
+
 @uses_kept_plugins
 def open_run(
     ref: str | os.PathLike[str],
@@ -291,13 +305,7 @@ def open_run(
         raise ConfigError(f"The batch size must be a positive integer, got {batch_size}.")
     path, ref_choice = parse_checkpoint_ref(ref)
     wanted = merge_selectors(ref_choice, epoch, os.fspath(ref))
-    data_file: Path | str | None = None
-    if data is not None and str(data).startswith(TREEBANK_PREFIX):
-        data_file = str(data)  # a split of the treebank package, read by the iterator
-    elif data:
-        data_file = input_file(data, "data file" if role == "eval" else "input file")
-    if role == "predict" and data_file is None:
-        raise ValueError("role 'predict' needs a data file")
+    data_file, target_file = _named_files(data, target, role)
 
     run = open_run_folder(path)
     status = run.read_status()
@@ -315,7 +323,6 @@ def open_run(
         )
     from mxtrain.engine.shapes import fewest_rows  # deferred: MXNet after the threads
 
-    target_file = input_file(target, "target file") if target is not None else None
     section, where = _data_section(config, role, data_file, batch_size, target_file)
     contexts = build_contexts(config.context)
     context = DataContext(
