@@ -148,3 +148,40 @@ def test_pairs_of_unequal_length_are_refused_naming_both_files(workdir: Path) ->
     )  # fmt: skip
     assert code == 3, out + err
     assert str(src) in err and str(tgt) in err and "10" in err and "7" in err
+
+
+def test_warm_start_with_the_saved_vocabularies_and_a_frozen_encoder(
+    workdir: Path, straight_run: Path
+) -> None:
+    """initializer.from loads every parameter of a seq2seq run (its vocabularies reused);
+    lr_mult 0 on the encoder keeps it exactly as loaded while the rest trains on."""
+    import mxnet as mx
+
+    runs = workdir / "warm_runs"
+    code, out, err = invoke(
+        "fit",
+        workdir / "s2s.yaml",
+        "--progress",
+        "quiet",
+        *sets([
+            *SHRINK,
+            f"experiment.runs_dir={runs}",
+            "fit.num_epoch=1",
+            f"data.train.vocab={straight_run / 'vocab.json'}",
+            f"initializer.from={straight_run}:3",
+            'optimizer.lr_mult={"encoder_*": 0}',
+        ]),
+    )  # fmt: skip
+    assert code == 0, out + err
+    source = mx.nd.load(str(straight_run / "model-0003.params"))
+    warm = mx.nd.load(str(runs / "s2s" / "model-0001.params"))
+    assert sorted(source) == sorted(warm)
+    frozen = [n for n in source if n.startswith("arg:encoder_")]
+    assert frozen
+    for name in frozen:
+        assert np.array_equal(source[name].asnumpy(), warm[name].asnumpy()), name
+    assert not np.array_equal(
+        source["arg:output_weight"].asnumpy(), warm["arg:output_weight"].asnumpy()
+    )
+    record = json.loads((runs / "s2s" / "run.json").read_text())
+    assert record["initialized_from"]["source"].endswith(":3")
