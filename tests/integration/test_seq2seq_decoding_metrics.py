@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import params
-from test_seq2seq_e2e import SHRINK, invoke, sets, write_pairs
+from test_seq2seq_e2e import SHRINK, fit_template, invoke, write_pairs
 
 from mxtrain.run.folder import read_metrics
 
@@ -29,15 +29,7 @@ SETTINGS = [
 
 
 def fit(workdir: Path, runs: Path, *more: str) -> Path:
-    code, out, err = invoke(
-        "fit",
-        workdir / "s2s.yaml",
-        "--progress",
-        "quiet",
-        *sets([*SETTINGS, f"experiment.runs_dir={runs}", *more]),
-    )
-    assert code == 0, out + err
-    return runs / "s2s"
+    return fit_template(workdir, runs, *SETTINGS, *more)
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,16 @@ def sets(values: list[str]) -> list[str]:
     return [a for v in values for a in ("--set", v)]
 
 
+def fit_template(workdir: Path, runs: Path, *settings: str) -> Path:
+    """`mxtrain fit` of the workdir's seq2seq template with --set ``settings``; its run."""
+    code, out, err = invoke(
+        "fit", workdir / "s2s.yaml", "--progress", "quiet",
+        *sets([*settings, f"experiment.runs_dir={runs}"]),
+    )  # fmt: skip
+    assert code == 0, out + err
+    return runs / "s2s"
+
+
 def write_pairs(folder: Path, split: str, count: int, seed: int) -> tuple[Path, Path]:
     rng = random.Random(seed)
     sources = [[rng.choice(WORDS) for _ in range(rng.randint(1, 7))] for _ in range(count)]
@@ -63,16 +73,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def straight_run(workdir: Path) -> Path:
     """Three epochs straight; tests only read it."""
-    runs = workdir / "runs"
-    code, out, err = invoke(
-        "fit",
-        workdir / "s2s.yaml",
-        "--progress",
-        "quiet",
-        *sets([*SHRINK, f"experiment.runs_dir={runs}", "fit.num_epoch=3"]),
-    )
-    assert code == 0, out + err
-    return runs / "s2s"
+    return fit_template(workdir, workdir / "runs", *SHRINK, "fit.num_epoch=3")
 
 
 def epochs(run: Path) -> list[dict]:
@@ -92,16 +93,8 @@ def test_fit_learns_and_keeps_both_vocabularies(straight_run: Path) -> None:
 def test_resume_from_a_mid_epoch_stop_is_bit_identical(workdir: Path, straight_run: Path) -> None:
     import mxnet as mx
 
-    runs = workdir / "stopped_runs"
-    code, out, err = invoke(
-        "fit",
-        workdir / "s2s.yaml",
-        "--progress",
-        "quiet",
-        *sets([*SHRINK, f"experiment.runs_dir={runs}", "fit.num_epoch=3", "fit.max_updates=7"]),
-    )
-    assert code == 0, out + err
-    run = runs / "s2s"
+    run = fit_template(workdir, workdir / "stopped_runs", *SHRINK, "fit.num_epoch=3",
+                       "fit.max_updates=7")  # fmt: skip
     code, out, err = invoke("resume", run, "--set", "fit.max_updates=null", "--progress", "quiet")
     assert code == 0, out + err
     straight = mx.nd.load(str(straight_run / "model-0003.params"))
@@ -157,24 +150,13 @@ def test_warm_start_with_the_saved_vocabularies_and_a_frozen_encoder(
     lr_mult 0 on the encoder keeps it exactly as loaded while the rest trains on."""
     import mxnet as mx
 
-    runs = workdir / "warm_runs"
-    code, out, err = invoke(
-        "fit",
-        workdir / "s2s.yaml",
-        "--progress",
-        "quiet",
-        *sets([
-            *SHRINK,
-            f"experiment.runs_dir={runs}",
-            "fit.num_epoch=1",
-            f"data.train.vocab={straight_run / 'vocab.json'}",
-            f"initializer.from={straight_run}:3",
-            'optimizer.lr_mult={"encoder_*": 0}',
-        ]),
+    run = fit_template(
+        workdir, workdir / "warm_runs", *SHRINK, "fit.num_epoch=1",
+        f"data.train.vocab={straight_run / 'vocab.json'}",
+        f"initializer.from={straight_run}:3", 'optimizer.lr_mult={"encoder_*": 0}',
     )  # fmt: skip
-    assert code == 0, out + err
     source = mx.nd.load(str(straight_run / "model-0003.params"))
-    warm = mx.nd.load(str(runs / "s2s" / "model-0001.params"))
+    warm = mx.nd.load(str(run / "model-0001.params"))
     assert sorted(source) == sorted(warm)
     frozen = [n for n in source if n.startswith("arg:encoder_")]
     assert frozen
@@ -183,5 +165,5 @@ def test_warm_start_with_the_saved_vocabularies_and_a_frozen_encoder(
     assert not np.array_equal(
         source["arg:output_weight"].asnumpy(), warm["arg:output_weight"].asnumpy()
     )
-    record = json.loads((runs / "s2s" / "run.json").read_text())
+    record = json.loads((run / "run.json").read_text())
     assert record["initialized_from"]["source"].endswith(":3")
