@@ -3,6 +3,7 @@ one process with the combined batch, and nothing (process, listening port, file)
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,10 @@ WORKERS, SERVERS, BATCH = 8, 4, 4
 ROUNDINGS = 2 * (96 // (WORKERS * BATCH)) * mlp_chain_roundings(6, [8], 3, WORKERS * BATCH)
 
 
-def listening_ports() -> set[int]:
-    """TCP ports something on this machine listens on (IPv4 and IPv6)."""
-    ports = set()
+def listening_ports() -> dict[int, int]:
+    """TCP ports something on this machine listens on (IPv4 and IPv6), with their socket's
+    inode."""
+    ports = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             rows = Path(table).read_text().splitlines()[1:]
@@ -36,13 +38,27 @@ def listening_ports() -> set[int]:
         for row in rows:
             fields = row.split()
             if fields[3] == "0A":  # LISTEN
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+                ports[int(fields[1].rsplit(":", 1)[1], 16)] = int(fields[9])
     return ports
 
 
-def ps_lite_processes() -> set[int]:
-    """Live processes with a ps-lite role in their environment (any job's)."""
-    return set(processes_whose_env(lambda env: any(e.startswith(b"DMLC_ROLE=") for e in env)))
+def socket_inodes(pids: set[int]) -> set[int]:
+    """The inodes of the sockets ``pids`` hold open."""
+    inodes = set()
+    for pid in pids:
+        try:
+            links = [os.readlink(f) for f in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:
+            continue
+        inodes |= {int(link[8:-1]) for link in links if link.startswith("socket:[")}
+    return inodes
+
+
+def job_processes(job_tmp: Path) -> set[int]:
+    """Live processes of the jobs this test launched (their TMPDIR is its folder): another
+    suite's jobs running beside this one on the same machine are not this test's leftovers."""
+    mark = f"TMPDIR={job_tmp}".encode()
+    return set(processes_whose_env(lambda env: mark in env))
 
 
 def shared_memory_files() -> set[str]:
@@ -62,8 +78,7 @@ def test_eight_workers_four_servers_three_times_in_a_row(tmp_path: Path) -> None
     # the job's temporary files go to a folder of its own, which must be empty after each run
     job_tmp = tmp_path / "job-tmp"
     job_tmp.mkdir()
-    before_ports, before_shm = listening_ports(), shared_memory_files()
-    before_processes = ps_lite_processes()
+    before_ports, before_shm = set(listening_ports()), shared_memory_files()
     for attempt in range(3):
         name = f"soak{attempt}"
         done = mxtrain("launch", "-n", WORKERS, "-s", SERVERS, config, "--name", name,
@@ -75,7 +90,12 @@ def test_eight_workers_four_servers_three_times_in_a_row(tmp_path: Path) -> None
         assert len(list(logs.glob("worker-rank-*.log"))) == WORKERS
         assert len(list(logs.glob("server-*.log"))) == SERVERS
         # nothing of the job is left: processes, listening ports, temporary or shared-memory files
-        assert ps_lite_processes() <= before_processes, f"run {attempt} left processes"
-        assert listening_ports() <= before_ports, f"run {attempt} left a listening port"
+        assert not job_processes(job_tmp), f"run {attempt} left processes"
+        # new listening ports, less those of processes that are not this test's (a suite
+        # running beside it): the job's own would be held by processes it left
+        others = set(processes_whose_env(lambda env: True)) - job_processes(job_tmp)
+        theirs = socket_inodes(others)
+        left = {p for p, inode in listening_ports().items() if inode not in theirs}
+        assert left <= before_ports, f"run {attempt} left a listening port"
         assert not list(job_tmp.iterdir()), f"run {attempt} left {list(job_tmp.iterdir())}"
         assert shared_memory_files() <= before_shm, f"run {attempt} left files in /dev/shm"
