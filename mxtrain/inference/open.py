@@ -97,12 +97,7 @@ def _with_options(section: IteratorSection, where: str, **changes: Any) -> Itera
     replaced where the iterator has them, and ``batch_size`` must be one when it is given.
     """
     options = section.options
-    if dataclasses.is_dataclass(options) and not isinstance(options, type):
-        names = {f.name for f in dataclasses.fields(options)}
-    elif isinstance(options, Mapping):
-        names = set(options)
-    else:
-        names = set()
+    names = _option_names(section)
     for key in ("source", "batch_size"):
         if key in changes and key not in names:
             flag = "--data/--input" if key == "source" else "--batch-size"
@@ -144,7 +139,7 @@ def _data_section(
     if batch_size is not None:
         changes["batch_size"] = batch_size
     _check_target_argument(config, role, data, target)
-    if batch_size is not None and _has_option(config.data.eval or config.data.train, "target"):
+    if batch_size is not None and "target" in _option_names(config.data.eval or config.data.train):
         changes["batch_tokens"] = None  # parallel data: --batch-size pairs replaces batch_tokens
     if data is None:
         if config.data.eval is None:
@@ -166,11 +161,12 @@ def _data_section(
     return _with_options(section, where, **changes), where
 
 
-def _has_option(section: IteratorSection | None, key: str) -> bool:
+def _option_names(section: IteratorSection | None) -> set[str]:
+    """The option keys of an iterator section (a dataclass's fields or a mapping's keys)."""
     options = section.options if section is not None else None
     if dataclasses.is_dataclass(options) and not isinstance(options, type):
-        return key in {f.name for f in dataclasses.fields(options)}
-    return isinstance(options, Mapping) and key in options
+        return {f.name for f in dataclasses.fields(options)}
+    return set(options) if isinstance(options, Mapping) else set()
 
 
 def _check_target_argument(
@@ -179,7 +175,7 @@ def _check_target_argument(
     """``--target`` names the target side of parallel data (an iterator with a ``target``
     option): scoring a file of such data needs it, and nothing else takes it."""
     section = config.data.eval or config.data.train
-    parallel = _has_option(section, "target")
+    parallel = "target" in _option_names(section)
     if target is not None and not parallel:
         raise ConfigError(
             f"--target applies to parallel (source, target) data; this run's iterator "
