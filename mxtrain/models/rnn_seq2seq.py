@@ -9,12 +9,16 @@ layer, c = 0.
 Decoder: target embedding -> ``num_layers`` LSTM layers (one fused operator over all target
 positions) -> attention over the memory, padding masked out (``dot``: h . m, ``general``:
 h . W m, ``mlp``: v . tanh(W h + U m)) -> the attentional state tanh(W_c [context; h]) ->
-output layer -> softmax. The attentional state is not fed back into the next step's input (no
-input feeding, unlike Luong et al. 2015): so the recurrent layers of all target positions run
-as one operator in training, the design choice that makes training fast. A decoder step
-(:meth:`RnnSeq2SeqSymGen.decoder_step`) is the same fused operator over one position, its
-begin states the carried ones and its final states the new ones, then the same attention.
-The recurrent layers are always fused RNN operators (CPU and GPU; no unfused variant).
+output layer -> softmax. By default the attentional state is not fed back into the next
+step's input, so the recurrent layers of all target positions run as one operator in
+training, which makes training fast. With ``input_feeding`` (Luong et al. 2015) each position's
+decoder input is [target embedding; previous attentional state] (zeros at the first), so the
+decoder knows where it attended; training then runs the recurrent layers and the attention
+one position at a time. A decoder step (:meth:`RnnSeq2SeqSymGen.decoder_step`) is the same
+fused operator over one position, its begin states the carried ones (and the fed-back
+attentional state, ``decoder_feed``) and its final states the new ones, then the same
+attention. The recurrent layers are always fused RNN operators (CPU and GPU; no unfused
+variant).
 
 Parameters: ``source_embed_weight`` and ``target_embed_weight`` (``embed_weight`` when shared),
 ``encoder_l{i}_parameters`` / ``encoder_r{i}_parameters`` (each direction of layer i),
@@ -44,10 +48,10 @@ from mxtrain.models.seq2seq_options import RnnSeq2SeqOptions
 class RnnSeq2SeqSymGen(Seq2SeqSymGen):
     """``sym_gen`` of ``rnn_seq2seq`` (module docstring). Statics: ``encoder_memory`` (N, S,
     H), ``attention_keys`` (N, S, H; not with dot attention: the memory is the keys) and
-    ``source_bias`` (N, S); states ``decoder_hidden`` and ``decoder_cell`` (N, layers, H)."""
+    ``source_bias`` (N, S); states ``decoder_hidden`` and ``decoder_cell`` (N, layers, H),
+    and with input feeding ``decoder_feed`` (N, output width), the last attentional state."""
 
     model = "rnn_seq2seq"
-    state_names = ("decoder_hidden", "decoder_cell")
 
     options: RnnSeq2SeqOptions
 
@@ -57,6 +61,9 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
         super().__init__(options, data_info, num_embed=options.num_embed, output_width=width)
         keys = () if options.attention == "dot" else ("attention_keys",)
         self.static_names = ("encoder_memory", *keys, "source_bias")
+        feed = ("decoder_feed",) if options.input_feeding else ()
+        self.state_names = ("decoder_hidden", "decoder_cell", *feed)
+        self._variables: dict[str, Any] = {}
 
     def _dropout(self, x: Any, name: str) -> Any:
         p = self.options.dropout
@@ -92,13 +99,19 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
         hidden = mx.sym.reshape(mx.sym.tanh(init), shape=(0, opts.num_layers, opts.num_hidden))
         encoded["decoder_hidden"] = hidden
         encoded["decoder_cell"] = mx.sym.zeros_like(hidden)
+        if opts.input_feeding:
+            # (N, output width) zeros, N read from the source
+            first = mx.sym.slice_axis(real, axis=1, begin=0, end=1)
+            encoded["decoder_feed"] = mx.sym.tile(
+                mx.sym.zeros_like(first), reps=(1, self.output_width)
+            )
         return encoded
 
-    def _decoder_layers(self, x: Any, seq_len: int, hidden: Any, cell: Any) -> tuple[Any, Any]:
-        """(T, N, E) inputs and (N, layers, H) begin states -> (N, T, H) outputs and the
-        final [h, c], (layers, N, H) each."""
+    def _decoder_rnn(self) -> Any:
+        """The decoder's fused LSTM layers (one ``decoder_parameters`` array however often
+        the cell is unrolled)."""
         opts = self.options
-        rnn = mx.rnn.FusedRNNCell(
+        return mx.rnn.FusedRNNCell(
             opts.num_hidden,
             num_layers=opts.num_layers,
             mode="lstm",
@@ -106,11 +119,24 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
             get_next_state=True,
             prefix="decoder_",
         )
-        begin = [mx.sym.swapaxes(s, dim1=0, dim2=1) for s in (hidden, cell)]
+
+    def _decoder_layers(
+        self, x: Any, seq_len: int, begin: list[Any], rnn: Any = None
+    ) -> tuple[Any, Any]:
+        """(T, N, E) inputs and [h, c] begin states, (layers, N, H) each -> (N, T, H) outputs
+        and the final [h, c], (layers, N, H) each."""
+        rnn = rnn or self._decoder_rnn()
         out, finals = rnn.unroll(
             seq_len, inputs=x, begin_state=begin, layout="TNC", merge_outputs=True
         )
         return mx.sym.swapaxes(out, dim1=0, dim2=1), finals
+
+    def _weights(self, *names: str) -> dict[str, Any]:
+        """``weight``/``bias`` arguments of a layer the decoder applies at every position: one
+        variable of each name, since two of one name would be two parameters to MXNet."""
+        for name in names:
+            self._variables.setdefault(name, mx.sym.Variable(name))
+        return {name.rsplit("_", 1)[1]: self._variables[name] for name in names}
 
     def _attentional(self, queries: Any, inputs: dict[str, Any]) -> Any:
         """(N, Tq, H) decoder outputs -> (N, Tq, output_width) tanh(W_c [context; h])."""
@@ -118,7 +144,11 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
         memory = inputs["encoder_memory"]
         if opts.attention == "mlp":
             projected = mx.sym.FullyConnected(
-                queries, num_hidden=opts.num_hidden, flatten=False, name="attention_query"
+                queries,
+                num_hidden=opts.num_hidden,
+                flatten=False,
+                name="attention_query",
+                **self._weights("attention_query_weight", "attention_query_bias"),
             )
             energy = mx.sym.tanh(
                 mx.sym.broadcast_add(
@@ -127,7 +157,12 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
                 )
             )  # (N, Tq, S, H)
             scores = mx.sym.FullyConnected(
-                energy, num_hidden=1, no_bias=True, flatten=False, name="attention_score"
+                energy,
+                num_hidden=1,
+                no_bias=True,
+                flatten=False,
+                name="attention_score",
+                **self._weights("attention_score_weight"),
             )
             scores = mx.sym.reshape(scores, shape=(0, 0, 0))
         else:
@@ -143,18 +178,42 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
                 no_bias=True,
                 flatten=False,
                 name="attention_out",
+                **self._weights("attention_out_weight"),
             )
         )
 
+    @staticmethod
+    def _layers_first(states: dict[str, Any]) -> list[Any]:
+        """The carried [h, c], (N, layers, H) each, as the fused operator takes them."""
+        return [
+            mx.sym.swapaxes(states[n], dim1=0, dim2=1) for n in ("decoder_hidden", "decoder_cell")
+        ]
+
     def decode_all(self, target: Any, seq_len: int, encoded: dict[str, Any]) -> Any:
         x = self._dropout(self.embed(target, "target"), "target_embed_dropout")
-        x = mx.sym.swapaxes(x, dim1=0, dim2=1)
-        outputs, _ = self._decoder_layers(
-            x, seq_len, encoded["decoder_hidden"], encoded["decoder_cell"]
-        )
-        hidden = self._attentional(outputs, encoded)
+        begin = self._layers_first(encoded)
+        if self.options.input_feeding:
+            hidden = self._decode_fed(x, seq_len, begin, encoded)
+        else:
+            outputs, _ = self._decoder_layers(mx.sym.swapaxes(x, dim1=0, dim2=1), seq_len, begin)
+            hidden = self._attentional(outputs, encoded)
         hidden = mx.sym.reshape(hidden, shape=(-1, self.output_width))
         return self._dropout(hidden, "output_dropout")
+
+    def _decode_fed(self, x: Any, seq_len: int, begin: list[Any], encoded: dict[str, Any]) -> Any:
+        """Input feeding in training: (N, T, E) embeddings -> (N, T, output width) attentional
+        states, one position at a time, each position's input [embedding; previous state]."""
+        rnn = self._decoder_rnn()
+        steps = mx.sym.split(x, num_outputs=seq_len, axis=1) if seq_len > 1 else [x]
+        feed, states, attended = encoded["decoder_feed"], begin, []
+        for t in range(seq_len):
+            step_input = mx.sym.concat(steps[t], mx.sym.expand_dims(feed, axis=1), dim=2)
+            step_input = mx.sym.swapaxes(step_input, dim1=0, dim2=1)  # (1, N, E + W)
+            outputs, states = self._decoder_layers(step_input, 1, states, rnn)
+            state = self._attentional(outputs, encoded)  # (N, 1, W)
+            feed = mx.sym.reshape(state, shape=(0, -1))
+            attended.append(state)
+        return mx.sym.concat(*attended, dim=1) if seq_len > 1 else attended[0]
 
     def decode_one(
         self, prev_token: Any, step: Any, inputs: dict[str, Any], max_steps: int
@@ -162,12 +221,14 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
         # the position does not change an RNN's step; reading it (0 * step) keeps the step
         # graph's inputs those of every model
         prev_token = mx.sym.broadcast_add(prev_token, 0 * step)
-        x = mx.sym.expand_dims(self.embed(prev_token, "target"), axis=0)  # (1, N, E)
-        outputs, finals = self._decoder_layers(
-            x, 1, inputs["decoder_hidden"], inputs["decoder_cell"]
-        )
+        x = self.embed(prev_token, "target")  # (N, E)
+        if self.options.input_feeding:
+            x = mx.sym.concat(x, inputs["decoder_feed"], dim=1)
+        x = mx.sym.expand_dims(x, axis=0)  # (1, N, E [+ W])
+        outputs, finals = self._decoder_layers(x, 1, self._layers_first(inputs))
         hidden = mx.sym.reshape(self._attentional(outputs, inputs), shape=(-1, self.output_width))
-        return hidden, [mx.sym.swapaxes(s, dim1=0, dim2=1) for s in finals]
+        states = [mx.sym.swapaxes(s, dim1=0, dim2=1) for s in finals]
+        return hidden, states + ([hidden] if self.options.input_feeding else [])
 
     def carried_shapes(self, seq_len: int, batch: int, max_steps: int) -> dict[str, tuple]:
         size, layers = self.options.num_hidden, self.options.num_layers
@@ -177,6 +238,7 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
             "source_bias": (batch, seq_len),
             "decoder_hidden": (batch, layers, size),
             "decoder_cell": (batch, layers, size),
+            "decoder_feed": (batch, self.output_width),
         }
         return {n: shapes[n] for n in (*self.static_names, *self.state_names)}
 

@@ -68,6 +68,12 @@ class RnnSeq2SeqOptions(recurrent.RecurrentOptions):
     dropout: float = recurrent.dropout_rate(
         "dropout after the embeddings, between recurrent layers and before the output layer"
     )
+    input_feeding: bool = documented(
+        False,
+        "feed each step's attentional state into the next step's decoder input (Luong et al. "
+        "2015), so the decoder knows what it attended to; the decoder then runs one position "
+        "at a time in training (slower), instead of one fused operator over all positions",
+    )
     tie_embeddings: bool = documented(
         False,
         "the output layer uses the target embedding matrix as its weights; the attentional "
@@ -81,7 +87,7 @@ class RnnSeq2SeqOptions(recurrent.RecurrentOptions):
         recurrent.check_recurrent_sizes(self)
         check_choice("attention", self.attention, ATTENTION_TYPES)
         recurrent.check_dropout(self.dropout)
-        check_switches(self, "tie_embeddings", "share_embeddings")
+        check_switches(self, "tie_embeddings", "share_embeddings", "input_feeding")
         check_label_smoothing(self.label_smoothing)
 
 

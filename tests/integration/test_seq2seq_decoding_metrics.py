@@ -163,3 +163,39 @@ def test_decoding_metric_errors_are_clear(workdir: Path, straight_run: Path, tin
     assert "Traceback" not in err
     code, out, err = invoke("score", lm_run, "--beam-size", "3")
     assert code != 0 and "--beam-size 3" in err and "Traceback" not in err
+
+
+def test_results_script_reports_a_g2p_run_by_wer_and_scores_its_test_split(
+    workdir: Path, straight_run: Path, tmp_path: Path
+) -> None:
+    """scripts/results.py's G2P section: the best dev WER as fit logged it, test WER and PER
+    from `mxtrain score RUN:best --data test.src --target test.tgt` at beam 5."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "results.py"
+    test_data = tmp_path / "split"
+    test_data.mkdir()
+    for side in ("src", "tgt"):
+        (test_data / f"test.{side}").write_text((workdir / "data" / f"dev.{side}").read_text())
+    output = tmp_path / "RESULTS.md"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--runs", str(tmp_path / "none"), "--output", str(output),
+         "--drop-missing", "--run", f"g2p_cmudict={straight_run}", "--g2p-data", str(test_data)],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(output.with_suffix(".json").read_text())["g2p_cmudict"]
+    logged = [r["wer"] for r in evals(straight_run)]
+    assert row["valid"] == min(logged) and row["epochs"] == 2
+    source, target = test_data / "test.src", test_data / "test.tgt"
+    report = score_json(
+        f"{straight_run}:best", "--data", source, "--target", target, "--metrics", "wer,per",
+        "--beam-size", 5,
+    )  # fmt: skip
+    assert row["test_wer"] == report["metrics"]["wer"]
+    assert row["test_per"] == report["metrics"]["per"]
+    text = output.read_text()
+    assert "## Grapheme-to-phoneme conversion" in text and "Bisani & Ney 2008" in text
+    assert f"| {row['test_wer']:,.1f} / {row['test_per']:,.1f} | 5 |" in text
+    assert "Our split is not theirs" in text

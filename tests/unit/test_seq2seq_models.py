@@ -41,7 +41,8 @@ TRANSFORMER_SMALL = {
 }
 TRAINING_INPUTS = ("source", "target", "target_label")
 
-#: (name, builder, options, data info): every attention type, tied, shared and untied
+#: (name, builder, options, data info): every attention type, tied, shared and untied, with and
+#: without input feeding
 MODELS = [
     ("rnn_dot", build_rnn_seq2seq, RnnSeq2SeqOptions(attention="dot", **RNN_SMALL), INFO),
     (
@@ -51,6 +52,20 @@ MODELS = [
         INFO,
     ),
     ("rnn_mlp", build_rnn_seq2seq, RnnSeq2SeqOptions(attention="mlp", **RNN_SMALL), INFO),
+    (
+        "rnn_mlp_fed",
+        build_rnn_seq2seq,
+        RnnSeq2SeqOptions(attention="mlp", input_feeding=True, **RNN_SMALL),
+        INFO,
+    ),
+    (
+        "rnn_general_tied_fed",
+        build_rnn_seq2seq,
+        RnnSeq2SeqOptions(
+            attention="general", tie_embeddings=True, input_feeding=True, **RNN_SMALL
+        ),
+        INFO,
+    ),
     (
         "rnn_mlp_shared_tied",
         build_rnn_seq2seq,
