@@ -16,22 +16,28 @@ Examples:
 )
 @click.argument("config_file", metavar="CONFIG", type=click.Path(dir_okay=False))
 @set_option
-@click.option("--explain", is_flag=True, help="List every key with its value, default and meaning.")
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="List every key with its value, default, meaning and where the value came from "
+    "(file:line, an included file's line, --set, or default).",
+)
 @handle_errors
 def check_command(config_file: str, overrides: tuple[str, ...], explain: bool) -> None:
     """Validate CONFIG and print the resolved configuration (MXNet is not imported, unless a
     plugin the config names imports it)."""
     # deferred: the config layer (YAML, schema) costs ~60 ms, which `mxtrain --help` should not pay
-    from mxtrain.config import dump_config, explain_config, load_config
+    from mxtrain.config import dump_config, explain_config, load_config, value_origins
 
     config = load_config(config_file, overrides)
     if not explain:
         click.echo(dump_config(config), nl=False)
         return
     rows = explain_config(config)
+    origins = value_origins(config)
     width = max(len(key) for key, *_ in rows)
     for key, value, default, doc in rows:
         marker = "" if value == default else f"  (default: {default!r})"
-        click.echo(f"{key:<{width}}  {value!r}{marker}")
+        click.echo(f"{key:<{width}}  {value!r}{marker}  from {origins[key]}")
         if doc:
             click.echo(f"{'':<{width}}    {doc}")

@@ -6,10 +6,6 @@ writes configs; the section classes live in :mod:`mxtrain.config.schema`.
 """
 
 from mxtrain.config.loader import (
-    MAX_CONFIG_BYTES,
-    MAX_CONFIG_DEPTH,
-    MAX_CONFIG_VALUES,
-    MAX_MAPPING_KEYS,
     ExplainRow,
     Registries,
     config_to_dict,
@@ -17,8 +13,15 @@ from mxtrain.config.loader import (
     explain_config,
     load_config,
     parse_config,
+    value_origins,
 )
 from mxtrain.config.schema import Config
+from mxtrain.config.yaml_tree import (
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
+    MAX_CONFIG_VALUES,
+    MAX_MAPPING_KEYS,
+)
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -33,4 +36,5 @@ __all__ = [
     "explain_config",
     "load_config",
     "parse_config",
+    "value_origins",
 ]

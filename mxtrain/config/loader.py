@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,9 +26,10 @@ from types import MappingProxyType
 from typing import Any, Literal, NoReturn, TypeVar, get_args, get_origin, get_type_hints
 
 import yaml
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.nodes import Node
 
 import mxtrain
+from mxtrain.config.includes import read_config_text, read_tree
 from mxtrain.config.schema import (
     COMPRESSION_HINT,
     DECODING_METRIC_HINT,
@@ -67,128 +67,29 @@ from mxtrain.config.schema import (
     updates_on_servers,
     worker_update_keys,
 )
+from mxtrain.config.yaml_tree import (
+    _SEQ,
+    KeyPath,
+    Locations,
+    TreeBuilder,
+    _dotted,
+    _install_resolvers,
+    _show,
+    _show_plain,
+    compose_yaml,
+)
 from mxtrain.errors import ConfigError, InvalidValue
 from mxtrain.registry import CALLBACKS, ITERATORS, METRICS, MODELS, Registry
 from mxtrain.text_metrics import is_decoding_metric
-from mxtrain.user_files import read_file
 
-KeyPath = tuple[str | int, ...]
 SectionT = TypeVar("SectionT", bound=ComponentSection)
 ExplainRow = tuple[str, Any, Any, str]  # (dotted key, value, default, doc)
-
-# --------------------------------------------------------------------------------------------
-# YAML 1.2 core-schema resolution for both reading and writing
-# --------------------------------------------------------------------------------------------
-
-_NULL = "tag:yaml.org,2002:null"
-_BOOL = "tag:yaml.org,2002:bool"
-_INT = "tag:yaml.org,2002:int"
-_FLOAT = "tag:yaml.org,2002:float"
-_STR = "tag:yaml.org,2002:str"
-_SEQ = "tag:yaml.org,2002:seq"
-_MAP = "tag:yaml.org,2002:map"
-_MERGE = "tag:yaml.org,2002:merge"
-
-_RESOLVERS: tuple[tuple[str, re.Pattern[str], str], ...] = (
-    (_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), "tTfF"),
-    (_NULL, re.compile(r"^(?:~|null|Null|NULL|)$"), "~nN"),
-    (_INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), "-+0123456789"),
-    (
-        _FLOAT,
-        re.compile(
-            r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-        ),
-        "-+.0123456789",
-    ),
-    (_MERGE, re.compile(r"^<<$"), "<"),
-)
-
-
-def _install_resolvers(cls: Any) -> None:
-    cls.yaml_implicit_resolvers = {}
-    for tag, regexp, first in _RESOLVERS:
-        cls.add_implicit_resolver(tag, regexp, list(first))
-    cls.add_implicit_resolver(_NULL, _RESOLVERS[1][1], [""])
-
-
-#: Largest config file read, in bytes. Shipped configs are a few kilobytes; the limit keeps
-#: reading and parsing any file well under a second.
-MAX_CONFIG_BYTES = 256 * 1024
-#: Most values (keys, list items, scalars) one document may hold, every alias expansion
-#: counted, so an alias bomb ("billion laughs") is refused before it is expanded. Configs hold
-#: a few hundred; composing 5,000 takes well under a second even on a slow, busy CPU.
-MAX_CONFIG_VALUES = 5_000
-#: Deepest nesting of lists and mappings; configs need four or five levels.
-MAX_CONFIG_DEPTH = 32
-#: Most keys in one mapping (the schema's largest section has a few dozen).
-MAX_MAPPING_KEYS = 1_000
-
-
-class _LimitExceeded(Exception):
-    """A size limit hit while composing; becomes a ConfigError with its position."""
-
-    def __init__(self, message: str, hint: str, mark: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-        self.mark = mark
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 core-schema scalars; we only ever compose with it.
-
-    Composing counts every value (an alias counts as the whole subtree it stands for) and
-    the nesting depth, and stops at :data:`MAX_CONFIG_VALUES` / :data:`MAX_CONFIG_DEPTH`
-    before the composer recurses or expands further.
-    """
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self.values_seen = 0
-        self.depth = 0
-        self.anchor_sizes: dict[str, int] = {}
-
-    def _count(self, values: int, mark: Any) -> None:
-        self.values_seen += values
-        if self.values_seen > MAX_CONFIG_VALUES:
-            raise _LimitExceeded(
-                f"the document holds more than {MAX_CONFIG_VALUES:,} values "
-                "(aliases counted as what they expand to)",
-                "Configs need a few hundred values at most; remove the bulk, or the aliases "
-                "that repeat large anchors (the limit is mxtrain.config.MAX_CONFIG_VALUES).",
-                mark,
-            )
-
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent):
-            self._count(self.anchor_sizes.get(str(event.anchor), 1), event.start_mark)
-            return typing.cast(Node, super().compose_node(parent, index))
-        self._count(1, event.start_mark)
-        self.depth += 1
-        if self.depth > MAX_CONFIG_DEPTH:
-            raise _LimitExceeded(
-                f"lists or mappings are nested more than {MAX_CONFIG_DEPTH} levels deep",
-                "Configs need a few levels; flatten the value (the limit is "
-                "mxtrain.config.MAX_CONFIG_DEPTH).",
-                event.start_mark,
-            )
-        before = self.values_seen
-        try:
-            node = super().compose_node(parent, index)
-        finally:
-            self.depth -= 1
-        if event.anchor is not None:
-            self.anchor_sizes[str(event.anchor)] = self.values_seen - before + 1
-        return typing.cast(Node, node)
 
 
 class _Dumper(yaml.SafeDumper):
     """SafeDumper that quotes every string the loader would not read back as a string."""
 
 
-_install_resolvers(_Loader)
 _install_resolvers(_Dumper)
 
 
@@ -203,51 +104,6 @@ _Dumper.add_representer(list, _represent_list)
 # --------------------------------------------------------------------------------------------
 # Small helpers for messages
 # --------------------------------------------------------------------------------------------
-
-
-def _dotted(path: KeyPath) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
-    return out
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, Mapping):
-        return "mapping"
-    if isinstance(value, (list, tuple)):
-        return "list"
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
-    """A value as the user wrote it, with its type: ``'abc' (str)``, ``true (bool)``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, Mapping):
-        text = "{" + ", ".join(f"{k}: {_show_plain(v)}" for k, v in value.items()) + "}"
-    else:
-        text = _show_plain(value)
-    if len(text) > 80:
-        text = text[:77] + "..."
-    return f"{text} ({_type_name(value)})"
-
-
-def _show_plain(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_show_plain(v) for v in value) + "]"
-    return repr(value)
 
 
 def _suggest(word: str, choices: Sequence[str]) -> str | None:
@@ -306,244 +162,6 @@ class _Mismatch(Exception):
         self.expected = expected
         self.value = value
         self.hint = hint
-
-
-# --------------------------------------------------------------------------------------------
-# Locations: dotted key -> "file:line" or "--set key=value"
-# --------------------------------------------------------------------------------------------
-
-
-class Locations:
-    """Where each key of a config file is (``file:line``), for error messages."""
-
-    def __init__(self, default: str) -> None:
-        self.default = default
-        self._where: dict[KeyPath, str] = {}
-        # the paths one level below each path that lead to a location: forgetting a subtree
-        # then visits that subtree only, so N ``--set`` overrides cost O(N), not O(N²)
-        self._below: dict[KeyPath, set[KeyPath]] = {}
-
-    def set(self, path: KeyPath, where: str) -> None:
-        self._where[path] = where
-        for depth in range(len(path), 0, -1):
-            below = self._below.setdefault(path[: depth - 1], set())
-            if path[:depth] in below:  # its ancestors are linked already
-                break
-            below.add(path[:depth])
-
-    def drop_under(self, path: KeyPath) -> None:
-        """Forget the location of ``path`` and of every key below it."""
-        pending = [path]
-        while pending:
-            key = pending.pop()
-            self._where.pop(key, None)
-            pending.extend(self._below.pop(key, ()))
-        if path:
-            self._below.get(path[:-1], set()).discard(path)
-
-    def where(self, path: KeyPath) -> str:
-        for i in range(len(path), -1, -1):
-            found = self._where.get(path[:i])
-            if found is not None:
-                return found
-        return self.default
-
-    def known(self, path: KeyPath) -> bool:
-        return path in self._where
-
-
-# --------------------------------------------------------------------------------------------
-# Reading YAML text into plain values + locations
-# --------------------------------------------------------------------------------------------
-
-
-class TreeBuilder:
-    """Plain Python values from composed nodes, recording each key's line."""
-
-    def __init__(self, label: str, locs: Locations, line_prefix: Callable[[int], str]) -> None:
-        self.label = label
-        self.locs = locs
-        self.line_prefix = line_prefix
-        self.budget = MAX_CONFIG_VALUES
-        self.active: set[int] = set()
-
-    def fail(self, node: Node, message: str, hint: str | None = None) -> NoReturn:
-        raise ConfigError(f"{self.line_prefix(node.start_mark.line + 1)}: {message}", hint=hint)
-
-    def build(self, node: Node, path: KeyPath) -> Any:
-        self.budget -= 1
-        if self.budget < 0:
-            self.fail(
-                node,
-                f"the document expands to more than {MAX_CONFIG_VALUES:,} values (alias bomb?).",
-            )
-        if len(path) > MAX_CONFIG_DEPTH:
-            self.fail(
-                node,
-                f"{_dotted(path[:3])}...: values are nested more than {MAX_CONFIG_DEPTH} levels "
-                "deep (aliases included).",
-                hint="Flatten the value (the limit is mxtrain.config.MAX_CONFIG_DEPTH).",
-            )
-        if id(node) in self.active:
-            self.fail(node, f"{_dotted(path) or 'the document'} refers to itself via an alias.")
-        self.active.add(id(node))
-        try:
-            if isinstance(node, MappingNode):
-                return self._mapping(node, path)
-            if isinstance(node, SequenceNode):
-                if node.tag != _SEQ:
-                    self.fail(node, f"unsupported YAML tag {node.tag!r} at {_dotted(path)}.")
-                items = []
-                for i, item in enumerate(node.value):
-                    self.locs.set((*path, i), self.line_prefix(item.start_mark.line + 1))
-                    items.append(self.build(item, (*path, i)))
-                return items
-            return self._scalar(node, path)
-        finally:
-            self.active.discard(id(node))
-
-    def _scalar(self, node: Node, path: KeyPath) -> Any:
-        tag, text = node.tag, node.value
-        what = _dotted(path) or "the value"
-        try:
-            if tag == _NULL:
-                return None
-            if tag == _STR:
-                self._check_text(node, text, what)
-                return text
-            if tag == _BOOL:
-                if text.lower() not in ("true", "false"):
-                    raise ValueError
-                return text.lower() == "true"
-            if tag == _INT:
-                if text.startswith(("0o", "0x")):
-                    return int(text, 0)
-                return int(text, 10)
-            if tag == _FLOAT:
-                low = text.lower().lstrip("+")
-                if low in (".inf", "-.inf", ".nan"):
-                    return {".inf": math.inf, "-.inf": -math.inf, ".nan": math.nan}[low]
-                return float(text)
-        except ValueError:
-            self.fail(node, f"{what}: {text!r} is not a valid {tag.rsplit(':', 1)[-1]}.")
-        self.fail(
-            node,
-            f"unsupported YAML tag {tag!r} at {what}.",
-            hint="Only plain strings, numbers, true/false, null, lists and mappings are allowed.",
-        )
-
-    def _check_text(self, node: Node, text: str, what: str) -> None:
-        """Refuse NUL and lone surrogates (from YAML escapes): no file name, name or option
-        can hold them, and they used to fail deep inside fit instead of here."""
-        bad = next((c for c in text if c == "\0" or 0xD800 <= ord(c) <= 0xDFFF), None)
-        if bad is not None:
-            self.fail(
-                node,
-                f"{what}: {text[:40]!r} holds {bad!r}, which is not valid text "
-                "(a NUL or a lone surrogate).",
-                hint="Remove that escape from the value.",
-            )
-
-    def _mapping(self, node: MappingNode, path: KeyPath) -> dict[str, Any]:
-        if node.tag != _MAP:
-            self.fail(node, f"unsupported YAML tag {node.tag!r} at {_dotted(path)}.")
-        if len(node.value) > MAX_MAPPING_KEYS:
-            self.fail(
-                node,
-                f"{_dotted(path) or 'the top level'} has {len(node.value):,} keys, more than "
-                f"the {MAX_MAPPING_KEYS:,} one mapping may hold.",
-                hint="Remove the extra keys (the limit is mxtrain.config.MAX_MAPPING_KEYS).",
-            )
-        seen: dict[str, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == _MERGE:
-                continue
-            key = self._key(key_node, path)
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                self.fail(
-                    key_node,
-                    f"duplicate key {_dotted((*path, key))!r} (first set at line {seen[key]}).",
-                    hint="YAML would silently keep the last one; remove one of them.",
-                )
-            seen[key] = line
-        if any(k.tag == _MERGE for k, _ in node.value):
-            try:
-                yaml.constructor.SafeConstructor().flatten_mapping(node)
-            except yaml.MarkedYAMLError as exc:
-                self.fail(node, f"bad '<<' merge in {_dotted(path) or 'the document'}: {exc}")
-        result: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            key = self._key(key_node, path)
-            sub = (*path, key)
-            if key in result:  # merged keys come first; the mapping's own keys win
-                del result[key]
-                self.locs.drop_under(sub)  # only then: scanning every location per key is O(n²)
-            self.locs.set(sub, self.line_prefix(key_node.start_mark.line + 1))
-            result[key] = self.build(value_node, sub)
-        return result
-
-    def _key(self, key_node: Node, path: KeyPath) -> str:
-        if not isinstance(key_node, ScalarNode) or key_node.tag != _STR:
-            value = self._scalar(key_node, path) if isinstance(key_node, ScalarNode) else None
-            shown = _show(value) if isinstance(key_node, ScalarNode) else "a collection"
-            self.fail(
-                key_node,
-                f"keys must be strings, got {shown} in {_dotted(path) or 'the top level'}.",
-                hint="Put the key in quotes if you meant the text.",
-            )
-        self._check_text(key_node, str(key_node.value), f"a key in {_dotted(path) or 'the top'}")
-        return str(key_node.value)
-
-
-def _position(text: str, index: int, label: str, is_file: bool) -> str:
-    """``file:line:column`` (or ``--set ...: column N``) of character ``index`` of ``text``."""
-    line = text.count("\n", 0, index) + 1
-    column = index - (text.rfind("\n", 0, index) + 1) + 1
-    return f"{label}:{line}:{column}" if is_file else f"{label}: column {column}"
-
-
-def compose_yaml(text: str, label: str, *, is_file: bool = True) -> Node | None:
-    """The YAML node tree of ``text`` (safe loading), every problem a ConfigError naming
-    ``label``; None for an empty document."""
-    loader: _Loader | None = None
-    try:
-        loader = _Loader(text)  # this already checks every character (ReaderError)
-        return loader.get_single_node()
-    except yaml.reader.ReaderError as exc:
-        code = exc.character if isinstance(exc.character, int) else ord(str(exc.character))
-        utf16 = " It looks like UTF-16 text; save it as UTF-8." if code == 0 else ""
-        raise ConfigError(
-            f"{_position(text, exc.position, label, is_file)}: the character U+{code:04X} is "
-            "not allowed in a config (control characters, NUL and lone surrogates are refused).",
-            hint='Remove it or write it as an escape inside double quotes ("\\x01").' + utf16,
-        ) from None
-    except _LimitExceeded as exc:
-        where = _position(text, exc.mark.index, label, is_file)
-        raise ConfigError(f"{where}: {exc.message}.", hint=exc.hint) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        if mark is None:
-            where = label
-        elif is_file:
-            where = f"{label}:{mark.line + 1}:{mark.column + 1}"
-        else:
-            where = f"{label}: column {mark.column + 1}"
-        problem = exc.problem or "invalid YAML"
-        context = ""
-        if exc.context and exc.context_mark and exc.context_mark is not mark:
-            context = f" ({exc.context} at line {exc.context_mark.line + 1})"
-        elif exc.context:
-            context = f" ({exc.context})"
-        raise ConfigError(
-            f"{where}: invalid YAML: {problem}{context}.",
-            hint="Check the indentation, colons and quotes around that position.",
-        ) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{label}: invalid YAML: {exc}") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
 
 
 # --------------------------------------------------------------------------------------------
@@ -885,7 +503,13 @@ class _Builder:
         order = [name for name in tree if name in builders]
         order += [name for name in builders if name not in tree]
         sections = {name: builders[name](tree.get(name)) for name in order}
-        config = Config(**sections, source=source, base_dir=self.base_dir, locate=self.locs.where)
+        config = Config(
+            **sections,
+            source=source,
+            base_dir=self.base_dir,
+            locate=self.locs.where,
+            origin=self.locs.exact,
+        )
         self.cross_check(config)
         return config
 
@@ -1285,47 +909,21 @@ def parse_config(
     base_dir: Path,
     overrides: Sequence[str] = (),
     registries: Registries | None = None,
+    path: Path | None = None,
 ) -> Config:
-    """Parse YAML ``text`` (named ``source`` in messages) and apply ``--set`` ``overrides``.
+    """Parse YAML ``text`` (named ``source`` in messages; read from the file ``path``, when
+    given, whose folder its ``include`` paths are relative to) and apply ``--set``
+    ``overrides``.
 
     Relative paths in the config are resolved against ``base_dir``. Raises ``ConfigError``.
     """
     locs = Locations(source)
-    node = compose_yaml(text, source)
-    if node is None or (isinstance(node, ScalarNode) and node.tag == _NULL):
-        raise ConfigError(
-            f"{source} is empty; an experiment needs at least a data.train section.",
-            hint="See configs/ for complete examples.",
-        )
-    tree = TreeBuilder(source, locs, lambda line: f"{source}:{line}").build(node, ())
-    if not isinstance(tree, dict):
-        raise ConfigError(
-            f"{source}:{node.start_mark.line + 1}: the top level must be a mapping of sections "
-            f"({', '.join(SECTIONS)}), got {_show(tree)}."
-        )
+    folder = path.absolute().parent if path is not None else Path(base_dir)
+    tree = read_tree(text, source, locs, folder, path)
     for text_ in overrides:
         _apply_override(tree, text_, locs)
     builder = _Builder(locs, Path(base_dir), registries or Registries(), _default_name(source))
     return builder.config(tree, source)
-
-
-def _decode_config(data: bytes, source: str) -> str:
-    """The UTF-8 text of a config file, or a ConfigError naming the line of the bad byte."""
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise ConfigError(
-            f"{source} is UTF-16 text (it starts with a UTF-16 byte order mark); configs are "
-            "UTF-8.",
-            hint="Save the file as UTF-8, for example with `iconv -f UTF-16 -t UTF-8`.",
-        )
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(
-            f"{source} is not UTF-8 text: line {line}, byte {exc.start} "
-            f"(0x{data[exc.start]:02x}: {exc.reason}).",
-            hint="Save the file as UTF-8.",
-        ) from None
 
 
 def load_config(
@@ -1341,24 +939,15 @@ def load_config(
     a config (a run folder's ``config.yaml``) whose relative paths point elsewhere.
     """
     path = Path(path)
-    source = str(path)
-    data = read_file(
-        path,
-        "config file",
-        error=ConfigError,
-        missing_hint="Check the path; it is relative to the current directory.",
-        limit=MAX_CONFIG_BYTES,
-    )
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(
-            f"{source} is larger than {MAX_CONFIG_BYTES // 1024} KiB, too large for a config file.",
-            hint="Point at the experiment's YAML file; data belongs in files the config names "
-            "(the limit is mxtrain.config.MAX_CONFIG_BYTES).",
-        )
-    text = _decode_config(data, source)
+    text = read_config_text(path)
     folder = base_dir if base_dir is not None else path.absolute().parent
     return parse_config(
-        text, source=source, base_dir=folder, overrides=overrides, registries=registries
+        text,
+        source=str(path),
+        base_dir=folder,
+        overrides=overrides,
+        registries=registries,
+        path=path,
     )
 
 
@@ -1473,6 +1062,18 @@ def config_to_dict(config: Config) -> dict[str, Any]:
     return out
 
 
+def _escape_references(value: Any) -> Any:
+    """``value`` with each ``${`` in its strings written ``$${``, so that reading the dump
+    back gives the text, not an environment lookup."""
+    if isinstance(value, str):
+        return value.replace("${", "$${")
+    if isinstance(value, list):
+        return [_escape_references(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _escape_references(v) for k, v in value.items()}
+    return value
+
+
 def dump_config(config: Config) -> str:
     """YAML text of the resolved config; ``load_config`` of it gives an equal Config."""
     source = config.source.replace("\n", " ")
@@ -1481,7 +1082,7 @@ def dump_config(config: Config) -> str:
         f"# defaults included. Loaded from {source}.\n"
     )
     body = yaml.dump(
-        config_to_dict(config),
+        _escape_references(config_to_dict(config)),
         Dumper=_Dumper,
         sort_keys=False,
         default_flow_style=False,
@@ -1489,6 +1090,13 @@ def dump_config(config: Config) -> str:
         width=100,
     )
     return header + body
+
+
+def value_origins(config: Config) -> dict[str, str]:
+    """Where each resolved key's value came from, by dotted key: ``file:line`` (an included
+    file's for an included value), ``--set KEY=VALUE``, or ``default``."""
+    origin = config.origin or (lambda _path: None)
+    return {_dotted(path): origin(path) or "default" for path, *_ in _rows(config)}
 
 
 def explain_config(config: Config) -> list[ExplainRow]:

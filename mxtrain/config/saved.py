@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mxtrain.config.loader import Locations, TreeBuilder, compose_yaml
+from mxtrain.config.yaml_tree import Locations, TreeBuilder, compose_yaml
 from mxtrain.errors import ConfigError
 from mxtrain.user_files import read_file
 

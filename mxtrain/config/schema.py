@@ -1538,6 +1538,10 @@ class Config:
     locate: Callable[[tuple[str | int, ...]], str] | None = field(
         default=None, compare=False, repr=False
     )
+    #: the loader's finder for where a key itself was written (None: not written, a default)
+    origin: Callable[[tuple[str | int, ...]], str | None] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def where(self, *path: str | int) -> str:
         """``file:line`` of the key at ``path`` (or of the nearest enclosing key that was

@@ -297,3 +297,22 @@ def test_short_last_batches_train_as_padded_ones_do(
     assert recorded_last_batch(loaded({"last_batch": "short"})) == "short"
     assert recorded_last_batch(loaded({})) == "pad"
     assert recorded_last_batch(None) is None
+
+
+def test_a_run_of_an_including_config_keeps_the_merged_config_and_resumes_without_the_base(
+    runner: CliRunner, tiny_config: Path
+) -> None:
+    """The run folder's config.yaml is the resolved one: resume reads it, not the includes."""
+    base = tiny_config.with_name("base.yaml")
+    tiny_config.rename(base)
+    experiment = tiny_config.with_name("shared.yaml")
+    experiment.write_text("include: base.yaml\nexperiment: {name: shared}\nfit: {num_epoch: 1}\n")
+    assert run_cli(runner, "fit", str(experiment)).exit_code == 0
+    run = tiny_config.parent / "runs" / "shared"
+    saved = (run / "config.yaml").read_text()
+    assert "\ninclude:" not in saved and "num_epoch: 1" in saved
+    base.unlink()
+    resumed = run_cli(runner, "resume", str(run), "--set", "fit.num_epoch=2")
+    assert resumed.exit_code == 0, resumed.output
+    epochs = [r["epoch"] for r in read_metrics(run / "metrics.jsonl") if r["event"] == "epoch"]
+    assert epochs == [1, 2]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +115,8 @@ def test_yaml_examples_pass_check(block: Block, tmp_path: Path) -> None:
         part = yaml.safe_load(text)
         assert isinstance(part, dict), f"{block.where}: a fragment must be a mapping"
         text = yaml.safe_dump(merged(MINIMAL_CONFIG, part), sort_keys=False)
+    for shipped in (ROOT / "configs").glob("*.yaml"):  # what an example may include
+        shutil.copy(shipped, tmp_path)
     config = tmp_path / "example.yaml"
     config.write_text(text, encoding="utf-8")
     result = CliRunner().invoke(cli, ["check", str(config)])
