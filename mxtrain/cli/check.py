@@ -30,6 +30,8 @@ def check_command(config_file: str, overrides: tuple[str, ...], explain: bool) -
     from mxtrain.config import dump_config, explain_config, load_config, value_origins
 
     config = load_config(config_file, overrides)
+    for note in config.notes:
+        click.echo(f"note: {note}.", err=True)
     if not explain:
         click.echo(dump_config(config), nl=False)
         return

@@ -35,6 +35,7 @@ from mxtrain.config.schema import (
     DECODING_METRIC_HINT,
     INITIALIZERS,
     LR_COMMON_KEYS,
+    LR_HORIZON_TYPES,
     LR_REQUIRED_KEYS,
     LR_SCHEDULER_KEYS,
     OPTIMIZERS,
@@ -510,7 +511,41 @@ class _Builder:
             locate=self.locs.where,
             origin=self.locs.exact,
         )
+        config = self.schedule_horizon(config)
         self.cross_check(config)
+        return config
+
+    def schedule_horizon(self, config: Config) -> Config:
+        """A poly/cosine ``max_update: null`` becomes the run's length (``fit.num_epoch``
+        epochs); an epoch-counted horizon other than the run's length is noted."""
+        sched = config.optimizer.lr_scheduler
+        if sched is None or sched.type not in LR_HORIZON_TYPES:
+            return config
+        path = ("optimizer", "lr_scheduler", "max_update")
+        epochs = config.fit.num_epoch
+        if sched.max_update is None:
+            if sched.unit != "epochs":
+                self.fail(
+                    path,
+                    "optimizer.lr_scheduler.max_update: null follows the run's length, which "
+                    "is known in epochs only; this schedule counts updates",
+                    hint="Add unit: epochs to the lr_scheduler (warmup_steps then counts epochs "
+                    "too), or give max_update as an update count.",
+                )
+            try:
+                sched = dataclasses.replace(sched, max_update=epochs)
+            except InvalidValue as exc:
+                self.fail(path, f"optimizer.lr_scheduler.{exc.key} {exc.problem}")
+            optimizer = dataclasses.replace(config.optimizer, lr_scheduler=sched)
+            return dataclasses.replace(config, optimizer=optimizer)
+        if sched.unit == "epochs" and sched.max_update != epochs:
+            ends = "before" if sched.max_update < epochs else "after"
+            note = (
+                f"{self.locs.where(path)}: the {sched.type} schedule reaches final_lr at epoch "
+                f"{sched.max_update}, {ends} the run's last (fit.num_epoch: {epochs}); "
+                "max_update: null follows the run's length"
+            )
+            return dataclasses.replace(config, notes=(*config.notes, note))
         return config
 
     def component(

@@ -443,9 +443,9 @@ LR_SCHEDULER_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 LR_WARMUP_KEYS = ("warmup_steps", "warmup_begin_lr", "warmup_mode")
 #: keys that apply to every scheduler type
 LR_COMMON_KEYS = (*LR_WARMUP_KEYS, "unit")
-LR_REQUIRED_KEYS: Mapping[str, str] = MappingProxyType(
-    {"factor": "step", "multifactor": "steps", "poly": "max_update", "cosine": "max_update"}
-)
+LR_REQUIRED_KEYS: Mapping[str, str] = MappingProxyType({"factor": "step", "multifactor": "steps"})
+#: scheduler types whose max_update may be null: the run's length (fit.num_epoch epochs)
+LR_HORIZON_TYPES = ("poly", "cosine")
 
 
 #: an epoch-counted schedule resolves epochs to 1/1000 (EpochSchedule scales by 1000)
@@ -473,7 +473,9 @@ class LrSchedulerSection:
     factor: float = documented(1.0, "factor / multifactor: multiplier applied at each decay (<= 1)")
     stop_factor_lr: float = documented(1e-8, "factor: the lr never decays below this")
     max_update: int | None = documented(
-        None, "poly / cosine: update count at which lr reaches final_lr (required for both)"
+        None,
+        "poly / cosine: update count at which lr reaches final_lr; null: the run's length "
+        "(fit.num_epoch, with unit: epochs)",
     )
     final_lr: float = documented(0.0, "poly / cosine: lr at max_update and after")
     pwr: float = documented(2.0, "poly: power of the polynomial (1 = linear decay)")
@@ -515,16 +517,14 @@ class LrSchedulerSection:
 
     def __post_init__(self) -> None:
         check_choice("unit", self.unit, ("updates", "epochs"))
-        required = LR_REQUIRED_KEYS[self.type]
-        if getattr(self, required) is None:
+        required = LR_REQUIRED_KEYS.get(self.type)
+        if required is not None and getattr(self, required) is None:
             raise InvalidValue(
                 "type",
                 f"{self.type!r} needs lr_scheduler.{required}: "
                 + {
                     "step": "the number of updates between two decays, e.g. step: 1000.",
                     "steps": "the update counts at which to decay, e.g. steps: [1000, 2000].",
-                    "max_update": "the update count at which the lr reaches final_lr, "
-                    "e.g. max_update: 10000.",
                 }[required],
             )
         for key in ("step", "max_update", "warmup_steps"):
@@ -1535,6 +1535,9 @@ class Config:
     source: str = field(default="<string>", compare=False)
     base_dir: Path = field(default_factory=Path.cwd, compare=False)
     #: the loader's ``file:line`` finder for a key path (None: no file)
+    #: what the loader wants the user to know about a valid config (check prints them, fit
+    #: logs them), e.g. a schedule that ends before or after the run
+    notes: tuple[str, ...] = field(default=(), compare=False)
     locate: Callable[[tuple[str | int, ...]], str] | None = field(
         default=None, compare=False, repr=False
     )

@@ -117,6 +117,8 @@ def _create_run_folder(
     reporter.attach_log_file(run.log_file)
     environment.log_facts(facts)
     log.info("run folder %s", run.path)
+    for note in setup.config.notes:
+        log.warning("%s", note)
     reporter.begin_run("fit", run.path, **report_options(setup), environment=facts)
     return run
 

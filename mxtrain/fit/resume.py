@@ -123,6 +123,8 @@ def _resumed_config(
     changes = diff_configs(config_to_dict(saved), config_to_dict(config))
     for change in changes:
         log.info("config change on resume: %s", change.describe())
+    for note in config.notes:
+        log.warning("%s", note)
     refused = [c for c in changes if not c.allowed]
     if refused and not force:
         raise ConfigError(

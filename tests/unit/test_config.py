@@ -674,13 +674,15 @@ def test_scheduler_types_resolve(tmp_path: Path) -> None:
         ),
         (
             "type: poly\n",
-            "type:",
-            "optimizer.lr_scheduler.type 'poly' needs lr_scheduler.max_update",
+            "lr_scheduler:",
+            "optimizer.lr_scheduler.max_update: null follows the run's length, which is known "
+            "in epochs only",
         ),
         (
             "type: cosine\n",
-            "type:",
-            "optimizer.lr_scheduler.type 'cosine' needs lr_scheduler.max_update",
+            "lr_scheduler:",
+            "optimizer.lr_scheduler.max_update: null follows the run's length, which is known "
+            "in epochs only",
         ),
         (
             "type: multifactor\nsteps: [200, 100]\n",

@@ -209,3 +209,38 @@ def test_check_prints_the_resolved_config_and_explain_says_where_each_value_came
     assert origin("model.num_layers") == f"{base}:4"
     assert origin("fit.num_epoch") == "--set fit.num_epoch=5"
     assert origin("fit.log_interval") == "default"
+
+
+# --------------------------------------------------------------------------------------------
+# A schedule's horizon follows the run (issue 31, must 4)
+# --------------------------------------------------------------------------------------------
+
+COSINE = BASE.replace(
+    "lr_scheduler: {type: factor, step: 100, factor: 0.5}",
+    "lr_scheduler:\n    type: cosine\n    unit: epochs\n    max_update: null\n    final_lr: 0.0",
+)
+
+
+def test_a_cosine_without_max_update_ends_with_the_run(tmp_path: Path) -> None:
+    path = write(tmp_path, "cosine.yaml", COSINE)
+    assert load_config(path).optimizer.lr_scheduler.max_update == 3  # fit.num_epoch
+    shorter = load_config(path, ["fit.num_epoch=2"])
+    assert shorter.optimizer.lr_scheduler.max_update == 2 and not shorter.notes
+    assert "max_update: 2" in dump_config(shorter)  # the run folder keeps the horizon it ran
+
+
+def test_a_horizon_of_updates_cannot_follow_the_run_and_says_so(tmp_path: Path) -> None:
+    path = write(tmp_path, "cosine.yaml", COSINE.replace("    unit: epochs\n", ""))
+    message = fails(path)
+    assert message.startswith(f"{path}:16:") and "add unit: epochs" in message.lower()
+
+
+def test_a_horizon_other_than_the_runs_length_is_noted_by_check(tmp_path: Path) -> None:
+    path = write(tmp_path, "cosine.yaml", COSINE.replace("max_update: null", "max_update: 12"))
+    config = load_config(path, ["fit.num_epoch=2"])
+    assert config.optimizer.lr_scheduler.max_update == 12
+    (note,) = config.notes
+    assert note.startswith(f"{path}:17:") and "epoch 12, after the run's last" in note
+    result = CliRunner().invoke(cli, ["check", str(path), "--set", "fit.num_epoch=2"])
+    assert result.exit_code == 0 and "note: " in result.output  # CliRunner mixes stderr in
+    assert load_config(path, ["fit.num_epoch=12"]).notes == ()
