@@ -398,6 +398,7 @@ _SCHEDULER_CLASSES = {
     "multifactor": "MultiFactorScheduler",
     "poly": "PolyScheduler",
     "cosine": "CosineScheduler",
+    "plateau": "PlateauScheduler",
 }
 _INITIALIZER_CLASSES = {
     "xavier": "Xavier",
@@ -456,6 +457,8 @@ def _mxnet_scheduler(spec: LrSchedulerSection, base_lr: float, warmup: dict[str,
             base_lr=base_lr,
             **warmup,
         )
+    if spec.type == "plateau":
+        return cls(factor=spec.factor, min_lr=spec.min_lr, base_lr=base_lr, **warmup)
     if spec.type == "multifactor":
         return cls(step=list(spec.steps or ()), factor=spec.factor, base_lr=base_lr, **warmup)
     if spec.type == "poly":

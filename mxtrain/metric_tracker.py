@@ -102,3 +102,45 @@ class MetricTracker:
         state = state or {}
         self.best = state.get("best")
         self.bad = int(state.get("bad", 0))
+
+
+class PlateauWatch:
+    """When ``lr_scheduler.type: plateau`` decays the learning rate: after more than
+    ``patience`` evaluations in a row without an improvement of ``metric`` (by more than
+    ``min_delta``), then not again during ``cooldown`` evaluations. ``reductions`` counts the
+    decays so far; ``get_state``/``set_state`` carry everything through checkpoints."""
+
+    def __init__(
+        self, metric: str, lower_is_better: bool, *, patience: int, cooldown: int, min_delta: float
+    ) -> None:
+        self.tracker = MetricTracker(metric, lower_is_better, min_delta=min_delta)
+        self.patience = patience
+        self.cooldown = cooldown
+        self.cooling = 0  # evaluations of the cooldown still to come
+        self.reductions = 0
+
+    def observe(self, values: dict[str, float]) -> bool:
+        """Record one evaluation; True when the learning rate decays now."""
+        value = values.get(self.tracker.metric)
+        if value is None:
+            return False
+        self.tracker.update(value)
+        if self.cooling > 0:
+            self.cooling -= 1
+            self.tracker.bad = 0
+            return False
+        if self.tracker.bad > self.patience:
+            self.reductions += 1
+            self.cooling = self.cooldown
+            self.tracker.bad = 0
+            return True
+        return False
+
+    def get_state(self) -> dict[str, Any]:
+        return {**self.tracker.get_state(), "cooling": self.cooling, "reductions": self.reductions}
+
+    def set_state(self, state: dict[str, Any] | None) -> None:
+        state = state or {}
+        self.tracker.set_state(state)
+        self.cooling = int(state.get("cooling", 0))
+        self.reductions = int(state.get("reductions", 0))

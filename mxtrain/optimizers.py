@@ -163,6 +163,29 @@ class CosineScheduler(_FlushesTinyRates, lr_scheduler.CosineScheduler):
     """``lr_scheduler.CosineScheduler`` whose tiny rates are 0."""
 
 
+class _PlateauRates(lr_scheduler.LRScheduler):
+    """The rates of ``lr_scheduler.type: plateau``: the warmup, then ``base_lr *
+    factor ** reductions`` (never below ``min_lr``). The training loop counts the
+    reductions from the evaluations (:class:`mxtrain.metric_tracker.PlateauWatch`) and sets
+    :attr:`reductions`; the count is saved in every checkpoint, so a resumed run continues
+    at the rate it had."""
+
+    def __init__(self, factor: float, min_lr: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.factor = factor
+        self.min_lr = min_lr
+        self.reductions = 0
+
+    def __call__(self, num_update: int) -> float:
+        if num_update < self.warmup_steps:
+            return float(self.get_warmup_lr(num_update))
+        return max(self.base_lr * self.factor**self.reductions, self.min_lr)
+
+
+class PlateauScheduler(_FlushesTinyRates, _PlateauRates):
+    """``lr_scheduler.type: plateau`` whose tiny rates are 0."""
+
+
 #: EpochSchedule's inner scheduler counts thousandths of an epoch
 EPOCH_SCALE = 1000
 

@@ -863,6 +863,11 @@ class _Builder:
                 self.fail(
                     ("fit", "eval_metrics", i), f"fit.eval_metrics[{i}] {problem}", SEQ2SEQ_HINT
                 )
+        sched = config.optimizer.lr_scheduler
+        if sched is not None and sched.type == "plateau" and sched.metric is not None:
+            self._needs_eval_data(config, ("optimizer", "lr_scheduler", "type"))
+            path = ("optimizer", "lr_scheduler", "metric")
+            self._is_a_fit_metric(config, path, sched.metric)
         early = config.fit.early_stopping
         if early is not None:
             self._needs_eval_data(config, ("fit", "early_stopping"))

@@ -407,7 +407,7 @@ class KVStoreSection:
 # optimizer
 # --------------------------------------------------------------------------------------------
 
-LrSchedulerType = Literal["factor", "multifactor", "poly", "cosine"]
+LrSchedulerType = Literal["factor", "multifactor", "poly", "cosine", "plateau"]
 
 #: learning rates and weight decay (0 aside): MXNet multiplies them by the multipliers, bias
 #: corrections and schedules before its operators take them as 32-bit floats, which refuse
@@ -438,12 +438,15 @@ LR_SCHEDULER_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "multifactor": ("steps", "factor"),
         "poly": ("max_update", "final_lr", "pwr"),
         "cosine": ("max_update", "final_lr"),
+        "plateau": ("metric", "mode", "factor", "patience", "cooldown", "min_lr", "min_delta"),
     }
 )
 LR_WARMUP_KEYS = ("warmup_steps", "warmup_begin_lr", "warmup_mode")
 #: keys that apply to every scheduler type
 LR_COMMON_KEYS = (*LR_WARMUP_KEYS, "unit")
-LR_REQUIRED_KEYS: Mapping[str, str] = MappingProxyType({"factor": "step", "multifactor": "steps"})
+LR_REQUIRED_KEYS: Mapping[str, str] = MappingProxyType(
+    {"factor": "step", "multifactor": "steps", "plateau": "metric"}
+)
 #: scheduler types whose max_update may be null: the run's length (fit.num_epoch epochs)
 LR_HORIZON_TYPES = ("poly", "cosine")
 
@@ -461,7 +464,8 @@ class LrSchedulerSection:
     type: LrSchedulerType = documented(
         REQUIRED,
         "factor: multiply by factor every step updates; multifactor: at each of steps; "
-        "poly / cosine: decay to final_lr over max_update updates",
+        "poly / cosine: decay to final_lr over max_update updates; plateau: multiply by "
+        "factor when the eval metric has not improved for patience evaluations",
     )
     step: int | None = documented(None, "factor: updates between two decays (required for factor)")
     steps: tuple[int | float, ...] | None = documented(
@@ -470,7 +474,11 @@ class LrSchedulerSection:
         "(with unit: epochs, epoch counts, fractions allowed: [0.75, 3] decays three "
         "quarters into the first epoch and when the fourth starts)",
     )
-    factor: float = documented(1.0, "factor / multifactor: multiplier applied at each decay (<= 1)")
+    factor: float | None = documented(
+        None,
+        "multiplier applied at each decay: factor / multifactor (<= 1; null: 1), plateau "
+        "(< 1; null: 0.5)",
+    )
     stop_factor_lr: float = documented(1e-8, "factor: the lr never decays below this")
     max_update: int | None = documented(
         None,
@@ -485,6 +493,22 @@ class LrSchedulerSection:
     warmup_begin_lr: float = documented(0.0, "lr at update 0 of the warmup")
     warmup_mode: Literal["linear", "constant"] = documented(
         "linear", "warmup: ramp linearly to the base lr, or hold warmup_begin_lr constant"
+    )
+    metric: str | None = documented(
+        None, "plateau: the eval metric watched (one of the evaluations' metrics)"
+    )
+    mode: Literal["auto", "min", "max"] = documented(
+        "auto", "plateau: lower or higher is better; auto: as the metric declares"
+    )
+    patience: int = documented(
+        2, "plateau: evaluations without improvement tolerated; the next one decays the lr"
+    )
+    cooldown: int = documented(
+        0, "plateau: evaluations after a decay during which no improvement is counted"
+    )
+    min_lr: float = documented(0.0, "plateau: the lr never decays below this")
+    min_delta: float = documented(
+        0.0, "plateau: smallest change of the metric that counts as an improvement"
     )
     unit: Literal["updates", "epochs"] = documented(
         "updates",
@@ -517,6 +541,8 @@ class LrSchedulerSection:
 
     def __post_init__(self) -> None:
         check_choice("unit", self.unit, ("updates", "epochs"))
+        if self.factor is None:
+            object.__setattr__(self, "factor", 0.5 if self.type == "plateau" else 1.0)
         required = LR_REQUIRED_KEYS.get(self.type)
         if required is not None and getattr(self, required) is None:
             raise InvalidValue(
@@ -525,6 +551,7 @@ class LrSchedulerSection:
                 + {
                     "step": "the number of updates between two decays, e.g. step: 1000.",
                     "steps": "the update counts at which to decay, e.g. steps: [1000, 2000].",
+                    "metric": "the eval metric to watch, e.g. metric: perplexity.",
                 }[required],
             )
         for key in ("step", "max_update", "warmup_steps"):
@@ -534,10 +561,22 @@ class LrSchedulerSection:
         if self.steps is not None:
             self._check_steps(self.steps)
             check_bounds("steps", max(self.steps), Bounds(high=MAX_SCHEDULE_COUNT))
-        if self.type in ("factor", "multifactor") and not 0 < self.factor <= 1:
+        factor = float(self.factor or 0.0)  # resolved above
+        if self.type in ("factor", "multifactor") and not 0 < factor <= 1:
             raise InvalidValue(
                 "factor", f"must be in (0, 1] so the lr decreases, got {self.factor!r}."
             )
+        if self.type == "plateau":
+            if not 0 < factor < 1:
+                raise InvalidValue(
+                    "factor", f"must be in (0, 1) so the lr decreases, got {self.factor!r}."
+                )
+            check_choice("mode", self.mode, ("auto", "min", "max"))
+            for key in ("patience", "cooldown"):
+                check_at_least(key, getattr(self, key), 0)
+            check_at_least("min_delta", self.min_delta, 0.0)
+            check_at_least("min_lr", self.min_lr, 0)
+            check_rate("min_lr", self.min_lr)
         check_at_least("stop_factor_lr", self.stop_factor_lr, 0)
         check_at_least("final_lr", self.final_lr, 0)
         # a negative power divides by zero when the schedule ends (0 ** pwr)
@@ -1002,6 +1041,8 @@ def worker_update_keys(optimizer: OptimizerSection) -> list[tuple[str, ...]]:
         keys.append(("optimizer", "clip_global_norm"))
     if optimizer.lr_scheduler is not None and optimizer.lr_scheduler.unit == "epochs":
         keys.append(("optimizer", "lr_scheduler", "unit"))
+    if optimizer.lr_scheduler is not None and optimizer.lr_scheduler.type == "plateau":
+        keys.append(("optimizer", "lr_scheduler", "type"))  # the servers never see evaluations
     return keys
 
 

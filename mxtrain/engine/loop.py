@@ -24,7 +24,7 @@ from mxtrain.engine.bucketing import BucketingModule
 from mxtrain.engine.monitoring import BatchProfiler, ParameterMonitor
 from mxtrain.engine.prefetch import PrefetchIter
 from mxtrain.errors import DivergedError, PreemptedError
-from mxtrain.metric_tracker import MetricTracker
+from mxtrain.metric_tracker import MetricTracker, PlateauWatch
 
 
 class Metric(Protocol):
@@ -124,6 +124,7 @@ class Position:
     early_stopping: dict[str, Any] | None = None  # MetricTracker.get_state()
     # seconds spent on this epoch's batches so far (None: saved by an mxtrain without it)
     epoch_seconds: float | None = 0.0
+    plateau: dict[str, Any] | None = None  # PlateauWatch.get_state() (lr_scheduler: plateau)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -135,6 +136,7 @@ class Position:
             "seconds": self.seconds,
             "early_stopping": self.early_stopping,
             "epoch_seconds": self.epoch_seconds,
+            "plateau": self.plateau,
         }
 
     @classmethod
@@ -168,6 +170,9 @@ class Position:
             raise ValueError(f"metrics is {metrics!r}, not a mapping")
         if early is not None and not isinstance(early, dict):
             raise ValueError(f"early_stopping is {early!r}, not a mapping")
+        plateau = data.get("plateau")
+        if plateau is not None and not isinstance(plateau, dict):
+            raise ValueError(f"plateau is {plateau!r}, not a mapping")
         return cls(
             count("epoch"),
             count("batch"),
@@ -177,7 +182,32 @@ class Position:
             float(seconds),
             early,
             None if epoch_seconds is None else float(epoch_seconds),
+            plateau,
         )
+
+
+def _follow_plateau(module: BucketingModule, watch: PlateauWatch) -> None:
+    """Give the module's plateau schedule the decays ``watch`` counted."""
+    schedule = getattr(getattr(module, "optimizer", None), "lr_scheduler", None)
+    schedule = getattr(schedule, "inner", schedule)  # unit: epochs wraps it
+    if hasattr(schedule, "reductions"):
+        setattr(schedule, "reductions", watch.reductions)  # noqa: B010 (typed Any | None)
+
+
+def _plateau_decays(module: BucketingModule, options: FitOptions, values: dict[str, float]) -> bool:
+    """Record one evaluation for the plateau schedule; True (and logged) when the learning
+    rate decays now."""
+    watch = options.plateau
+    if watch is None or not watch.observe(values):
+        return False
+    _follow_plateau(module, watch)
+    module.logger.info(
+        "lr_scheduler plateau: %s has not improved for %d evaluations; learning rate now %s",
+        watch.tracker.metric,
+        watch.patience + 1,
+        _current_lr(module),
+    )
+    return True
 
 
 def _patience_ran_out(stopper: MetricTracker | None, values: dict[str, float]) -> bool:
@@ -284,6 +314,9 @@ class FitOptions:
     max_updates: int | None = None
     max_time: float | None = None
     early_stopping: MetricTracker | None = None
+    # lr_scheduler.type plateau: counts the decays from the evaluations; the module's
+    # optimizer's schedule takes the count (None: no plateau schedule)
+    plateau: PlateauWatch | None = None
     # Update every K batches with gradients summed over them (module bound with grad_req
     # 'add'). Stops, checkpoints and evaluations only happen between two updates.
     grad_accumulation: int = 1
@@ -390,6 +423,9 @@ def fit(
     run = _RunCounters(resume)
     if options.early_stopping is not None and resume is not None:
         options.early_stopping.set_state(resume.early_stopping)
+    if options.plateau is not None and resume is not None:
+        options.plateau.set_state(resume.plateau)
+        _follow_plateau(module, options.plateau)
     if options.should_stop():  # a stop request that came while the run was being set up
         start = resume or Position(options.begin_epoch, 0, {}, [0, 0, 0])
         if resume is not None:
@@ -469,6 +505,11 @@ def _fit_epochs(
         result = EpochResult(epoch=epoch, train=record, position=position, finished=finished)
         if eval_iter is not None:
             result.eval, result.eval_seconds = _evaluate(module, eval_iter, options)
+            if position.batch == 0:  # not the evaluation of a run stopped inside the epoch,
+                # which a resumed run will not repeat
+                _plateau_decays(module, options, result.eval)
+            if options.plateau is not None:
+                position.plateau = options.plateau.get_state()
             stopper = options.early_stopping
             if result.finished is None and _patience_ran_out(stopper, result.eval):
                 result.finished = "early_stopping"
@@ -615,6 +656,7 @@ class EpochProgress:
             run.seconds,
             stopper.get_state() if stopper is not None else None,
             self.seconds(),
+            options.plateau.get_state() if options.plateau is not None else None,
         )
 
 
@@ -710,7 +752,8 @@ def _train_epoch(
     finished = run.limit_reached(options)
     stopper = options.early_stopping
     early = stopper.get_state() if stopper is not None else None
-    end = Position(epoch, 0, {}, [0, 0, 0], run.updates, run.seconds, early, 0.0)
+    plateau = options.plateau.get_state() if options.plateau is not None else None
+    end = Position(epoch, 0, {}, [0, 0, 0], run.updates, run.seconds, early, 0.0, plateau)
     return record, end, finished
 
 
@@ -775,6 +818,7 @@ def _stops_here(work: _EpochWork, progress: EpochProgress) -> bool:
     due = options.eval_interval and batch % options.eval_interval == 0
     if work.eval_iter is not None and due:
         values, seconds = _evaluate(work.module, work.eval_iter, options)
+        _plateau_decays(work.module, options, values)
         work.hooks.on_eval(progress.epoch, batch, values, seconds)
         if _patience_ran_out(options.early_stopping, values):
             progress.finished = "early_stopping"

@@ -233,13 +233,14 @@ def create_optimization(
     if wd_by_name:
         optimizer.set_wd_mult(wd_by_name)  # keeps MXNet's no-decay default elsewhere
 
+    schedule = getattr(optimizer, "lr_scheduler", None)
     if on_kv and (
-        clips or hasattr(getattr(optimizer, "lr_scheduler", None), "set_training_position")
+        clips or hasattr(schedule, "set_training_position") or hasattr(schedule, "reductions")
     ):
         raise ValueError(
-            "global-norm clipping and epoch-counted lr schedules need the updates on the "
-            "workers: the kvstore's servers never see the summed gradients' norm or the "
-            "epoch (update_on_kvstore=False)"
+            "global-norm clipping, epoch-counted and plateau lr schedules need the updates on "
+            "the workers: the kvstore's servers never see the summed gradients' norm, the "
+            "epoch or the evaluations (update_on_kvstore=False)"
         )
     if on_kvstore_ready is not None:
         on_kvstore_ready(kv)

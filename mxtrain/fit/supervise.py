@@ -32,7 +32,12 @@ from mxtrain.fit.run_hooks import (
     TensorBoardHook,
 )
 from mxtrain.fit.setup import TrainingSetup
-from mxtrain.metric_tracker import MetricTracker, declared_direction, lower_is_better
+from mxtrain.metric_tracker import (
+    MetricTracker,
+    PlateauWatch,
+    declared_direction,
+    lower_is_better,
+)
 from mxtrain.reporting import Reporter
 from mxtrain.run.folder import RunFolder, finish_replacement
 from mxtrain.signals import StopRequests
@@ -219,10 +224,25 @@ def fit_options(job: TrainingJob, finish_requested: Callable[[], bool]) -> FitOp
         resume_from=Position.from_json(state["position"]) if state else None,
         should_stop=should_stop, finish_requested=finish, eval_interval=fit_cfg.eval_interval,
         max_updates=fit_cfg.max_updates, max_time=max_time, early_stopping=stopper,
+        plateau=plateau_watch(setup),
         grad_accumulation=fit_cfg.grad_accumulation, profiler=profiler(fit_cfg, run),
         monitor=monitor(fit_cfg, run), coordinator=coordinator, eval_module=setup.eval_module,
         extra_evaluation=setup.decoding_evaluation,
     )  # fmt: skip
+
+
+def plateau_watch(setup: TrainingSetup) -> PlateauWatch | None:
+    """What decides the decays of ``lr_scheduler.type: plateau``, or None for other schedules."""
+    sched = setup.config.optimizer.lr_scheduler
+    if sched is None or sched.type != "plateau" or sched.metric is None:
+        return None
+    return PlateauWatch(
+        sched.metric,
+        metric_lower_is_better(setup, sched.metric, sched.mode),
+        patience=sched.patience,
+        cooldown=sched.cooldown,
+        min_delta=sched.min_delta,
+    )
 
 
 def profiler(fit_cfg: FitSection, run: RunFolder) -> BatchProfiler | None:

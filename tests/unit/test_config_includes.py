@@ -244,3 +244,43 @@ def test_a_horizon_other_than_the_runs_length_is_noted_by_check(tmp_path: Path) 
     result = CliRunner().invoke(cli, ["check", str(path), "--set", "fit.num_epoch=2"])
     assert result.exit_code == 0 and "note: " in result.output  # CliRunner mixes stderr in
     assert load_config(path, ["fit.num_epoch=12"]).notes == ()
+
+
+# --------------------------------------------------------------------------------------------
+# lr_scheduler type plateau: what check refuses (the schedule itself: test_plateau_schedule)
+# --------------------------------------------------------------------------------------------
+
+WITH_EVAL = BASE.replace(
+    "    buckets: [5, 10]\n",
+    "    buckets: [5, 10]\n  eval:\n    iterator: bucket_sentence\n    source: valid.txt\n",
+)
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "text", "says"),
+    [
+        ("{type: plateau}", WITH_EVAL, "'plateau' needs lr_scheduler.metric"),
+        ("{type: plateau, metric: bleu}", WITH_EVAL, "'bleu' is not one of fit.metrics"),
+        ("{type: plateau, metric: perplexity}", BASE, "needs evaluation data"),
+        ("{type: plateau, metric: perplexity, factor: 1}", WITH_EVAL, "must be in (0, 1)"),
+        ("{type: plateau, metric: perplexity, patience: -1}", WITH_EVAL, "patience must be"),
+        ("{type: factor, step: 10, patience: 3}", WITH_EVAL, "does not apply to type 'factor'"),
+    ],
+)
+def test_plateau_schedules_are_checked(
+    tmp_path: Path, scheduler: str, text: str, says: str
+) -> None:
+    path = write(tmp_path, "plateau.yaml", text)
+    assert says in fails(path, f"optimizer.lr_scheduler={scheduler}")
+
+
+def test_a_plateau_schedule_with_its_options_passes_check(tmp_path: Path) -> None:
+    path = write(tmp_path, "plateau.yaml", WITH_EVAL)
+    scheduler = "{type: plateau, metric: perplexity, factor: 0.3, patience: 1, cooldown: 2}"
+    sched = load_config(path, [f"optimizer.lr_scheduler={scheduler}"]).optimizer.lr_scheduler
+    assert (sched.metric, sched.factor, sched.patience, sched.cooldown) == (
+        "perplexity",
+        0.3,
+        1,
+        2,
+    )
