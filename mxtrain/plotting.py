@@ -38,7 +38,8 @@ def import_pyplot() -> Any:
         import matplotlib  # optional dependency: matplotlib (the [plot] extra)
     except ImportError:
         raise MissingExtraError(
-            "`mxtrain plot` needs matplotlib, which is not installed in this environment.",
+            "`mxtrain plot` and `mxtrain lr-find` need matplotlib, which is not installed in "
+            "this environment.",
             hint="Install it with `pip install 'mxtrain[plot]'` (or `pip install matplotlib`); "
             "`mxtrain show RUN` prints the main metric as a terminal sparkline without it.",
         ) from None
@@ -69,14 +70,7 @@ def plot_runs(
         raise ConfigError(
             f"--width/--height must be between 50 and 10000 pixels, got {width}x{height}."
         )
-    require_usable_path(output, "plot file", error=ConfigError, hint="Choose another -o path.")
-    if output.exists() and not force:
-        raise ConfigError(
-            f"{output} already exists; mxtrain does not overwrite it.",
-            hint="Pass --force to replace it, or choose another -o path.",
-        )
-    if output.suffix.lower() != ".png":
-        raise ConfigError(f"-o {output}: plots are written as PNG; use a name ending in .png.")
+    check_output(output, force)
     if metric is None:
         for _label, records, config in runs:
             metric, _split = main_metric(config, epoch_rows(records))
@@ -127,12 +121,31 @@ def plot_runs(
             axes.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
         axes.grid(True, alpha=0.3)
         axes.legend(fontsize="small")
-        figure.tight_layout()
-        buffer = io.BytesIO()
-        # no bbox_inches="tight": it would change the pixel size the user asked for
-        figure.savefig(buffer, format="png", dpi=DPI)
+        write_png(figure, output)
     finally:
         plt.close(figure)
+    return metric, plotted
+
+
+def check_output(output: Path, force: bool) -> None:
+    """``output`` can take a new PNG: a usable path ending in .png, not there unless
+    ``force``."""
+    require_usable_path(output, "plot file", error=ConfigError, hint="Choose another -o path.")
+    if output.exists() and not force:
+        raise ConfigError(
+            f"{output} already exists; mxtrain does not overwrite it.",
+            hint="Pass --force to replace it, or choose another -o path.",
+        )
+    if output.suffix.lower() != ".png":
+        raise ConfigError(f"-o {output}: plots are written as PNG; use a name ending in .png.")
+
+
+def write_png(figure: Any, output: Path) -> None:
+    """``figure`` to the PNG ``output``, atomically (a failure never leaves half a file)."""
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    # no bbox_inches="tight": it would change the pixel size the user asked for
+    figure.savefig(buffer, format="png", dpi=DPI)
     make_folder(
         output.parent,
         "folder of the plot",
@@ -140,4 +153,28 @@ def plot_runs(
         hint="Choose an -o path on a file system you can write to.",
     )
     atomic_write_bytes(output, buffer.getvalue())
-    return metric, plotted
+
+
+def plot_lr_find(
+    points: Sequence[Any], suggested: float | None, output: Path, *, title: str
+) -> None:
+    """The range test's loss (raw, faint; smoothed, solid) against the learning rate on a
+    log axis, the suggested rate marked, to the PNG ``output`` (checked by check_output)."""
+    plt = import_pyplot()
+    figure = plt.figure(figsize=(800 / DPI, 500 / DPI), dpi=DPI)
+    try:
+        axes = figure.add_subplot(1, 1, 1)
+        rates = [p.lr for p in points]
+        axes.plot(rates, [p.loss for p in points], color="C0", alpha=0.3, label="batch loss")
+        axes.plot(rates, [p.smoothed for p in points], color="C0", label="smoothed")
+        if suggested is not None:
+            axes.axvline(suggested, color="C3", linestyle="--", label=f"suggested {suggested:.3g}")
+        axes.set_xscale("log")
+        axes.set_xlabel("learning rate")
+        axes.set_ylabel("training loss (cross-entropy)")
+        axes.set_title(title, fontsize="small")
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize="small")
+        write_png(figure, output)
+    finally:
+        plt.close(figure)

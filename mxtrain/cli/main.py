@@ -18,6 +18,7 @@ from mxtrain.cli import (
     kernels,
     launch,
     listing,
+    lr_find,
     plot,
     predict,
     resume,
@@ -43,6 +44,7 @@ Examples:
   mxtrain show runs/ptb_lstm
   mxtrain diff runs/ptb_lstm runs/ptb_gru
   mxtrain plot runs/ptb_lstm runs/ptb_gru --metric perplexity -o curves.png
+  mxtrain lr-find configs/ptb_lstm.yaml -o lr.png
 
 Shell completion (bash): eval "$(_MXTRAIN_COMPLETE=bash_source mxtrain)"
 
@@ -78,6 +80,7 @@ def _register_commands() -> None:
     cli.add_command(plot.plot_command)
     cli.add_command(launch.launch_command)
     cli.add_command(kernels.kernels_command)
+    cli.add_command(lr_find.lr_find_command)
 
 
 _register_commands()
