@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     DATA = 3  # missing, unreadable or unusable data
     DIVERGED = 4  # loss became NaN or infinite
     RUN_FOLDER = 5  # run folder exists / is unusable; nothing was overwritten
+    SWEEP_POINTS_FAILED = 6  # sweep: every point ran, some failed (summary.md says which)
     STUCK = 70  # distributed: no progress for kvstore.watchdog_seconds (a peer died or hung)
     PEER_LOST = 71  # launch: a process of the job was killed, or a server/scheduler failed
     PREEMPTED = 75  # stopped by SIGTERM/SIGINT after saving a resumable checkpoint
@@ -70,6 +71,12 @@ class PreemptedError(MxtrainError):
     """Training stopped on request (SIGTERM/SIGINT) after saving a resumable checkpoint."""
 
     exit_code = ExitCode.PREEMPTED
+
+
+class SweepPointsFailed(MxtrainError):
+    """A sweep ran every point, and some of them failed (each recorded in its summary)."""
+
+    exit_code = ExitCode.SWEEP_POINTS_FAILED
 
 
 class PluginError(ConfigError):

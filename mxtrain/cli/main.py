@@ -25,6 +25,7 @@ from mxtrain.cli import (
     runs,
     score,
     show,
+    sweep,
 )
 
 EPILOG = """\b
@@ -45,12 +46,14 @@ Examples:
   mxtrain diff runs/ptb_lstm runs/ptb_gru
   mxtrain plot runs/ptb_lstm runs/ptb_gru --metric perplexity -o curves.png
   mxtrain lr-find configs/ptb_lstm.yaml -o lr.png
+  mxtrain sweep configs/ptb_lstm.yaml --grid model.dropout=0.2,0.4 --parallel 2
 
 Shell completion (bash): eval "$(_MXTRAIN_COMPLETE=bash_source mxtrain)"
 
 Exit codes: 0 done, 1 internal error, 2 config/usage error or a plugin's failure,
 3 data error,
-4 training diverged, 5 run folder problem, 70 distributed job stuck (watchdog),
+4 training diverged, 5 run folder problem, 6 sweep: some points failed,
+70 distributed job stuck (watchdog),
 71 launch: a process of the job was killed or a server/scheduler failed,
 75 preempted (resumable), 130 interrupted.
 """
@@ -81,6 +84,7 @@ def _register_commands() -> None:
     cli.add_command(launch.launch_command)
     cli.add_command(kernels.kernels_command)
     cli.add_command(lr_find.lr_find_command)
+    cli.add_command(sweep.sweep_command)
 
 
 _register_commands()

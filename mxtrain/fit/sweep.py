@@ -1,0 +1,289 @@
+"""``mxtrain sweep``: many runs of one config, one per point of a grid, in one sweep folder.
+
+Each point is an ordinary run (``mxtrain fit CONFIG --set KEY=VALUE ... --name POINT``, a
+child process) whose run folder sits in the sweep folder, so ``mxtrain runs SWEEP`` lists
+them and every other command reads them. ``sweep.json`` keeps what the sweep is and how each
+point ended; ``summary.md`` and ``summary.csv`` are rewritten after every point. Running the
+same command again continues the sweep: finished and failed points are kept, an interrupted
+point is resumed from its checkpoint (bit-identically), the rest start. A failing point is
+recorded (its exit code and the log's last line) and the sweep goes on. SIGTERM or SIGINT
+stops the running points at their next batch (they save a checkpoint) and ends the sweep
+with exit code 75.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mxtrain.config import load_config
+from mxtrain.errors import ConfigError, ExitCode, PreemptedError, RunFolderError
+from mxtrain.run.atomic import atomic_write_text
+from mxtrain.run.history import summarize_run
+from mxtrain.sweep_plan import Axis, plan_points, point_name
+
+log = logging.getLogger("mxtrain")
+
+SWEEP_FILE = "sweep.json"
+LOG_FOLDER = "logs"
+#: how often the sweep looks at its running points, seconds
+POLL_SECONDS = 0.2
+
+
+@dataclass
+class SweepPoint:
+    name: str
+    overrides: list[tuple[str, str]]
+    status: str = "pending"  # pending, running, finished, failed, interrupted
+    exit_code: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class Sweep:
+    """A sweep's definition and its points' states, as ``sweep.json`` keeps them."""
+
+    folder: Path
+    config: str
+    overrides: list[str]
+    axes: list[Axis]
+    sample: int | None
+    seed: int
+    points: list[SweepPoint] = field(default_factory=list)
+
+    def identity(self) -> dict[str, Any]:
+        """What makes two sweeps the same sweep."""
+        return {
+            "config": self.config,
+            "overrides": list(self.overrides),
+            "axes": [{"key": a.key, "values": list(a.values)} for a in self.axes],
+            "sample": self.sample,
+            "seed": self.seed,
+        }
+
+    def save(self) -> None:
+        state = {
+            **self.identity(),
+            "points": [
+                {"name": p.name, "overrides": [list(o) for o in p.overrides], "status": p.status,
+                 "exit_code": p.exit_code, "error": p.error}
+                for p in self.points
+            ],
+        }  # fmt: skip
+        atomic_write_text(self.folder / SWEEP_FILE, json.dumps(state, indent=1) + "\n")
+
+
+def prepare_sweep(
+    config_file: str,
+    overrides: Sequence[str],
+    axes: Sequence[Axis],
+    *,
+    sample: int | None,
+    seed: int,
+    name: str | None,
+    runs_dir: Path | None,
+) -> Sweep:
+    """The sweep to run: a new one, checked point by point before anything starts, or the
+    one already in the sweep folder when the arguments are the same."""
+    base = load_config(config_file, overrides)
+    folder = (runs_dir or Path(base.experiment.runs_dir)) / (
+        name or f"{base.experiment.name}-sweep"
+    )
+    sweep = Sweep(
+        folder, str(Path(config_file).absolute()), list(overrides), list(axes), sample, seed
+    )
+    plan = plan_points(axes, sample=sample, seed=seed)
+    if (folder / SWEEP_FILE).exists():
+        return _continued(sweep)
+    if folder.exists() and any(folder.iterdir()):
+        raise RunFolderError(
+            f"{folder} exists and is not a sweep folder (it has no {SWEEP_FILE}); nothing was "
+            "changed.",
+            hint="Choose another --name or --runs-dir.",
+        )
+    for index, point in enumerate(plan, start=1):
+        sets = [f"{key}={value}" for key, value in point]
+        load_config(config_file, [*overrides, *sets])  # a bad value stops here, at its --set
+        sweep.points.append(SweepPoint(point_name(index, point), list(point)))
+    folder.mkdir(parents=True, exist_ok=True)
+    sweep.save()
+    return sweep
+
+
+def _continued(sweep: Sweep) -> Sweep:
+    path = sweep.folder / SWEEP_FILE
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        points = [
+            SweepPoint(p["name"], [tuple(o) for o in p["overrides"]], p["status"],
+                       p.get("exit_code"), p.get("error"))
+            for p in saved["points"]
+        ]  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RunFolderError(
+            f"{path} cannot be read ({exc}); the sweep cannot continue.",
+            hint="Start the sweep under another --name.",
+        ) from None
+    mine = sweep.identity()
+    differs = [k for k in mine if saved.get(k) != mine[k]]
+    if differs:
+        raise ConfigError(
+            f"{sweep.folder} holds another sweep: its {', '.join(differs)} differ from this "
+            "command's; nothing was changed.",
+            hint="Run the same command to continue it, or choose another --name.",
+        )
+    sweep.points = points
+    log.info("continuing the sweep in %s", sweep.folder)
+    return sweep
+
+
+def run_sweep(sweep: Sweep, *, parallel: int) -> Sweep:
+    """Run the sweep's unfinished points, ``parallel`` at a time, each with an equal share
+    of the CPU cores as its OpenMP threads. Raises PreemptedError on SIGTERM/SIGINT."""
+    threads = max(1, (os.cpu_count() or 1) // parallel)
+    waiting = [p for p in sweep.points if p.status not in ("finished", "failed")]
+    running: dict[str, tuple[SweepPoint, subprocess.Popen[bytes]]] = {}
+    stop = _StopFlag()
+    try:
+        while (waiting or running) and not stop.raised:
+            while waiting and len(running) < parallel and not stop.raised:
+                point = waiting.pop(0)
+                running[point.name] = (point, _start(sweep, point, threads))
+                point.status = "running"
+                sweep.save()
+            time.sleep(POLL_SECONDS)
+            for name, (point, child) in list(running.items()):
+                if child.poll() is not None:
+                    del running[name]
+                    _finished(sweep, point, child.returncode)
+    finally:
+        for _point, child in running.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)  # it saves a checkpoint, then exits 75
+        for point, child in running.values():
+            _finished(sweep, point, child.wait())
+        stop.restore()
+        write_summary(sweep)
+    if stop.raised:
+        raise PreemptedError(
+            f"the sweep stopped on request; {sweep.folder} keeps every point's state.",
+            hint="Run the same command again to continue it.",
+        )
+    return sweep
+
+
+def _start(sweep: Sweep, point: SweepPoint, threads: int) -> subprocess.Popen[bytes]:
+    run = sweep.folder / point.name
+    command = [sys.executable, "-m", "mxtrain"]
+    checkpoints = run / "checkpoints"
+    resumable = checkpoints.is_dir() and any(checkpoints.iterdir())
+    if resumable and point.status in ("interrupted", "running"):
+        command += ["resume", str(run), "--progress", "plain"]
+        log.info("sweep: resuming %s", point.name)
+    else:
+        sets = [*sweep.overrides, *(f"{k}={v}" for k, v in point.overrides)]
+        sets += [f"experiment.runs_dir={sweep.folder}", f"context.omp_threads={threads}"]
+        command += ["fit", sweep.config, "--name", point.name, "--progress", "plain", "--force"]
+        for value in sets:
+            command += ["--set", value]
+        log.info("sweep: starting %s", point.name)
+    logs = sweep.folder / LOG_FOLDER
+    logs.mkdir(exist_ok=True)
+    with (logs / f"{point.name}.log").open("ab") as out:
+        # a new process group: a terminal's Ctrl-C reaches the sweep, which stops the points
+        return subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def _finished(sweep: Sweep, point: SweepPoint, code: int) -> None:
+    point.exit_code = code
+    if code == 0:
+        point.status, point.error = "finished", None
+    elif code == ExitCode.PREEMPTED:
+        point.status, point.error = "interrupted", None
+    else:
+        point.status = "failed"
+        point.error = _last_line(sweep.folder / LOG_FOLDER / f"{point.name}.log")
+    log.info("sweep: %s %s (exit code %d)", point.name, point.status, code)
+    sweep.save()
+    write_summary(sweep)
+
+
+def _last_line(path: Path) -> str | None:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return None
+    return lines[-1][:500] if lines else None
+
+
+class _StopFlag:
+    """SIGTERM/SIGINT set a flag (the loop stops the points) instead of killing the sweep."""
+
+    def __init__(self) -> None:
+        self.raised = False
+        self.previous = {s: signal.signal(s, self._set) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def _set(self, _signum: int, _frame: Any) -> None:
+        self.raised = True
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
+def summary_rows(sweep: Sweep) -> list[dict[str, Any]]:
+    """One row per point: its name, status, axis values, best metric, epoch and minutes."""
+    rows = []
+    for point in sweep.points:
+        row: dict[str, Any] = {"point": point.name, "status": point.status}
+        row.update({key: value for key, value in point.overrides})
+        run = sweep.folder / point.name
+        best = summarize_run(run) if (run / "run.json").exists() else None
+        value = best.best if best is not None else None
+        row["metric"] = value.metric if value else ""
+        row["best"] = f"{value.value:.6g}" if value else ""
+        row["epoch"] = value.epoch if value else ""
+        minutes = best.duration_s / 60 if best is not None and best.duration_s else None
+        row["minutes"] = f"{minutes:.1f}" if minutes is not None else ""
+        row["error"] = point.error or ""
+        rows.append(row)
+    return rows
+
+
+def write_summary(sweep: Sweep) -> None:
+    """``summary.md`` and ``summary.csv`` of the sweep folder, from its points' run folders."""
+    rows = summary_rows(sweep)
+    columns = ["point", "status", *(a.key for a in sweep.axes), "metric", "best", "epoch"]
+    columns += ["minutes", "error"]
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(sweep.folder / "summary.csv", text.getvalue())
+    lines = [
+        f"# Sweep {sweep.folder.name}",
+        "",
+        f"`{sweep.config}` with "
+        + (" ".join(f"`--set {o}`" for o in sweep.overrides) or "its values"),
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
+    for row in rows:
+        cells = [str(row.get(c, "")).replace("|", "\\|") for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    atomic_write_text(sweep.folder / "summary.md", "\n".join(lines) + "\n")

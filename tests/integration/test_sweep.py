@@ -1,0 +1,106 @@
+"""`mxtrain sweep` end to end: every point an ordinary run in the sweep folder, the summary
+table, a failing point recorded, and a sweep stopped mid-way continued to the same table."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from mxtrain.cli.main import cli
+
+GRID = ["--grid", "optimizer.learning_rate=0.5,0.2", "--grid", "model.num_hidden=8,12"]
+
+
+def sweep_args(config: Path, name: str) -> list[str]:
+    return ["sweep", str(config), *GRID, "--name", name, "--set", "fit.num_epoch=2"]
+
+
+def table(folder: Path) -> list[dict[str, str]]:
+    rows = list(csv.DictReader((folder / "summary.csv").open()))
+    for row in rows:
+        row.pop("minutes")
+    return rows
+
+
+def test_a_grid_sweep_runs_every_point_and_tables_them(tiny_config: Path) -> None:
+    result = CliRunner().invoke(cli, sweep_args(tiny_config, "grid"))
+    assert result.exit_code == 0, result.output
+    folder = tiny_config.parent / "runs" / "grid"
+    rows = table(folder)
+    assert [r["point"] for r in rows] == [
+        "001_learning_rate=0.5,num_hidden=8",
+        "002_learning_rate=0.5,num_hidden=12",
+        "003_learning_rate=0.2,num_hidden=8",
+        "004_learning_rate=0.2,num_hidden=12",
+    ]
+    assert all(r["status"] == "finished" and r["metric"] == "perplexity" for r in rows)
+    assert {r["optimizer.learning_rate"] for r in rows} == {"0.5", "0.2"}
+    # each point is an ordinary run: `mxtrain runs` lists them, its config has the point's values
+    listed = CliRunner().invoke(cli, ["runs", str(folder), "--json"])
+    assert listed.exit_code == 0 and len(json.loads(listed.output)) == 4
+    saved = (folder / rows[3]["point"] / "config.yaml").read_text()
+    assert "num_hidden: 12" in saved and "learning_rate: 0.2" in saved
+    assert (
+        "| 004_learning_rate=0.2,num_hidden=12 | finished |" in (folder / "summary.md").read_text()
+    )
+    # the same command again: nothing left to run, the same table
+    again = CliRunner().invoke(cli, sweep_args(tiny_config, "grid"))
+    assert again.exit_code == 0, again.output
+    assert table(folder) == rows
+
+
+def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tiny_config: Path) -> None:
+    args = ["sweep", str(tiny_config), "--grid", "data.train.source=missing.txt,train.txt",
+            "--name", "failing", "--set", "fit.num_epoch=1"]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 6, result.output
+    assert "1 of 2 points failed" in result.output
+    rows = table(tiny_config.parent / "runs" / "failing")
+    assert [r["status"] for r in rows] == ["failed", "finished"]
+    assert "missing.txt" in rows[0]["error"]
+
+
+def test_a_sweep_stopped_midway_continues_to_the_same_table(tiny_config: Path) -> None:
+    straight = CliRunner().invoke(cli, sweep_args(tiny_config, "straight"))
+    assert straight.exit_code == 0, straight.output
+    folder = tiny_config.parent / "runs" / "stopped"
+    command = [sys.executable, "-m", "mxtrain", *sweep_args(tiny_config, "stopped")]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    child = subprocess.Popen(command, cwd=tiny_config.parent, env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        # stop once the second point has started (its run folder exists)
+        while not (folder / "002_learning_rate=0.5,num_hidden=12" / "run.json").exists():
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=120) == 75
+    finally:
+        if child.poll() is None:
+            child.kill()
+    states = {
+        p["name"]: p["status"] for p in json.loads((folder / "sweep.json").read_text())["points"]
+    }
+    assert states["001_learning_rate=0.5,num_hidden=8"] == "finished"
+    assert "pending" in states.values()
+    resumed = CliRunner().invoke(cli, sweep_args(tiny_config, "stopped"))
+    assert resumed.exit_code == 0, resumed.output
+    assert table(folder) == table(tiny_config.parent / "runs" / "straight")
+
+
+def test_a_different_sweep_in_the_same_folder_is_refused(tiny_config: Path) -> None:
+    first = ["sweep", str(tiny_config), "--grid", "model.num_hidden=8", "--name", "same",
+             "--set", "fit.num_epoch=1"]  # fmt: skip
+    assert CliRunner().invoke(cli, first).exit_code == 0
+    other = [*first[:3], "model.num_hidden=9", *first[4:]]
+    result = CliRunner().invoke(cli, other)
+    assert result.exit_code == 2 and "holds another sweep" in result.output
