@@ -113,3 +113,61 @@ def point_name(index: int, point: Point) -> str:
     while len(name.encode("utf-8")) > MAX_RUN_NAME_BYTES:
         name = name[:-1]
     return name
+
+
+@dataclass(frozen=True)
+class SearchParam:
+    """One key of a search (``--search KEY=SPEC``): ``float:LOW:HIGH[:log]``,
+    ``int:LOW:HIGH[:log]`` or ``choice:V1,V2,...`` (values as YAML text)."""
+
+    key: str
+    kind: str  # float, int or choice
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = False
+    choices: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.kind == "choice":
+            return f"choice:{','.join(self.choices)}"
+        return f"{self.kind}:{self.low:g}:{self.high:g}" + (":log" if self.log else "")
+
+
+def parse_search(text: str) -> SearchParam:
+    """``KEY=float:LOW:HIGH[:log]``, ``KEY=int:LOW:HIGH[:log]`` or ``KEY=choice:V1,V2``."""
+    key, sep, spec = text.partition("=")
+    key, spec = key.strip(), spec.strip()
+    where = f"--search {text}"
+    hint = (
+        "For example --search optimizer.learning_rate=float:1e-4:1e-1:log, "
+        "--search model.num_hidden=int:64:512 or --search model.attention=choice:dot,mlp."
+    )
+    if not sep or not _KEY.fullmatch(key):
+        raise ConfigError(f"{where}: expected KEY=SPEC with a dotted config key.", hint=hint)
+    kind, _, rest = spec.partition(":")
+    if kind == "choice":
+        choices = tuple(v.strip() for v in _split_top_level(rest))
+        if len(choices) < 2 or any(not c for c in choices) or len(set(choices)) != len(choices):
+            raise ConfigError(f"{where}: give two or more distinct values.", hint=hint)
+        return SearchParam(key, "choice", choices=choices)
+    parts = rest.split(":")
+    if kind not in ("float", "int") or len(parts) not in (2, 3) or parts[2:] not in ([], ["log"]):
+        raise ConfigError(
+            f"{where}: expected float:LOW:HIGH[:log], int:... or choice:...", hint=hint
+        )
+    try:
+        low, high = (int(p) if kind == "int" else float(p) for p in parts[:2])
+    except ValueError:
+        raise ConfigError(f"{where}: LOW and HIGH must be {kind} numbers.", hint=hint) from None
+    log = parts[2:] == ["log"]
+    if not low < high or (log and low <= 0):
+        raise ConfigError(
+            f"{where}: needs LOW < HIGH" + (", both above 0 on a log scale." if log else "."),
+            hint=hint,
+        )
+    return SearchParam(key, kind, float(low), float(high), log)
+
+
+def format_value(value: object) -> str:
+    """A sampled value as --set text (floats to 6 significant digits)."""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)

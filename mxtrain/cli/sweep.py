@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -28,9 +29,22 @@ Run the same command again to continue a stopped sweep.""",
     "--grid",
     "grids",
     multiple=True,
-    required=True,
     metavar="KEY=V1,V2,...",
     help="A config key and its values; several --grid give every combination.",
+)
+@click.option(
+    "--search",
+    "searches",
+    multiple=True,
+    metavar="KEY=SPEC",
+    help="Search instead of a grid (Optuna's TPE sampler and median pruner): SPEC is "
+    "float:LOW:HIGH[:log], int:LOW:HIGH[:log] or choice:V1,V2,...",
+)
+@click.option("--trials", type=click.IntRange(min=1), default=None, help="Points of a --search.")
+@click.option(
+    "--metric",
+    default=None,
+    help="What a --search optimizes (default: checkpoint.best_metric, else the first eval metric).",
 )
 @click.option(
     "--random",
@@ -59,6 +73,9 @@ def sweep_command(
     config_file: str,
     overrides: tuple[str, ...],
     grids: tuple[str, ...],
+    searches: tuple[str, ...],
+    trials: int | None,
+    metric: str | None,
     sample: int | None,
     seed: int,
     parallel: int,
@@ -74,14 +91,26 @@ def sweep_command(
     # deferred: import cost (`mxtrain --help` imports every command)
     from mxtrain.errors import SweepPointsFailed
     from mxtrain.fit.sweep import prepare_sweep, run_sweep
-    from mxtrain.sweep_plan import parse_axis
 
-    axes = [parse_axis(text) for text in grids]
-    sweep = prepare_sweep(
-        config_file, overrides, axes, sample=sample, seed=seed, name=name, runs_dir=runs_dir
-    )
-    click.echo(f"sweep {sweep.folder}: {len(sweep.points)} points, {parallel} at a time")
-    run_sweep(sweep, parallel=parallel)
+    if bool(grids) == bool(searches):
+        raise click.UsageError("give --grid KEY=V1,V2 ... or --search KEY=SPEC ..., one of them.")
+    if searches:
+        driver, sweep = _search(config_file, overrides, searches, trials, seed, metric, name,
+                                runs_dir, sample)  # fmt: skip
+        click.echo(f"sweep {sweep.folder}: {sweep.trials} trials of {sweep.metric}, "
+                   f"{parallel} at a time")  # fmt: skip
+    else:
+        from mxtrain.sweep_plan import parse_axis
+
+        if trials is not None or metric is not None:
+            raise click.UsageError("--trials and --metric go with --search, not --grid.")
+        axes = [parse_axis(text) for text in grids]
+        sweep = prepare_sweep(
+            config_file, overrides, axes, sample=sample, seed=seed, name=name, runs_dir=runs_dir
+        )
+        driver = None
+        click.echo(f"sweep {sweep.folder}: {len(sweep.points)} points, {parallel} at a time")
+    run_sweep(sweep, parallel=parallel, driver=driver)
     failed = [p for p in sweep.points if p.status == "failed"]
     click.echo(f"wrote {sweep.folder / 'summary.md'}")
     if failed:
@@ -92,3 +121,28 @@ def sweep_command(
             hint=f"Their logs are in {sweep.folder / 'logs'}; the others' results are in "
             "summary.md.",
         )
+
+
+def _search(
+    config_file: str,
+    overrides: tuple[str, ...],
+    searches: tuple[str, ...],
+    trials: int | None,
+    seed: int,
+    metric: str | None,
+    name: str | None,
+    runs_dir: Path | None,
+    sample: int | None,
+) -> tuple[Any, Any]:
+    """The search driver and its sweep, from the --search arguments."""
+    from mxtrain.fit.sweep_search import SearchDriver, prepare_search
+    from mxtrain.sweep_plan import parse_search
+
+    if trials is None or sample is not None:
+        raise click.UsageError("--search needs --trials N (and takes no --random).")
+    params = [parse_search(text) for text in searches]
+    sweep, lower = prepare_search(
+        config_file, overrides, params, trials=trials, seed=seed, metric=metric, name=name,
+        runs_dir=runs_dir,
+    )  # fmt: skip
+    return SearchDriver(sweep, lower), sweep

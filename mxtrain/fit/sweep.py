@@ -25,13 +25,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mxtrain.config import load_config
 from mxtrain.errors import ConfigError, ExitCode, PreemptedError, RunFolderError
 from mxtrain.run.atomic import atomic_write_text
 from mxtrain.run.history import summarize_run
-from mxtrain.sweep_plan import Axis, plan_points, point_name
+from mxtrain.sweep_plan import Axis, SearchParam, plan_points, point_name
 
 log = logging.getLogger("mxtrain")
 
@@ -45,9 +45,20 @@ POLL_SECONDS = 0.2
 class SweepPoint:
     name: str
     overrides: list[tuple[str, str]]
-    status: str = "pending"  # pending, running, finished, failed, interrupted
+    status: str = "pending"  # pending, running, finished, failed, interrupted, pruned
     exit_code: int | None = None
     error: str | None = None
+    trial: int | None = None  # the Optuna trial's number (search sweeps)
+    reported: int = 0  # epochs whose eval value the search has been told
+    pruning: bool = False  # the search asked this point to stop
+
+
+class Driver(Protocol):
+    """What decides a sweep's points: the grid's list, or a search that samples them."""
+
+    def next_point(self) -> SweepPoint | None: ...
+    def observe(self, point: SweepPoint) -> bool: ...  # True: stop (prune) the point
+    def finished(self, point: SweepPoint) -> None: ...
 
 
 @dataclass
@@ -61,6 +72,9 @@ class Sweep:
     sample: int | None
     seed: int
     points: list[SweepPoint] = field(default_factory=list)
+    search: list[SearchParam] = field(default_factory=list)
+    trials: int | None = None
+    metric: str | None = None  # what a search optimizes
 
     def identity(self) -> dict[str, Any]:
         """What makes two sweeps the same sweep."""
@@ -70,6 +84,9 @@ class Sweep:
             "axes": [{"key": a.key, "values": list(a.values)} for a in self.axes],
             "sample": self.sample,
             "seed": self.seed,
+            "search": [f"{p.key}={p.describe()}" for p in self.search],
+            "trials": self.trials,
+            "metric": self.metric,
         }
 
     def save(self) -> None:
@@ -77,7 +94,8 @@ class Sweep:
             **self.identity(),
             "points": [
                 {"name": p.name, "overrides": [list(o) for o in p.overrides], "status": p.status,
-                 "exit_code": p.exit_code, "error": p.error}
+                 "exit_code": p.exit_code, "error": p.error, "trial": p.trial,
+                 "reported": p.reported}
                 for p in self.points
             ],
         }  # fmt: skip
@@ -105,7 +123,7 @@ def prepare_sweep(
     )
     plan = plan_points(axes, sample=sample, seed=seed)
     if (folder / SWEEP_FILE).exists():
-        return _continued(sweep)
+        return continued_sweep(sweep)
     if folder.exists() and any(folder.iterdir()):
         raise RunFolderError(
             f"{folder} exists and is not a sweep folder (it has no {SWEEP_FILE}); nothing was "
@@ -121,13 +139,15 @@ def prepare_sweep(
     return sweep
 
 
-def _continued(sweep: Sweep) -> Sweep:
+def continued_sweep(sweep: Sweep) -> Sweep:
+    """``sweep`` with the points' states of the same sweep already in its folder, or an
+    error when that folder holds another sweep."""
     path = sweep.folder / SWEEP_FILE
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
         points = [
             SweepPoint(p["name"], [tuple(o) for o in p["overrides"]], p["status"],
-                       p.get("exit_code"), p.get("error"))
+                       p.get("exit_code"), p.get("error"), p.get("trial"), p.get("reported", 0))
             for p in saved["points"]
         ]  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -148,31 +168,55 @@ def _continued(sweep: Sweep) -> Sweep:
     return sweep
 
 
-def run_sweep(sweep: Sweep, *, parallel: int) -> Sweep:
+class GridDriver:
+    """The grid's points in order, those not yet finished or failed."""
+
+    def __init__(self, sweep: Sweep) -> None:
+        self.waiting = [p for p in sweep.points if p.status not in ("finished", "failed")]
+
+    def next_point(self) -> SweepPoint | None:
+        return self.waiting.pop(0) if self.waiting else None
+
+    def observe(self, point: SweepPoint) -> bool:
+        return False
+
+    def finished(self, point: SweepPoint) -> None:
+        pass
+
+
+def run_sweep(sweep: Sweep, *, parallel: int, driver: Driver | None = None) -> Sweep:
     """Run the sweep's unfinished points, ``parallel`` at a time, each with an equal share
-    of the CPU cores as its OpenMP threads. Raises PreemptedError on SIGTERM/SIGINT."""
+    of the CPU cores as its OpenMP threads; ``driver`` chooses them (default: the grid).
+    Raises PreemptedError on SIGTERM/SIGINT."""
+    driver = driver or GridDriver(sweep)
     threads = max(1, (os.cpu_count() or 1) // parallel)
-    waiting = [p for p in sweep.points if p.status not in ("finished", "failed")]
     running: dict[str, tuple[SweepPoint, subprocess.Popen[bytes]]] = {}
     stop = _StopFlag()
     try:
-        while (waiting or running) and not stop.raised:
-            while waiting and len(running) < parallel and not stop.raised:
-                point = waiting.pop(0)
+        while not stop.raised:
+            while len(running) < parallel and not stop.raised:
+                point = driver.next_point()
+                if point is None:
+                    break
                 running[point.name] = (point, _start(sweep, point, threads))
                 point.status = "running"
                 sweep.save()
+            if not running:
+                break
             time.sleep(POLL_SECONDS)
             for name, (point, child) in list(running.items()):
+                if not point.pruning and driver.observe(point):
+                    point.pruning = True
+                    child.send_signal(signal.SIGTERM)  # it saves a checkpoint, then exits 75
                 if child.poll() is not None:
                     del running[name]
-                    _finished(sweep, point, child.returncode)
+                    _finished(sweep, point, child.returncode, driver)
     finally:
         for _point, child in running.values():
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)  # it saves a checkpoint, then exits 75
         for point, child in running.values():
-            _finished(sweep, point, child.wait())
+            _finished(sweep, point, child.wait(), driver)
         stop.restore()
         write_summary(sweep)
     if stop.raised:
@@ -208,15 +252,18 @@ def _start(sweep: Sweep, point: SweepPoint, threads: int) -> subprocess.Popen[by
         )  # fmt: skip
 
 
-def _finished(sweep: Sweep, point: SweepPoint, code: int) -> None:
+def _finished(sweep: Sweep, point: SweepPoint, code: int, driver: Driver) -> None:
     point.exit_code = code
     if code == 0:
         point.status, point.error = "finished", None
+    elif code == ExitCode.PREEMPTED and point.pruning:
+        point.status, point.error = "pruned", None
     elif code == ExitCode.PREEMPTED:
         point.status, point.error = "interrupted", None
     else:
         point.status = "failed"
         point.error = _last_line(sweep.folder / LOG_FOLDER / f"{point.name}.log")
+    driver.finished(point)
     log.info("sweep: %s %s (exit code %d)", point.name, point.status, code)
     sweep.save()
     write_summary(sweep)
@@ -267,7 +314,8 @@ def summary_rows(sweep: Sweep) -> list[dict[str, Any]]:
 def write_summary(sweep: Sweep) -> None:
     """``summary.md`` and ``summary.csv`` of the sweep folder, from its points' run folders."""
     rows = summary_rows(sweep)
-    columns = ["point", "status", *(a.key for a in sweep.axes), "metric", "best", "epoch"]
+    keys = [a.key for a in sweep.axes] or [p.key for p in sweep.search]
+    columns = ["point", "status", *keys, "metric", "best", "epoch"]
     columns += ["minutes", "error"]
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=columns, lineterminator="\n")

@@ -104,3 +104,64 @@ def test_a_different_sweep_in_the_same_folder_is_refused(tiny_config: Path) -> N
     other = [*first[:3], "model.num_hidden=9", *first[4:]]
     result = CliRunner().invoke(cli, other)
     assert result.exit_code == 2 and "holds another sweep" in result.output
+
+
+SEARCH = ["--search", "optimizer.learning_rate=float:0.05:1.0:log",
+          "--search", "model.num_hidden=choice:8,12", "--trials", "4", "--seed", "3"]  # fmt: skip
+
+
+def search_args(config: Path, name: str) -> list[str]:
+    return ["sweep", str(config), *SEARCH, "--name", name, "--set", "fit.num_epoch=3"]
+
+
+def study_states(folder: Path) -> list[str]:
+    import optuna
+
+    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{folder / 'study.db'}")
+    return [t.state.name for t in study.get_trials()]
+
+
+def test_a_search_samples_its_trials_and_a_stopped_one_continues(tiny_config: Path) -> None:
+    folder = tiny_config.parent / "runs" / "search"
+    command = [sys.executable, "-m", "mxtrain", *search_args(tiny_config, "search")]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    child = subprocess.Popen(command, cwd=tiny_config.parent, env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not any(folder.glob("002_*/run.json")):
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=120) == 75
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert "RUNNING" in study_states(folder) or "pending" not in (folder / "sweep.json").read_text()
+    resumed = CliRunner().invoke(cli, search_args(tiny_config, "search"))
+    assert resumed.exit_code == 0, resumed.output
+    states = study_states(folder)
+    assert len(states) == 4 and set(states) <= {"COMPLETE", "PRUNED"}
+    rows = table(folder)
+    assert len(rows) == 4 and {r["status"] for r in rows} <= {"finished", "pruned"}
+    for row in rows:
+        assert 0.05 <= float(row["optimizer.learning_rate"]) <= 1.0
+        assert row["model.num_hidden"] in ("8", "12")
+    # the same command once more: every trial is done
+    again = CliRunner().invoke(cli, search_args(tiny_config, "search"))
+    assert again.exit_code == 0 and len(study_states(folder)) == 4
+
+
+def test_search_arguments_are_checked_before_anything_runs(tiny_config: Path) -> None:
+    bad = [
+        (["--search", "model.dropout=float:0.5:0.1", "--trials", "2"], "LOW < HIGH"),
+        (["--search", "model.dropout=normal:0:1", "--trials", "2"], "expected float:LOW"),
+        (["--search", "model.num_hidden=int:-5:8", "--trials", "2"], "num_hidden"),
+        (["--search", "model.dropout=float:0:0.5"], "--search needs --trials"),
+        (["--search", "model.dropout=float:0:0.5", "--grid", "model.num_hidden=8"], "one of"),
+        (["--search", "model.dropout=float:0:0.5", "--trials", "2", "--metric", "bleu"], "bleu"),
+    ]
+    for args, says in bad:
+        result = CliRunner().invoke(cli, ["sweep", str(tiny_config), *args, "--name", "bad"])
+        assert result.exit_code == 2 and says in result.output, (args, result.output)
+        assert not (tiny_config.parent / "runs" / "bad").exists()
