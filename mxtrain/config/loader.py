@@ -60,6 +60,7 @@ from mxtrain.config.schema import (
     ModelSection,
     OptimizerSection,
     ParamSpec,
+    TrackingSection,
     WarmStartSection,
     decoding_model_problem,
     gradient_compression_problem,
@@ -499,6 +500,7 @@ class _Builder:
             "fit": lambda raw: self.fit(self.mapping(raw, ("fit",))),
             "checkpoint": simple(CheckpointSection, "checkpoint"),
             "logging": simple(LoggingSection, "logging"),
+            "tracking": simple(TrackingSection, "tracking"),
         }
         # sections in file order, so the first error reported is the first one in the file
         order = [name for name in tree if name in builders]

@@ -38,6 +38,7 @@ MAY_CHANGE: tuple[str, ...] = (
     "fit.monitor.*",
     "kvstore.watchdog_seconds",
     "logging.*",
+    "tracking.*",
     "data.eval",
     "data.eval.*",
     "optimizer.learning_rate",

@@ -1533,6 +1533,34 @@ class LoggingSection:
     )
 
 
+@dataclass(frozen=True)
+class MlflowSection:
+    """An MLflow run that follows the mxtrain run (``pip install 'mxtrain[mlflow]'``)."""
+
+    uri: str = documented(
+        REQUIRED,
+        "the tracking URI: a folder (file store, e.g. mlruns or file:///abs/mlruns) or a "
+        "server (http://host:5000)",
+    )
+    experiment: str = documented("mxtrain", "the MLflow experiment the run goes in")
+
+    def __post_init__(self) -> None:
+        for key in ("uri", "experiment"):
+            if not str(getattr(self, key)).strip():
+                raise InvalidValue(key, "must not be empty.")
+
+
+@dataclass(frozen=True)
+class TrackingSection:
+    """Experiment trackers that receive a run's parameters, metrics and best checkpoint."""
+
+    mlflow: MlflowSection | None = documented(
+        None,
+        "{uri, experiment}: the resolved config as parameters, every metrics.jsonl value as "
+        "metrics, tags, the best checkpoint as artifacts; a resumed run continues its MLflow run",
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # the whole file
 # --------------------------------------------------------------------------------------------
@@ -1550,6 +1578,7 @@ SECTIONS: Mapping[str, type] = MappingProxyType(
         "fit": FitSection,
         "checkpoint": CheckpointSection,
         "logging": LoggingSection,
+        "tracking": TrackingSection,
     }
 )
 
@@ -1573,6 +1602,7 @@ class Config:
     fit: FitSection
     checkpoint: CheckpointSection
     logging: LoggingSection = field(default_factory=LoggingSection)
+    tracking: TrackingSection = field(default_factory=TrackingSection)
     source: str = field(default="<string>", compare=False)
     base_dir: Path = field(default_factory=Path.cwd, compare=False)
     #: the loader's ``file:line`` finder for a key path (None: no file)

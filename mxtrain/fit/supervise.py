@@ -46,6 +46,7 @@ from mxtrain.tensorboard import ScalarLog
 if TYPE_CHECKING:  # annotations only: MXNet must load after the run's thread settings
     from mxtrain.engine.loop import FitOptions, MetricSet
     from mxtrain.engine.monitoring import BatchProfiler, ParameterMonitor
+    from mxtrain.fit.tracking import MlflowTracker
 
 log = logging.getLogger("mxtrain")
 
@@ -80,10 +81,14 @@ class TrainingJob:
 
 
 def supervise(job: TrainingJob) -> FitSummary:
-    """Train, keeping run.json's status true whatever happens."""
+    """Train, keeping run.json's status true whatever happens (and the MLflow run's, with
+    ``tracking.mlflow``)."""
     started = time.time()
     status = "failed"
     run = job.run
+    tracker = start_tracking(job)
+    if tracker is not None:
+        job = dataclasses.replace(job, extra_hooks=[*job.extra_hooks, tracker])
     try:
         summary = train(job)
         status = "finished"
@@ -99,11 +104,24 @@ def supervise(job: TrainingJob) -> FitSummary:
         log.debug("stopped: %s", exc)
         raise
     finally:
+        if tracker is not None:
+            tracker.end(status)
         kept = finish_replacement(run, succeeded=status == "finished")
         if kept:
             log.warning(kept)
         job.reporter.close()
         run.write_status(status=status, ended=time.time(), duration_s=time.time() - started)
+
+
+def start_tracking(job: TrainingJob) -> MlflowTracker | None:
+    """The MLflow run of ``tracking.mlflow`` (rank 0 only), or None."""
+    if job.config.tracking.mlflow is None or job.setup.rank != 0:
+        return None
+    from mxtrain.fit.tracking import MlflowTracker  # deferred: the optional MLflow extra
+    from mxtrain.run import environment
+
+    facts = environment.collect(contexts=job.setup.contexts, seed=job.config.experiment.seed)
+    return MlflowTracker(job.config, job.run, job.setup.module, facts)
 
 
 def supervise_worker(job: TrainingJob) -> FitSummary:

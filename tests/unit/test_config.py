@@ -1116,6 +1116,7 @@ def test_config_to_dict_flattens_components(tmp_path: Path) -> None:
         "fit",
         "checkpoint",
         "logging",
+        "tracking",
     ]
     assert plain["model"] == {
         "name": "tiny",
