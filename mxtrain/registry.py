@@ -457,6 +457,8 @@ MODEL_EXPORTS: dict[str, str] = {
 #: built-in models that decode (an encoder and a decoder step: issue 30's seq2seq contract):
 #: only their runs compute the decoding metrics of mxtrain.text_metrics (bleu, wer, ...)
 DECODING_MODELS = frozenset({"rnn_seq2seq", "transformer_seq2seq"})
+#: the built-in iterators whose batches are (source, target) pairs: what those models train on
+PARALLEL_ITERATORS = frozenset({"parallel_text"})
 
 #: fit.callbacks: no built-ins yet; plugins only ('file.py:attr' / 'package.module:attr')
 CALLBACKS = Registry("callback", context_arg=False)

@@ -64,6 +64,7 @@ from mxtrain.config.schema import (
     WarmStartSection,
     decoding_model_problem,
     gradient_compression_problem,
+    pairing_problem,
     sharding_problem,
     training_metric_problem,
     updates_on_servers,
@@ -828,6 +829,13 @@ class _Builder:
         if problem is not None:
             self.fail(
                 ("data", "train", "iterator"), f"data.train.iterator: {problem}", hint=SHARDING_HINT
+            )
+        problem = pairing_problem(config.model.name, train.name)
+        if problem is not None:
+            self.fail(
+                ("data", "train", "iterator"),
+                problem,
+                hint="`mxtrain init --template seq2seq` writes a sequence-to-sequence config.",
             )
         if evaluate is not None and evaluate.name == train.name:
             # e.g. bucket_sentence level/lowercase: eval text must be tokenized like train's

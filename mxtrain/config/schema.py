@@ -35,7 +35,7 @@ from mxtrain.option_checks import (
     documented,
     show_number,
 )
-from mxtrain.registry import DECODING_MODELS, ITERATORS, MODELS
+from mxtrain.registry import DECODING_MODELS, ITERATORS, MODELS, PARALLEL_ITERATORS
 from mxtrain.text_metrics import DECODING_METRICS, is_decoding_metric
 
 
@@ -1324,6 +1324,29 @@ def decoding_model_problem(metric: str, model: str) -> str | None:
         f"{metric!r} is scored on decoded output, which only sequence-to-sequence models "
         f"make ({', '.join(sorted(DECODING_MODELS))}); model.name is {model!r}."
     )
+
+
+def pairing_problem(model: str, iterator: str) -> str | None:
+    """Why ``model`` cannot train on ``iterator``'s batches, or None: a sequence-to-sequence
+    model takes (source, target) pairs, which only the parallel-data iterators make, and no
+    other built-in model takes them. An iterator or model of a plugin is not judged."""
+    builtin_model, builtin_iterator = model in MODELS.available(), iterator in ITERATORS.available()
+    if not (builtin_model and builtin_iterator):
+        return None
+    pairs, needs_pairs = iterator in PARALLEL_ITERATORS, model in DECODING_MODELS
+    if needs_pairs and not pairs:
+        return (
+            f"model {model} trains on (source, target) pairs, which data.train.iterator "
+            f"{iterator} does not make; use {', '.join(sorted(PARALLEL_ITERATORS))} (source and "
+            "target files)"
+        )
+    if pairs and not needs_pairs:
+        return (
+            f"data.train.iterator {iterator} makes (source, target) pairs, which model {model} "
+            "does not take; use a sequence-to-sequence model "
+            f"({', '.join(sorted(DECODING_MODELS))})"
+        )
+    return None
 
 
 #: the largest fit.bucket_memory: far more buckets than any iterator makes (null: no bound)

@@ -423,7 +423,6 @@ PARALLEL_DATA = (
     "    iterator: parallel_text\n    source: train.src\n    target: train.tgt\n"
     "    tokens: chars\n    batch_size: 4\n"
 )
-#: for the model options alone: the check does not read data, nor match model and data
 SENTENCE_DATA = "    iterator: bucket_sentence\n    source: train.txt\n    batch_size: 4\n"
 CHECKED_MODELS = {
     "rnn_seq2seq": "  name: rnn_seq2seq\n  attention: general\n  num_hidden: 16\n",
@@ -444,15 +443,26 @@ def _check(tmp_path: Path, model: str, data: str, *sets: str) -> Any:
 
 @pytest.mark.parametrize("model", sorted(CHECKED_MODELS))
 def test_check_explains_every_option_and_names_a_bad_one(tmp_path: Path, model: str) -> None:
-    result = _check(tmp_path, CHECKED_MODELS[model], SENTENCE_DATA)
+    result = _check(tmp_path, CHECKED_MODELS[model], PARALLEL_DATA)
     assert result.exit_code == 0, result.output
     options = {"rnn_seq2seq": RnnSeq2SeqOptions, "transformer_seq2seq": TransformerSeq2SeqOptions}
     for field in dataclasses.fields(options[model]):  # every key is explained
         assert f"model.{field.name} " in result.output and field.metadata["doc"] in result.output
     bad = {"rnn_seq2seq": "model.attention=luong", "transformer_seq2seq": "model.num_heads=3"}
-    result = _check(tmp_path, CHECKED_MODELS[model], SENTENCE_DATA, bad[model])
+    result = _check(tmp_path, CHECKED_MODELS[model], PARALLEL_DATA, bad[model])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert bad[model].split("=")[0] in result.output
+
+
+@pytest.mark.parametrize("model", sorted(CHECKED_MODELS))
+def test_check_refuses_a_model_and_an_iterator_that_do_not_pair(tmp_path: Path, model: str) -> None:
+    """A seq2seq model on single sequences, or pairs for a language model: refused by check,
+    at data.train.iterator's line, not deep inside fit."""
+    result = _check(tmp_path, CHECKED_MODELS[model], SENTENCE_DATA)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "trains on (source, target) pairs" in result.output and "parallel_text" in result.output
+    result = _check(tmp_path, "  name: lstm_lm\n", PARALLEL_DATA)
+    assert result.exit_code == 2 and "which model lstm_lm does not take" in result.output
 
 
 @pytest.mark.skipif(
