@@ -37,6 +37,8 @@ class ParallelTextOptions(shared.SourceOptions):
     #: keys data.eval shares with data.train: inherited when it does not set them, refused
     #: when it sets another value (both in the config loader)
     must_match_train: ClassVar[tuple[str, ...]] = ("tokens", "lowercase", "shared_vocab")
+    #: other ways of sizing a batch that a --batch-size (pairs) replaces in score and predict
+    batch_size_replaces: ClassVar[tuple[str, ...]] = ("batch_tokens",)
 
     source: str = field(
         metadata={

@@ -139,8 +139,11 @@ def _data_section(
     if batch_size is not None:
         changes["batch_size"] = batch_size
     _check_target_argument(config, role, data, target)
-    if batch_size is not None and "target" in _option_names(config.data.eval or config.data.train):
-        changes["batch_tokens"] = None  # parallel data: --batch-size pairs replaces batch_tokens
+    if batch_size is not None:
+        read_by = config.data.eval or config.data.train
+        # an iterator that can size batches otherwise (batch_tokens) says what batch_size replaces
+        for key in getattr(type(read_by.options), "batch_size_replaces", ()):
+            changes[key] = None
     if data is None:
         if config.data.eval is None:
             raise ConfigError(
