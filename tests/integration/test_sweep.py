@@ -30,6 +30,25 @@ def table(folder: Path) -> list[dict[str, str]]:
     return rows
 
 
+def stop_when_second_point_starts(config: Path, args: list[str], folder: Path) -> None:
+    """Run the sweep ``args`` as a process, SIGTERM it once its second point's run folder
+    exists, and check that it stopped with exit code 75 (the process ended either way)."""
+    command = [sys.executable, "-m", "mxtrain", *args]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    child = subprocess.Popen(command, cwd=config.parent, env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not any(folder.glob("002_*/run.json")):
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=120) == 75
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
 def test_a_grid_sweep_runs_every_point_and_tables_them(tiny_config: Path) -> None:
     result = CliRunner().invoke(cli, sweep_args(tiny_config, "grid"))
     assert result.exit_code == 0, result.output
@@ -72,21 +91,7 @@ def test_a_sweep_stopped_midway_continues_to_the_same_table(tiny_config: Path) -
     straight = CliRunner().invoke(cli, sweep_args(tiny_config, "straight"))
     assert straight.exit_code == 0, straight.output
     folder = tiny_config.parent / "runs" / "stopped"
-    command = [sys.executable, "-m", "mxtrain", *sweep_args(tiny_config, "stopped")]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    child = subprocess.Popen(command, cwd=tiny_config.parent, env=env, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        # stop once the second point has started (its run folder exists)
-        while not (folder / "002_learning_rate=0.5,num_hidden=12" / "run.json").exists():
-            assert child.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        child.send_signal(signal.SIGTERM)
-        assert child.wait(timeout=120) == 75
-    finally:
-        if child.poll() is None:
-            child.kill()
+    stop_when_second_point_starts(tiny_config, sweep_args(tiny_config, "stopped"), folder)
     states = {
         p["name"]: p["status"] for p in json.loads((folder / "sweep.json").read_text())["points"]
     }
@@ -123,20 +128,7 @@ def study_states(folder: Path) -> list[str]:
 
 def test_a_search_samples_its_trials_and_a_stopped_one_continues(tiny_config: Path) -> None:
     folder = tiny_config.parent / "runs" / "search"
-    command = [sys.executable, "-m", "mxtrain", *search_args(tiny_config, "search")]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    child = subprocess.Popen(command, cwd=tiny_config.parent, env=env, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not any(folder.glob("002_*/run.json")):
-            assert child.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        child.send_signal(signal.SIGTERM)
-        assert child.wait(timeout=120) == 75
-    finally:
-        if child.poll() is None:
-            child.kill()
+    stop_when_second_point_starts(tiny_config, search_args(tiny_config, "search"), folder)
     assert "RUNNING" in study_states(folder) or "pending" not in (folder / "sweep.json").read_text()
     resumed = CliRunner().invoke(cli, search_args(tiny_config, "search"))
     assert resumed.exit_code == 0, resumed.output
