@@ -12,14 +12,15 @@ process (start-up, data reading, vocabulary, binding and checkpoint writing incl
 
 The same on both sides: a bidirectional LSTM encoder and an LSTM decoder with MLP (Bahdanau)
 attention and input feeding (each step's attentional state fed into the next step's input),
-``--num-embed``, ``--num-hidden``, ``--num-layers`` for encoder and decoder, no
-dropout, no weight tying, label smoothing 0.1, Adam at one learning rate with gradient values
-clipped at 5, ``--batch-size`` pairs per batch (sentence-based batches), ``--max-len`` tokens
-per side, OMP_NUM_THREADS, the seed, the dev pairs evaluated once at the end of the epoch,
-the decoding batch size. What the tools build differently at those sizes is their own design
-and is reported, not hidden: Sockeye's bidirectional encoder runs ``num_hidden / 2`` per
-direction and only its first layer is bidirectional, its buckets are 10 tokens wide; the
-parameter count of each side's trained model is in the table.
+``--num-embed``, ``--num-hidden``, ``--num-layers`` for encoder and decoder, no dropout
+(Sockeye's decoder hidden dropout set to 0), no weight tying, label smoothing 0.1, Xavier
+initialization with orthogonal recurrent weights (Sockeye's defaults), Adam at one learning
+rate with gradient values clipped at 5, ``--batch-size`` pairs per batch (sentence-based
+batches), ``--max-len`` tokens per side, OMP_NUM_THREADS, the seed, the dev pairs evaluated
+once at the end of the epoch, the decoding batch size. What the tools build differently at
+those sizes is their own design and is reported, not hidden: Sockeye's bidirectional encoder
+runs ``num_hidden / 2`` per direction and only its first layer is bidirectional, its buckets
+are 10 tokens wide; the parameter count of each side's trained model is in the table.
 
 Figures: training target tokens/s (the epoch's target tokens, ``<eos>`` included, over the
 ``fit`` / ``sockeye.train`` process), decoding sentences/s (test lines over the ``predict`` /
@@ -175,6 +176,10 @@ def mxtrain_overrides(args: argparse.Namespace, paths: dict[str, Path], runs: Pa
         "context": f"{{devices: cpu, omp_threads: {args.omp_threads}}}",
         "fit": "{num_epoch: 1, log_interval: 200, metrics: [perplexity, accuracy]}",
         "checkpoint": "{prefix: model}",
+        # Sockeye initializes every weight by Xavier (uniform, avg, magnitude 3), and the
+        # recurrent (h2h) weights orthogonally
+        "initializer": "{name: xavier, rnd_type: uniform, factor_type: avg, magnitude: 3.0, "
+        "overrides: [{pattern: '*h2h_weight', name: orthogonal}]}",
     }
     argv = []
     for key, value in values.items():
@@ -239,6 +244,7 @@ def peer_train_argv(args: argparse.Namespace, paths: dict[str, Path], model: Pat
         "--rnn-num-hidden": args.num_hidden,
         "--rnn-attention-type": "mlp",
         "--label-smoothing": 0.1,
+        "--rnn-decoder-hidden-dropout": 0.0,  # Sockeye's default is 0.2: no dropout anywhere
         "--batch-type": "sentence",
         "--batch-size": args.batch_size,
         "--max-seq-len": f"{args.max_len}:{args.max_len}",
