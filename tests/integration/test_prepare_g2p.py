@@ -202,3 +202,34 @@ def test_the_benchmark_report_takes_ratios_per_round() -> None:
     assert "CPU X (2 cores, AVX2), OMP_NUM_THREADS=2 on both sides" in text
     assert "included) ranged 0.5 to 2.0 around" in text
     assert "training 1.20x (misses the goal of 1.3x)" in text
+
+
+def test_the_benchmarks_overrides_turn_the_shipped_config_into_the_peers_model(
+    tmp_path: Path,
+) -> None:
+    """Whatever configs/g2p_cmudict.yaml trains, the benchmark's --set arguments give the
+    model the peer trains (an input-fed LSTM with MLP attention), one epoch, no decoding
+    evaluations, and `mxtrain check` accepts them."""
+    from click.testing import CliRunner
+
+    from mxtrain.cli.main import cli
+    from mxtrain.config import load_config
+
+    bench = load_bench()
+    args = bench.arguments(["--num-hidden", "32", "--omp-threads", "1"])
+    paths = {
+        f"{split}_{side}": tmp_path / f"{split}.{side}"
+        for split in ("train", "dev")
+        for side in ("src", "tgt")
+    }
+    overrides = bench.mxtrain_overrides(args, paths, tmp_path / "runs")
+    sets = overrides[1::2]
+    config = load_config(bench.CONFIG, sets)
+    assert config.model.name == "rnn_seq2seq"
+    options = config.model.options
+    assert (options.num_hidden, options.attention, options.input_feeding) == (32, "mlp", True)
+    assert config.fit.num_epoch == 1 and config.fit.eval_metrics is None
+    assert config.optimizer.lr_scheduler is None and config.optimizer.clip_global_norm is None
+    assert config.context.omp_threads == 1 and config.checkpoint.best_metric is None
+    result = CliRunner().invoke(cli, ["check", str(bench.CONFIG), *overrides])
+    assert result.exit_code == 0, result.output
