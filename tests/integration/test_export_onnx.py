@@ -175,10 +175,10 @@ def _toy(name: str) -> tuple[Any, Any]:
 @pytest.mark.parametrize("name", sorted(e.name for e in MODELS.entries()))
 def test_list_says_truly_which_models_export_to_onnx(name: str, tmp_path: Path) -> None:
     info, key = _toy(name)
+    reader = "parallel_text, target: y" if name in DECODING_MODELS else "bucket_sentence"
+    data = f"{{train: {{iterator: {reader}, source: x}}}}"
     config = parse_config(
-        f"model: {{name: {name}}}\ndata: {{train: {{iterator: bucket_sentence, source: x}}}}\n",
-        source="x.yaml",
-        base_dir=Path("."),
+        f"model: {{name: {name}}}\ndata: {data}\n", source="x.yaml", base_dir=Path(".")
     )
     sym_gen = build_sym_gen(config.model, info, Path("."))
     if name in DECODING_MODELS:  # export writes the encoder and the decoder step: converted
