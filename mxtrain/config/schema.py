@@ -184,8 +184,17 @@ class DataSection:
     eval: IteratorSection | None = documented(
         None,
         "iterator scored after every epoch (null: no evaluation); it reuses the "
-        "training vocabulary and buckets",
+        "training vocabulary and buckets. Several sets: a mapping of names to iterator "
+        "sections ({valid: {...}, test: {...}}), each scored at every evaluation, their "
+        "metrics named set.metric (valid.perplexity); this key then holds the first set",
     )
+    eval_sets: tuple[tuple[str, IteratorSection], ...] = documented(
+        (), "the named sets of a data.eval mapping, in file order (empty: one unnamed set)"
+    )
+
+    @property
+    def eval_set_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.eval_sets)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1347,6 +1356,25 @@ def pairing_problem(model: str, iterator: str) -> str | None:
             f"({', '.join(sorted(DECODING_MODELS))})"
         )
     return None
+
+
+def evaluation_metric_names(data: DataSection, fit: FitSection) -> tuple[str, ...]:
+    """What an evaluation reports, by name: ``fit``'s evaluation metrics, or with several eval
+    sets each set's device metrics as ``set.metric`` and the decoding metrics (scored on the
+    first set) as ``first.metric``."""
+    names = data.eval_set_names
+    if not names:
+        return fit.evaluation_metrics
+    device = [f"{n}.{m}" for n in names for m in fit.device_evaluation_metrics]
+    return (*device, *(f"{names[0]}.{m}" for m in fit.decoding_metrics))
+
+
+def metric_of_set(metric: str, set_names: tuple[str, ...]) -> tuple[str | None, str]:
+    """(set name or None, metric name) of an evaluation value's name (``valid.perplexity``)."""
+    head, dot, rest = metric.partition(".")
+    if dot and head in set_names:
+        return head, rest
+    return None, metric
 
 
 #: the largest fit.bucket_memory: far more buckets than any iterator makes (null: no bound)

@@ -535,19 +535,26 @@ def _fit_epochs(
 def _evaluate(
     module: BucketingModule, eval_iter: Any, options: FitOptions
 ) -> tuple[dict[str, float], float]:
+    """The evaluation's values: of one iterator by metric name, or of several named ones
+    (a dict) as ``set.metric``, the extra (decoding) metrics belonging to the first set."""
     started = time.perf_counter()
-    metrics = (options.eval_metric_factory or options.metric_factory)()
+    sets = eval_iter if isinstance(eval_iter, dict) else {"": eval_iter}
     values: dict[str, float] = {}
-    if metrics.metrics:  # eval_metrics may list only metrics of decoded output
-        values = score(
-            module if options.eval_module is None else options.eval_module,
-            eval_iter,
-            metrics,
-            max_batches=options.eval_max_batches,
-            prefetch=options.prefetch,
-        )
+    for name, iterator in sets.items():
+        metrics = (options.eval_metric_factory or options.metric_factory)()
+        if metrics.metrics:  # eval_metrics may list only metrics of decoded output
+            scored = score(
+                module if options.eval_module is None else options.eval_module,
+                iterator,
+                metrics,
+                max_batches=options.eval_max_batches,
+                prefetch=options.prefetch,
+            )
+            values.update({f"{name}.{k}" if name else k: v for k, v in scored.items()})
     if options.extra_evaluation is not None:
-        values.update(options.extra_evaluation(module))
+        first = next(iter(sets))
+        extra = options.extra_evaluation(module)
+        values.update({f"{first}.{k}" if first else k: v for k, v in extra.items()})
     return values, time.perf_counter() - started
 
 

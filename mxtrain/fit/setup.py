@@ -98,6 +98,8 @@ class TrainingSetup:
     #: fit.eval_metrics' decoding metrics of data.eval under the module's current parameters
     #: (None: none asked)
     decoding_evaluation: DecodingEvaluation | None = None
+    #: the named eval sets' iterators, the first one being ``eval_iter`` (empty: one set)
+    eval_sets: dict[str, mx.io.DataIter] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,7 @@ def prepare_training(
     seed_everything(seed)
     worker = place_worker(config.context, config.kvstore, config.data.train)
     train_iter, eval_iter = build_iterators(config.data.eval, worker, seed, base_dir, restart)
+    eval_sets = eval_set_iterators(config, train_iter, eval_iter, worker.min_batch)
     not_measured = ""
     if worker.dist_kv is not None:
         not_measured = DISTRIBUTED_NOT_MEASURED
@@ -159,6 +162,7 @@ def prepare_training(
         callbacks = CallbackRunner(config.fit.callbacks, base_dir, module, rank=worker.rank)
     return TrainingSetup(
         config=config, contexts=worker.contexts, train_iter=train_iter, eval_iter=eval_iter,
+        eval_sets=eval_sets,
         module=module, mxnet_version=mx.__version__, rank=worker.rank, coordinator=coordinator,
         warm_start=started_from, callbacks=callbacks, kernel_choices=choices,
         eval_module=eval_module, full_sym_gen=model.sym_gen, decoding_evaluation=decoding,
@@ -245,14 +249,43 @@ def build_iterators(
         log.info("train data: %s", describe())
     if eval_section is None:
         return train_iter, None
+    return train_iter, eval_iterator(
+        eval_section, "data.eval", train_iter, seed, base_dir, min_batch
+    )
+
+
+def eval_iterator(
+    section: IteratorSection,
+    where: str,
+    train_iter: mx.io.DataIter,
+    seed: int,
+    base_dir: Path,
+    min_batch: int,
+) -> mx.io.DataIter:
+    """One evaluation iterator (``where``: its dotted key), sharing the training vocabulary."""
     context = DataContext(
         role="eval", seed=seed, base_dir=base_dir, train=train_iter, min_batch=min_batch
     )
-    eval_iter = build_data_iter(eval_section, context, base_dir, "data.eval")
+    eval_iter = build_data_iter(section, context, base_dir, where)
     describe = getattr(eval_iter, "describe", None)
     if callable(describe):
-        log.info("eval data: %s", describe())
-    return train_iter, eval_iter
+        log.info("eval data (%s): %s", where, describe())
+    return eval_iter
+
+
+def eval_set_iterators(
+    config: Config, train_iter: mx.io.DataIter, first: mx.io.DataIter | None, min_batch: int
+) -> dict[str, mx.io.DataIter]:
+    """Every named eval set's iterator (``first`` is the first set's), or none for one set."""
+    sets = config.data.eval_sets
+    if not sets:
+        return {}
+    seed, base_dir = config.experiment.seed, config.base_dir
+    iterators = {sets[0][0]: first}
+    for name, section in sets[1:]:
+        where = f"data.eval.{name}"
+        iterators[name] = eval_iterator(section, where, train_iter, seed, base_dir, min_batch)
+    return iterators
 
 
 def choose_kernels(

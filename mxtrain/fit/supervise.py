@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mxtrain.build import build_metric
 from mxtrain.config import Config
-from mxtrain.config.schema import FitSection
+from mxtrain.config.schema import FitSection, evaluation_metric_names, metric_of_set
 from mxtrain.distributed import Watchdog
 from mxtrain.errors import MxtrainError, PreemptedError
 from mxtrain.fit.run_hooks import (
@@ -159,7 +159,11 @@ def train(job: TrainingJob) -> FitSummary:
         if watchdog is not None:
             watchdog.start()
         results = fit(
-            setup.module, setup.train_iter, options, eval_iter=setup.eval_iter, hooks=hooks
+            setup.module,
+            setup.train_iter,
+            options,
+            eval_iter=setup.eval_sets or setup.eval_iter,
+            hooks=hooks,
         )
     except PreemptedError as exc:
         if not checkpoints.saves:
@@ -283,7 +287,9 @@ def monitor(fit_cfg: FitSection, run: RunFolder) -> ParameterMonitor | None:
 
 
 def metric_lower_is_better(setup: TrainingSetup, metric: str, mode: str) -> bool:
-    """Which way ``metric`` is better: ``mode`` min/max, else what the metric declares."""
+    """Which way ``metric`` is better: ``mode`` min/max, else what the metric declares (an
+    eval set's ``valid.perplexity`` as ``perplexity``)."""
+    metric = metric_of_set(metric, setup.config.data.eval_set_names)[1]
     if mode == "auto":
         fit_cfg, base_dir = setup.config.fit, setup.config.base_dir
         data_info = setup.train_iter.data_info
@@ -308,7 +314,8 @@ def report_options(setup: TrainingSetup) -> dict[str, Any]:
     elif early is not None:
         metric, mode = early.metric, early.mode
     else:
-        names = config.fit.evaluation_metrics if config.data.eval else config.fit.metrics
+        evaluated = evaluation_metric_names(config.data, config.fit)
+        names = evaluated if config.data.eval else config.fit.metrics
         metric, mode = (names[0] if names else None), "auto"
     return {
         "num_epoch": config.fit.num_epoch,

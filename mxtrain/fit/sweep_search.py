@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mxtrain.config import Config, load_config
+from mxtrain.config.schema import evaluation_metric_names, metric_of_set
 from mxtrain.errors import ConfigError, RunFolderError
 from mxtrain.fit.sweep import SWEEP_FILE, Sweep, SweepPoint, continued_sweep
 from mxtrain.metric_tracker import lower_is_better
@@ -36,7 +37,7 @@ def watched_metric(config: Config, metric: str | None) -> tuple[str, bool]:
             hint="Add a data.eval section, or sweep a --grid instead.",
         )
     ckpt, early = config.checkpoint, config.fit.early_stopping
-    names = config.fit.evaluation_metrics
+    names = evaluation_metric_names(config.data, config.fit)
     if metric is None:
         metric = ckpt.best_metric or (early.metric if early else None) or names[0]
     if metric not in names:
@@ -45,7 +46,7 @@ def watched_metric(config: Config, metric: str | None) -> tuple[str, bool]:
             hint="Pick one of them, or add it to fit.eval_metrics.",
         )
     mode = ckpt.best_mode if metric == ckpt.best_metric else "auto"
-    return metric, lower_is_better(metric, mode)
+    return metric, lower_is_better(metric_of_set(metric, config.data.eval_set_names)[1], mode)
 
 
 def prepare_search(

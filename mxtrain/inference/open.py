@@ -153,6 +153,9 @@ def _data_section(
                 "iterator options).",
             )
         return _with_options(config.data.eval, "data.eval", **changes), "data.eval"
+    sets = dict(config.data.eval_sets)
+    if isinstance(data, str) and data in sets:  # --data NAME: one of the eval sets
+        return _with_options(sets[data], f"data.eval.{data}", **changes), f"data.eval.{data}"
     section, where = config.data.eval, "data.eval"
     if section is None:
         section, where = config.data.train, "data.train"
@@ -190,7 +193,8 @@ def _check_target_argument(
             "--target needs --data: the source side of the same pairs.",
             hint="Give both: --data SOURCE_FILE --target TARGET_FILE.",
         )
-    if parallel and role == "eval" and data is not None and target is None:
+    named_set = data is not None and str(data) in config.data.eval_set_names
+    if parallel and role == "eval" and data is not None and target is None and not named_set:
         raise ConfigError(
             f"--data {data}: this run reads parallel data ({section.name}), so scoring a file "
             "needs its target side too.",
@@ -260,12 +264,18 @@ def _load_params(opened: OpenedRun, overrides: Sequence[str]) -> None:
 
 
 def _named_files(
-    data: str | os.PathLike[str] | None, target: str | os.PathLike[str] | None, role: str
+    data: str | os.PathLike[str] | None,
+    target: str | os.PathLike[str] | None,
+    role: str,
+    eval_sets: tuple[str, ...] = (),
 ) -> tuple[Path | str | None, Path | None]:
-    """The data file (or treebank split) and parallel target file named on the command line."""
+    """The data file (or treebank split, or the name of one of ``eval_sets`` when no file has
+    that name) and parallel target file named on the command line."""
     data_file: Path | str | None = None
     if data is not None and str(data).startswith(TREEBANK_PREFIX):
         data_file = str(data)  # a split of the treebank package, read by the iterator
+    elif data is not None and str(data) in eval_sets and not Path(data).exists():
+        data_file = str(data)  # one of the run's eval sets
     elif data:
         data_file = input_file(data, "data file" if role == "eval" else "input file")
     if role == "predict" and data_file is None:
@@ -304,12 +314,11 @@ def open_run(
         raise ConfigError(f"The batch size must be a positive integer, got {batch_size}.")
     path, ref_choice = parse_checkpoint_ref(ref)
     wanted = merge_selectors(ref_choice, epoch, os.fspath(ref))
-    data_file, target_file = _named_files(data, target, role)
-
     run = open_run_folder(path)
     status = run.read_status()
     config_dir = run.config_dir()
     config = load_config(run.config_file, overrides, base_dir=config_dir)
+    data_file, target_file = _named_files(data, target, role, config.data.eval_set_names)
 
     configure_threads(config.context)  # before MXNet is imported (reading the checkpoint)
     chosen = resolve_checkpoint(run, config.checkpoint.prefix, wanted)

@@ -19,6 +19,7 @@ from typing import Any
 from mxtrain.config import config_to_dict, load_config
 from mxtrain.config.resume_policy import ConfigChange, diff_configs, value_at
 from mxtrain.config.saved import read_config_tree
+from mxtrain.config.schema import metric_of_set
 from mxtrain.errors import ConfigError, RunFolderError
 from mxtrain.metric_tracker import MetricTracker, lower_is_better
 from mxtrain.run.checkpoint import (
@@ -366,14 +367,27 @@ def _split(row: EpochRow, split: str) -> dict[str, float]:
     return (row.eval if split == "eval" else row.train) or {}
 
 
+def eval_set_names(config: dict[str, Any] | None) -> tuple[str, ...]:
+    """The names of a saved config's eval sets (``data.eval`` as a mapping of sets), or ()."""
+    evaluated = value_at(config, "data.eval")
+    if (
+        isinstance(evaluated, dict)
+        and evaluated
+        and all(isinstance(v, dict) for v in evaluated.values())
+    ):
+        return tuple(evaluated)
+    return ()
+
+
 def best_value(config: dict[str, Any] | None, epochs: Sequence[EpochRow]) -> BestValue | None:
     """The best epoch value of the run's main metric (see :func:`main_metric`)."""
     metric, split = main_metric(config, epochs)
     if metric is None or split is None:
         return None
     mode = value_at(config, "checkpoint.best_mode")
+    _set, base = metric_of_set(metric, eval_set_names(config))
     tracker = MetricTracker(
-        metric, lower_is_better(metric, mode if isinstance(mode, str) else "auto")
+        metric, lower_is_better(base, mode if isinstance(mode, str) else "auto")
     )
     best: BestValue | None = None
     for row in epochs:

@@ -41,6 +41,7 @@ def plugin_references(config: Config) -> list[str]:
     names = [config.model.name, config.data.train.name]
     if config.data.eval is not None:
         names.append(config.data.eval.name)
+    names.extend(section.name for _, section in config.data.eval_sets)
     names.extend(config.fit.metrics)
     names.extend(config.fit.eval_metrics or ())
     names.extend(callback.name for callback in config.fit.callbacks)
