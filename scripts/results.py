@@ -165,7 +165,8 @@ def carried_row(name: str, row: dict[str, Any]) -> dict[str, Any]:
 G2P: dict[str, dict[str, Any]] = {
     "g2p_cmudict": {
         "config": "configs/g2p_cmudict.yaml",
-        "source": "attentional bi-LSTM encoder-decoder with input feeding",
+        "source": "attentional LSTM encoder-decoder: 2 x 256 bidirectional encoder, 2 x 256 "
+        "decoder, general (Luong) attention",
         "data": "configs/data/cmudict",
         "beam": 5,
     },
