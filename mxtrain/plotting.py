@@ -32,14 +32,13 @@ class PlottedRun:
     curves: list[Curve]
 
 
-def import_pyplot() -> Any:
+def import_pyplot(command: str = "mxtrain plot") -> Any:
     """matplotlib.pyplot on the Agg backend, or a MissingExtraError saying how to install it."""
     try:
         import matplotlib  # optional dependency: matplotlib (the [plot] extra)
     except ImportError:
         raise MissingExtraError(
-            "`mxtrain plot` and `mxtrain lr-find` need matplotlib, which is not installed in "
-            "this environment.",
+            f"`{command}` needs matplotlib, which is not installed in this environment.",
             hint="Install it with `pip install 'mxtrain[plot]'` (or `pip install matplotlib`); "
             "`mxtrain show RUN` prints the main metric as a terminal sparkline without it.",
         ) from None
@@ -160,7 +159,7 @@ def plot_lr_find(
 ) -> None:
     """The range test's loss (raw, faint; smoothed, solid) against the learning rate on a
     log axis, the suggested rate marked, to the PNG ``output`` (checked by check_output)."""
-    plt = import_pyplot()
+    plt = import_pyplot("mxtrain lr-find")
     figure = plt.figure(figsize=(800 / DPI, 500 / DPI), dpi=DPI)
     try:
         axes = figure.add_subplot(1, 1, 1)

@@ -78,7 +78,7 @@ def lr_find_command(
     from mxtrain.plotting import check_output, import_pyplot, plot_lr_find
 
     check_output(output, force)
-    import_pyplot()  # a missing extra is said before any training
+    import_pyplot("mxtrain lr-find")  # a missing extra is said before any training
     result = find_learning_rate(config_file, overrides, start=start_lr, end=end_lr, updates=updates)
     plot_lr_find(result.points, result.suggested, output, title=f"lr-find {config_file}")
     ran = len(result.points)
