@@ -20,7 +20,7 @@ CONFIG = """\
 experiment:
   name: g2p
 model:
-  name: rnn_tagger
+  name: rnn_seq2seq
 data:
   train:
     iterator: parallel_text
