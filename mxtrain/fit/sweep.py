@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from mxtrain.config import load_config
+from mxtrain.config import Config, load_config
 from mxtrain.errors import ConfigError, ExitCode, PreemptedError, RunFolderError
 from mxtrain.run.atomic import atomic_write_text
 from mxtrain.run.history import summarize_run
@@ -102,6 +102,26 @@ class Sweep:
         atomic_write_text(self.folder / SWEEP_FILE, json.dumps(state, indent=1) + "\n")
 
 
+def sweep_folder(base: Config, name: str | None, runs_dir: Path | None) -> Path:
+    """The sweep folder: ``--runs-dir`` (else experiment.runs_dir) / ``--name`` (else
+    ``EXPERIMENT-sweep``)."""
+    return (runs_dir or Path(base.experiment.runs_dir)) / (name or f"{base.experiment.name}-sweep")
+
+
+def is_continued(folder: Path) -> bool:
+    """True when ``folder`` holds a sweep (the same command continues it); a folder with
+    something else in it is refused, nothing changed."""
+    if (folder / SWEEP_FILE).exists():
+        return True
+    if folder.exists() and any(folder.iterdir()):
+        raise RunFolderError(
+            f"{folder} exists and is not a sweep folder (it has no {SWEEP_FILE}); nothing was "
+            "changed.",
+            hint="Choose another --name or --runs-dir.",
+        )
+    return False
+
+
 def prepare_sweep(
     config_file: str,
     overrides: Sequence[str],
@@ -115,21 +135,13 @@ def prepare_sweep(
     """The sweep to run: a new one, checked point by point before anything starts, or the
     one already in the sweep folder when the arguments are the same."""
     base = load_config(config_file, overrides)
-    folder = (runs_dir or Path(base.experiment.runs_dir)) / (
-        name or f"{base.experiment.name}-sweep"
-    )
+    folder = sweep_folder(base, name, runs_dir)
     sweep = Sweep(
         folder, str(Path(config_file).absolute()), list(overrides), list(axes), sample, seed
     )
     plan = plan_points(axes, sample=sample, seed=seed)
-    if (folder / SWEEP_FILE).exists():
+    if is_continued(folder):
         return continued_sweep(sweep)
-    if folder.exists() and any(folder.iterdir()):
-        raise RunFolderError(
-            f"{folder} exists and is not a sweep folder (it has no {SWEEP_FILE}); nothing was "
-            "changed.",
-            hint="Choose another --name or --runs-dir.",
-        )
     for index, point in enumerate(plan, start=1):
         sets = [f"{key}={value}" for key, value in point]
         load_config(config_file, [*overrides, *sets])  # a bad value stops here, at its --set

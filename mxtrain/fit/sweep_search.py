@@ -17,7 +17,13 @@ from typing import Any
 from mxtrain.config import Config, load_config
 from mxtrain.config.schema import evaluation_metric_names, metric_of_set
 from mxtrain.errors import ConfigError, RunFolderError
-from mxtrain.fit.sweep import SWEEP_FILE, Sweep, SweepPoint, continued_sweep
+from mxtrain.fit.sweep import (
+    Sweep,
+    SweepPoint,
+    continued_sweep,
+    is_continued,
+    sweep_folder,
+)
 from mxtrain.metric_tracker import lower_is_better
 from mxtrain.run.folder import read_metrics
 from mxtrain.sweep_plan import SearchParam, format_value, point_name
@@ -74,19 +80,11 @@ def prepare_search(
             values = tuple(str(int(v)) for v in (param.low, param.high))
         for value in values:
             load_config(config_file, [*overrides, f"{param.key}={value}"])
-    folder = (runs_dir or Path(base.experiment.runs_dir)) / (
-        name or f"{base.experiment.name}-sweep"
-    )
+    folder = sweep_folder(base, name, runs_dir)
     sweep = Sweep(folder, str(Path(config_file).absolute()), list(overrides), [], None, seed)
     sweep.search, sweep.trials, sweep.metric = list(params), trials, watched
-    if (folder / SWEEP_FILE).exists():
+    if is_continued(folder):
         return continued_sweep(sweep), lower
-    if folder.exists() and any(folder.iterdir()):
-        raise RunFolderError(
-            f"{folder} exists and is not a sweep folder (it has no {SWEEP_FILE}); nothing was "
-            "changed.",
-            hint="Choose another --name or --runs-dir.",
-        )
     folder.mkdir(parents=True, exist_ok=True)
     sweep.save()
     return sweep, lower
