@@ -164,6 +164,13 @@ score is log_prob divided by the GNMT length penalty. --task generate: {"line", 
     int,
     "generate with sampling: the same seed gives the same text on the same machine (default 0).",
 )
+@click.option(
+    "--ensemble",
+    metavar="RUN[:EPOCH|:best|:TAG]",
+    multiple=True,
+    help="seq2seq: decode together with this run too (repeatable): the mean of the models' "
+    "probabilities at each step. The runs must share their vocabularies.",
+)
 @set_option
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @handle_errors
@@ -187,6 +194,7 @@ def predict_command(
     temperature: float | None,
     top_p: float | None,
     seed: int | None,
+    ensemble: tuple[str, ...],
     overrides: tuple[str, ...],
     force: bool,
 ) -> None:
@@ -235,6 +243,7 @@ def predict_command(
                 top_p=top_p,
                 seed=seed,
             ),
+            ensemble=ensemble,
         )
     finally:
         reporter.close()

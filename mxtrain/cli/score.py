@@ -78,6 +78,13 @@ Examples:
     help="The beam of the decoding metrics (default: fit.decode_eval.beam_size, 1 without it, "
     "as fit decoded; `predict` searches 5 by default).",
 )
+@click.option(
+    "--ensemble",
+    metavar="RUN[:EPOCH|:best|:TAG]",
+    multiple=True,
+    help="Decode together with this seq2seq run (repeatable): the mean of the models' "
+    "probabilities at each step. Same vocabularies needed; the device metrics stay RUN's own.",
+)
 @set_option
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON line.")
 @handle_errors
@@ -90,6 +97,7 @@ def score_command(
     max_batches: int | None,
     decoding_metrics: str | None,
     beam_size: int | None,
+    ensemble: tuple[str, ...],
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -112,7 +120,8 @@ def score_command(
     longer than every bucket, which the device metrics skip, are decoded too. On data.eval
     the sources fit decoded are decoded (fit.decode_eval.max_sentences; change it with
     --set fit.decode_eval.max_sentences=null), with --data every one; "decoding" in
-    the JSON line gives the beam and the number of sources.
+    the JSON line gives the beam and the number of sources. With --ensemble the decoding
+    metrics are those of the runs decoding together ("decoding": "ensemble" lists them).
     """
     # deferred: import cost (`mxtrain --help` imports every command)
     from rich.console import Console
@@ -134,6 +143,7 @@ def score_command(
             max_batches=max_batches,
             decoding_metrics=[n.strip() for n in (decoding_metrics or "").split(",") if n.strip()],
             beam_size=beam_size,
+            ensemble=ensemble,
         )
     finally:
         reporter.close()
@@ -144,6 +154,8 @@ def score_command(
                 f", {report.decoding['sources']} sources decoded at beam "
                 f"{report.decoding['beam_size']}"
             )
+            if "ensemble" in report.decoding:
+                part += f" by an ensemble of {len(report.decoding['ensemble'])} models"
         click.echo(
             f"{report.run} epoch {report.epoch} on {report.data} "
             f"(checkpoint {report.checkpoint}{part})"

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from mxtrain.decoding.search import DecodeOptions
-from mxtrain.decoding.seq2seq import check_decoder, decode_sources, decoder_graphs
+from mxtrain.decoding.seq2seq import DecoderModel, check_decoder, decode_sources, decoder_graphs
 from mxtrain.errors import ConfigError
 from mxtrain.text_metrics import decoding_scores
 
@@ -44,6 +44,16 @@ log = logging.getLogger("mxtrain")
 
 #: distinct sources decoded together (a batch has beam_size times as many decoder rows)
 SOURCES_PER_BATCH = 64
+
+
+@dataclass(frozen=True)
+class FixedModel:
+    """A further model of an ensemble, with its own fixed parameters (``--ensemble``)."""
+
+    sym_gen: Any
+    arg_params: dict[str, Any]
+    aux_params: dict[str, Any]
+    name: str = "model"  # for messages: the model's name in its config
 
 
 @dataclass(frozen=True)
@@ -93,7 +103,8 @@ def padded_batches(sources: Sequence[EvalSource], pad: int) -> list[tuple[np.nda
 class DecodingEvaluation:
     """The decoding metrics ``names`` of an eval iterator's pairs (``pairs()``, ``data_info``,
     ``detokenize``: a parallel_text eval iterator) under the parameters given, decoded with
-    ``model_sym_gen``'s encoder and step graphs on ``context`` at ``beam_size``.
+    ``model_sym_gen``'s encoder and step graphs on ``context`` at ``beam_size``, together
+    with the ``ensemble`` models when given (the mean of their probabilities at each step).
 
     Each call binds the graphs afresh with the parameters it is given and releases them when
     it returns: nothing stays bound between evaluations, and the parameters may change
@@ -113,8 +124,12 @@ class DecodingEvaluation:
         beam_size: int = 1,
         max_sentences: int | None = None,
         model_name: str = "model",
+        ensemble: Sequence[FixedModel] = (),
     ) -> None:
         check_decoder(model_sym_gen, model_name)
+        for member in ensemble:
+            check_decoder(member.sym_gen, member.name)
+        self.ensemble = list(ensemble)
         if not (hasattr(data_iter, "pairs") and hasattr(data_iter, "detokenize")):
             raise ConfigError(
                 f"The decoding metrics {', '.join(names)} need the eval data's sources and "
@@ -142,11 +157,16 @@ class DecodingEvaluation:
         # deferred: the runner imports MXNet, which reads its thread settings when it loads
         from mxtrain.engine.graph_runner import GraphRunner
 
-        runner = GraphRunner(decoder_graphs(self.sym_gen), arg_params, aux_params, self.context)
+        def bound(sym_gen: Any, args: dict[str, Any], auxs: dict[str, Any]) -> DecoderModel:
+            runner = GraphRunner(decoder_graphs(sym_gen), args, auxs, self.context)
+            return DecoderModel(runner, sym_gen)
+
+        models = [bound(self.sym_gen, arg_params, aux_params)]
+        models += [bound(m.sym_gen, m.arg_params, m.aux_params) for m in self.ensemble]
         texts = [""] * len(self.sources)
         pad = self.info.pad_id if self.info.pad_id is not None else 0
         for which, ids in padded_batches(self.sources, pad):
-            hyps = decode_sources(runner, self.sym_gen, self.info, self.options, ids)
+            hyps = decode_sources(models, self.info, self.options, ids)
             for i, best in zip(which, hyps, strict=True):
                 texts[int(i)] = self.detokenize(list(best[0].tokens)) if best else ""
         return texts

@@ -10,11 +10,17 @@ recomputing earlier positions itself (a Transformer's step reads its key/value c
 are states). Both graphs run on one device, bound by :class:`mxtrain.engine.graph_runner.
 GraphRunner` with the parameters given to it. ``mxtrain predict`` and the decoding metrics of
 fit and score both decode through :func:`decode_sources`.
+
+An **ensemble** of several models (``--ensemble`` of predict and score) decodes with the mean
+of their next-token probabilities at each step, ``log((p_1 + ... + p_n) / n)`` (Sockeye's
+default "linear" combination): each model runs its own encoder and step graph on its own
+states, all reordered together, so the beam search sees one model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,6 +37,15 @@ from mxtrain.errors import ConfigError
 
 #: what a seq2seq ``sym_gen`` must have for decoding (the issue-30 contract)
 DECODER_PARTS = ("encoder", "decoder_step", "static_names", "state_names", "input_shapes")
+
+
+@dataclass(frozen=True)
+class DecoderModel:
+    """One model to decode with: its graphs bound by ``runner`` (a GraphRunner over
+    :func:`decoder_graphs` of ``sym_gen``, with the model's parameters)."""
+
+    runner: Any
+    sym_gen: Any
 
 
 class EncoderDecoderSteps:
@@ -77,6 +92,37 @@ class EncoderDecoderSteps:
         self.states = take_rows(self.states, rows)
 
 
+def mean_probabilities(log_probs: Sequence[Any]) -> Any:
+    """``log(mean(exp(log_probs)))`` over the models, elementwise, on their device: the
+    log-probabilities of the models' averaged distribution. Shifted by the elementwise
+    maximum first, so tokens every model finds unlikely keep finite, exact values."""
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads)
+    import mxnet as mx
+
+    if len(log_probs) == 1:
+        return log_probs[0]
+    stacked = mx.nd.stack(*log_probs, axis=0)
+    top = mx.nd.max(stacked, axis=0)
+    shifted = mx.nd.exp(mx.nd.broadcast_sub(stacked, mx.nd.expand_dims(top, axis=0)))
+    return top + mx.nd.log(mx.nd.mean(shifted, axis=0))
+
+
+class EnsembleSteps:
+    """The :class:`~mxtrain.decoding.search.StepModel` of several models decoding together:
+    each step runs every model's step and scores the mean of their probabilities."""
+
+    def __init__(self, members: Sequence[EncoderDecoderSteps]) -> None:
+        self.members = list(members)
+
+    def step(self, prev_tokens: np.ndarray, position: int) -> DeviceScores:
+        steps = [member.step(prev_tokens, position) for member in self.members]
+        return DeviceScores(mean_probabilities([s.log_probs for s in steps]))
+
+    def reorder(self, rows: np.ndarray) -> None:
+        for member in self.members:
+            member.reorder(rows)
+
+
 def decoder_graphs(sym_gen: Any) -> Any:
     """``symbol_for(key)`` of the encoder and step graphs of ``sym_gen``, for a GraphRunner."""
 
@@ -89,22 +135,24 @@ def decoder_graphs(sym_gen: Any) -> Any:
 
 
 def decode_sources(
-    runner: Any,
-    sym_gen: Any,
+    models: Sequence[DecoderModel],
     info: Any,
     options: DecodeOptions,
     source: Any,
     lines: Sequence[int] = (),
 ) -> list[list[Hypothesis]]:
     """The hypotheses of each row of ``source`` (N, S), ids padded with ``info.pad_id`` (an
-    NDArray or a NumPy array), best first; ``lines`` seed the sampler (one per row)."""
+    NDArray or a NumPy array), best first, decoded by ``models`` (one, or an ensemble);
+    ``lines`` seed the sampler (one per row)."""
     pad = info.pad_id if info.pad_id is not None else 0
     host = source if isinstance(source, np.ndarray) else source.asnumpy()
     lengths = (host != pad).sum(axis=1)
     ratio = options.max_output_ratio, options.max_output_add
     max_steps = int(max_output_lengths([host.shape[1]], *ratio)[0])
     limits = max_output_lengths(lengths, *ratio)  # <= max_steps
-    model = EncoderDecoderSteps(runner, sym_gen, source, rows_per_input(options), max_steps)
+    rows = rows_per_input(options)
+    members = [EncoderDecoderSteps(m.runner, m.sym_gen, source, rows, max_steps) for m in models]
+    model = members[0] if len(members) == 1 else EnsembleSteps(members)
     return decode(
         model,
         np.full(host.shape[0], info.bos_id, dtype=np.int64),

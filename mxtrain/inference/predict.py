@@ -25,6 +25,7 @@ import numpy as np
 from mxtrain.data.base import TASK_LM, TASK_SEQ2SEQ, TASK_TAG
 from mxtrain.errors import ConfigError
 from mxtrain.inference.decode import TASK_GENERATE, DecodeFlags, DecodeOptions, decode_options
+from mxtrain.inference.ensemble import open_members
 from mxtrain.inference.generate import generate_text
 from mxtrain.inference.lm import predict_lm
 from mxtrain.inference.open import OpenedRun, input_file, open_run
@@ -149,6 +150,7 @@ def predict_run(
     outputs: str = "records",
     task: str | None = None,
     decoding: DecodeFlags | None = None,
+    ensemble: Sequence[str | os.PathLike[str]] = (),
 ) -> PredictSummary:
     """Predict every line of the text file ``input`` and write one record per line to ``output``.
 
@@ -192,7 +194,8 @@ def predict_run(
     Seq2seq models (task ``"seq2seq"``) decode each line (:mod:`mxtrain.inference.seq2seq`);
     ``task="generate"`` makes a language model continue each line
     (:mod:`mxtrain.inference.generate`); ``decoding`` holds the flags of both
-    (:func:`mxtrain.inference.decode.decode_options`).
+    (:func:`mxtrain.inference.decode.decode_options`). ``ensemble``: further seq2seq runs
+    decoding together with this one (:mod:`mxtrain.inference.ensemble`).
     """
     started = time.perf_counter()
     _check_request(fmt, top_k, outputs)
@@ -212,10 +215,20 @@ def predict_run(
             outputs == "raw" or (not generate and _task(data_iter) != TASK_SEQ2SEQ)
         ),
     )
+    if ensemble and (outputs == "raw" or generate):
+        raise ConfigError(
+            "--ensemble decodes seq2seq models together; it does not apply to "
+            f"{'--outputs raw' if outputs == 'raw' else '--task generate'}.",
+            hint="Leave out --ensemble.",
+        )
     if outputs == "raw":
         return _predict_raw(opened, in_path, out_path, fmt, started)
     model_task = _task(opened.data_iter)
-    if generate or model_task == TASK_SEQ2SEQ:
+    members = open_members(ensemble, opened, data=in_path, target=None, role="predict")
+    if members:
+        options = decode_options(decoding or DecodeFlags(), model_task, generate, top_k)
+        predictions: Predictions = predict_seq2seq(opened, options, members)
+    elif generate or model_task == TASK_SEQ2SEQ:
         predictions = _decode(opened, model_task, generate, top_k, decoding or DecodeFlags())
     else:
         decode_options(decoding or DecodeFlags(), model_task, generate, top_k)  # none given

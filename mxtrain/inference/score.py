@@ -20,9 +20,10 @@ from typing import Any
 from mxtrain.build import build_metric, build_sym_gen
 from mxtrain.config import Config
 from mxtrain.config.schema import SEQ2SEQ_HINT, decoding_model_problem
-from mxtrain.decoding.evaluation import DecodingEvaluation
+from mxtrain.decoding.evaluation import DecodingEvaluation, FixedModel
 from mxtrain.errors import ConfigError
 from mxtrain.inference.decode import graphs_fit
+from mxtrain.inference.ensemble import describe, open_members
 from mxtrain.inference.open import OpenedRun, open_run
 from mxtrain.inference.output import finite_or_none
 from mxtrain.run.plugin_files import uses_kept_plugins
@@ -43,8 +44,9 @@ class ScoreReport:
     checkpoint: str | None = None  # the tag loaded, or the params file's name without one
     batch: int = 0  # batches of the next epoch in the checkpoint (mid-epoch)
     max_batches: int | None = None  # only the first N batches were scored (None: all)
-    # how the decoding metrics decoded: {"beam_size", "sources"} (None: no decoding metric)
-    decoding: dict[str, int] | None = None
+    # how the decoding metrics decoded: {"beam_size", "sources"}, and "ensemble" (the runs
+    # and checkpoints decoding together) with --ensemble; None: no decoding metric
+    decoding: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """``{"run", "epoch", "batch", "checkpoint", "data", "max_batches", "metrics",
@@ -73,6 +75,7 @@ def score_checkpoint(
     target: str | os.PathLike[str] | None = None,
     decoding_metrics: Sequence[str] = (),
     beam_size: int | None = None,
+    ensemble: Sequence[str | os.PathLike[str]] = (),
 ) -> ScoreReport:
     """Score a run's checkpoint with its evaluation metrics (``fit.eval_metrics``, else
     ``fit.metrics``; see :func:`score_run`), the device metrics over the first
@@ -83,6 +86,8 @@ def score_checkpoint(
     the config's; ``beam_size``: their beam (default ``fit.decode_eval.beam_size``, 1 without
     it: as fit decoded). On ``data.eval`` they decode what fit decoded (the first
     ``fit.decode_eval.max_sentences`` distinct sources), on a ``data`` file every one.
+    ``ensemble``: further seq2seq runs that decode together with this one
+    (:mod:`mxtrain.inference.ensemble`); the device metrics stay this checkpoint's own.
     """
     started = time.perf_counter()
     unknown = [name for name in decoding_metrics if name not in DECODING_METRICS]
@@ -106,6 +111,13 @@ def score_checkpoint(
 
     config = opened.config
     decoding_names = checked_decoding_metrics(config, decoding_metrics, beam_size)
+    if ensemble and not decoding_names:
+        raise ConfigError(
+            "--ensemble decodes with several models together, but no metric of decoded "
+            "output is asked for (the run's fit.eval_metrics lists none).",
+            hint="Add --metrics wer (or bleu, chrf, per).",
+        )
+    members = open_members(ensemble, opened, data=data, target=target, role="eval")
     data_info = opened.data_iter.data_info
     names = config.fit.device_evaluation_metrics  # decoding metrics are scored on decoded text
     metrics = MetricSet([build_metric(n, data_info, config.base_dir) for n in names])
@@ -118,13 +130,19 @@ def score_checkpoint(
             max_batches=max_batches,
             prefetch=config.fit.prefetch,
         )
-    decoding = None
+    decoding: dict[str, Any] | None = None
     if decoding_names:
         beam = beam_size if beam_size is not None else config.fit.decoding.beam_size
-        evaluation = decoding_evaluation(opened, decoding_names, beam, on_eval_data=data is None)
+        evaluation = decoding_evaluation(
+            opened, decoding_names, beam, on_eval_data=data is None, ensemble=members
+        )
         with graphs_fit(opened.params_file):
             values.update(evaluation.scores(*opened.params()))
         decoding = {"beam_size": beam, "sources": len(evaluation.sources)}
+        if members:
+            decoding["ensemble"] = [
+                {"run": str(m.run.path), "checkpoint": describe(m)} for m in (opened, *members)
+            ]
     chosen = opened.checkpoint
     report = ScoreReport(
         opened.run.path,
@@ -164,13 +182,24 @@ def checked_decoding_metrics(
 
 
 def decoding_evaluation(
-    opened: OpenedRun, names: Sequence[str], beam_size: int, *, on_eval_data: bool
+    opened: OpenedRun,
+    names: Sequence[str],
+    beam_size: int,
+    *,
+    on_eval_data: bool,
+    ensemble: Sequence[OpenedRun] = (),
 ) -> DecodingEvaluation:
     """The decoding metrics ``names`` of ``opened``'s eval iterator at ``beam_size``: on
     data.eval (``on_eval_data``) of its first ``fit.decode_eval.max_sentences`` distinct
-    sources, as fit decoded them, else of every one."""
+    sources, as fit decoded them, else of every one; decoded together with the ``ensemble``
+    runs when given."""
     config = opened.config
     sym_gen = build_sym_gen(config.model, opened.data_iter.data_info, config.base_dir)
+    fixed = []
+    for member in ensemble:
+        model = member.config.model
+        member_sym_gen = build_sym_gen(model, member.data_iter.data_info, member.config.base_dir)
+        fixed.append(FixedModel(member_sym_gen, *member.params(), name=model.name))
     return DecodingEvaluation(
         sym_gen,
         opened.data_iter,
@@ -179,6 +208,7 @@ def decoding_evaluation(
         beam_size=beam_size,
         max_sentences=config.fit.decoding.max_sentences if on_eval_data else None,
         model_name=config.model.name,
+        ensemble=fixed,
     )
 
 

@@ -13,10 +13,11 @@ without spaces, ``whitespace`` with single spaces). A line the iterator gives no
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from mxtrain.decoding.search import DecodeOptions, Hypothesis
-from mxtrain.decoding.seq2seq import check_decoder, decode_sources, decoder_graphs
+from mxtrain.decoding.seq2seq import DecoderModel, check_decoder, decode_sources, decoder_graphs
 from mxtrain.errors import ConfigError
 from mxtrain.inference.decode import DecodedLines, batch_lines, graphs_fit
 from mxtrain.inference.open import OpenedRun
@@ -40,8 +41,7 @@ class Seq2SeqPredictions(DecodedLines):
 
 def decode_batches(
     batches: Any,
-    runner: Any,
-    sym_gen: Any,
+    models: list[DecoderModel],
     info: Any,
     options: DecodeOptions,
     detokenize: Any,
@@ -53,7 +53,7 @@ def decode_batches(
     found: dict[int, list[Hypothesis]] = {}
     for batch in batches:
         lines = batch_lines(batch, "source")
-        hyps = decode_sources(runner, sym_gen, info, options, batch.data[0], lines.tolist())
+        hyps = decode_sources(models, info, options, batch.data[0], lines.tolist())
         for line, hyp in zip(lines, hyps, strict=True):
             if line >= 0:
                 found[int(line)] = hyp
@@ -63,12 +63,11 @@ def decode_batches(
     return Seq2SeqPredictions(hypotheses, texts, options.nbest)
 
 
-def predict_seq2seq(opened: OpenedRun, options: DecodeOptions) -> Seq2SeqPredictions:
-    """Decode every line of ``opened``'s predict iterator with ``options``."""
-    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
-    from mxtrain.build import build_sym_gen
-    from mxtrain.engine.graph_runner import GraphRunner
-
+def predict_seq2seq(
+    opened: OpenedRun, options: DecodeOptions, ensemble: Sequence[OpenedRun] = ()
+) -> Seq2SeqPredictions:
+    """Decode every line of ``opened``'s predict iterator with ``options``, together with the
+    ``ensemble`` runs when given (:mod:`mxtrain.inference.ensemble`)."""
     data_iter = opened.data_iter
     info = data_iter.data_info
     detokenize = getattr(data_iter, "detokenize", None)
@@ -77,17 +76,27 @@ def predict_seq2seq(opened: OpenedRun, options: DecodeOptions) -> Seq2SeqPredict
             "The data iterator reports task 'seq2seq' but has no detokenize(ids), so decoded "
             "outputs cannot be written as text."
         )
-    config = opened.config
-    sym_gen = build_sym_gen(config.model, info, config.base_dir)
-    check_decoder(sym_gen, config.model.name)
-    args, auxs = opened.params()
-    runner = GraphRunner(decoder_graphs(sym_gen), args, auxs, opened.contexts[0])
+    models = [decoder_model(run, opened.contexts[0]) for run in (opened, *ensemble)]
     log.info(
-        "decoding on %s: %s",
+        "decoding on %s: %s%s",
         opened.contexts[0],
         "sampling" if options.sample else f"beam {options.beam_size}",
+        f", ensemble of {len(models)} models" if len(models) > 1 else "",
     )
     data_iter.reset()
     count = getattr(data_iter, "num_sentences", None)
     with graphs_fit(opened.params_file):
-        return decode_batches(data_iter, runner, sym_gen, info, options, detokenize, count=count)
+        return decode_batches(data_iter, models, info, options, detokenize, count=count)
+
+
+def decoder_model(opened: OpenedRun, context: Any) -> DecoderModel:
+    """``opened``'s model bound for step-by-step decoding on ``context`` with its checkpoint."""
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
+    from mxtrain.build import build_sym_gen
+    from mxtrain.engine.graph_runner import GraphRunner
+
+    config = opened.config
+    sym_gen = build_sym_gen(config.model, opened.data_iter.data_info, config.base_dir)
+    check_decoder(sym_gen, config.model.name)
+    args, auxs = opened.params()
+    return DecoderModel(GraphRunner(decoder_graphs(sym_gen), args, auxs, context), sym_gen)

@@ -199,3 +199,58 @@ def test_results_script_reports_a_g2p_run_by_wer_and_scores_its_test_split(
     assert "## Grapheme-to-phoneme conversion" in text and "Bisani & Ney 2008" in text
     assert f"| {row['test_wer']:,.1f} / {row['test_per']:,.1f} | 5 |" in text
     assert "Our split is not theirs" in text
+
+
+def test_score_and_predict_decode_with_an_ensemble(
+    workdir: Path, straight_run: Path, tmp_path: Path
+) -> None:
+    source, target = workdir / "data" / "dev.src", workdir / "data" / "dev.tgt"
+    asked = ("--data", source, "--target", target, "--metrics", "wer,per", "--beam-size", 3)
+    best = f"{straight_run}:best"
+    alone = score_json(best, *asked)
+    # a model beside itself: the mean of two equal distributions is the distribution
+    doubled = score_json(best, *asked, "--ensemble", best)
+    assert doubled["metrics"] == alone["metrics"]
+    members = doubled["decoding"]["ensemble"]
+    assert [m["run"] for m in members] == [str(straight_run)] * 2
+    assert members[0]["checkpoint"] == members[1]["checkpoint"] == alone["checkpoint"]
+    # another seed: a different model; the device metrics stay the first run's own
+    other = fit(workdir, tmp_path / "runs", "experiment.seed=7")
+    pair = score_json(best, *asked, "--ensemble", other)
+    assert pair["metrics"]["perplexity"] == alone["metrics"]["perplexity"]
+    assert 0 <= pair["metrics"]["wer"] <= 100 and len(pair["decoding"]["ensemble"]) == 2
+    outputs = {}
+    for name, extra in (("alone", ()), ("doubled", ("--ensemble", straight_run))):
+        out = tmp_path / f"{name}.jsonl"
+        code, _, err = invoke(
+            "predict", "--checkpoint", straight_run, "--input", source, "--output", out, *extra
+        )
+        assert code == 0, err
+        outputs[name] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert outputs["doubled"] == outputs["alone"]
+
+
+def test_ensemble_errors_name_the_runs_and_the_difference(
+    workdir: Path, straight_run: Path, tmp_path: Path, tiny_config
+) -> None:
+    source = workdir / "data" / "dev.src"
+    # fewer source words kept: another source vocabulary
+    narrow = fit(workdir, tmp_path / "runs", "data.train.max_vocab=6", "fit.num_epoch=1")
+    target = workdir / "data" / "dev.tgt"
+    code, out, err = invoke("score", straight_run, "--data", source, "--target", target,
+                            "--metrics", "wer", "--ensemble", narrow)  # fmt: skip
+    assert code != 0 and "Traceback" not in err
+    assert str(narrow) in err and str(straight_run) in err and "source vocabulary" in err
+    code, out, err = invoke("score", straight_run, "--ensemble", straight_run,
+                            "--set", "fit.eval_metrics=[perplexity]",
+                            "--set", "fit.decode_eval=null",
+                            "--set", "checkpoint.best_metric=perplexity")  # fmt: skip
+    assert code != 0 and "--metrics wer" in err and "Traceback" not in err
+    code, out, err = invoke("fit", tiny_config, "--progress", "quiet")
+    assert code == 0, out + err
+    lm_run = tiny_config.parent / "runs" / "tiny"
+    lines = tmp_path / "lines.txt"
+    lines.write_text("the cat\n")
+    code, out, err = invoke("predict", "--checkpoint", lm_run, "--input", lines, "--output",
+                            tmp_path / "o.jsonl", "--ensemble", lm_run)  # fmt: skip
+    assert code != 0 and "not a seq2seq run" in err and "Traceback" not in err

@@ -343,7 +343,7 @@ def decode_copies(options: DecodeOptions):
     import mxnet as mx
 
     from mxtrain.data.base import Seq2SeqInfo
-    from mxtrain.decoding.seq2seq import decoder_graphs
+    from mxtrain.decoding.seq2seq import DecoderModel, decoder_graphs
     from mxtrain.engine.graph_runner import GraphRunner
     from mxtrain.inference.seq2seq import decode_batches
 
@@ -354,7 +354,8 @@ def decode_copies(options: DecodeOptions):
     def detokenize(ids):
         return " ".join(COPY_VOCAB[i] for i in ids)
 
-    return decode_batches(copy_batches(), runner, sym_gen, info, options, detokenize, count=5)
+    models = [DecoderModel(runner, sym_gen)]
+    return decode_batches(copy_batches(), models, info, options, detokenize, count=5)
 
 
 def copy_log_prob(length: int) -> float:

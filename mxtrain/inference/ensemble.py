@@ -1,0 +1,118 @@
+"""``--ensemble RUN`` of ``mxtrain predict`` and ``mxtrain score``: further seq2seq runs that
+decode together with the main one (the mean of their next-token probabilities at each step:
+:mod:`mxtrain.decoding.seq2seq`).
+
+Each member is opened like the main run (its own config, model and checkpoint: ``RUN``,
+``RUN:EPOCH``, ``RUN:best``), reading the same input, and must share the main run's source
+and target vocabularies token for token and its tokenization: the ensemble feeds every model
+the same source ids and scores the same output ids. Runs trained on the same data with the
+same vocabulary options (e.g. the seeds of one sweep) do; others can be made to by training
+them with ``data.train.vocab`` set to the first run's ``vocab.json``. The members' models may
+differ (layers, sizes, attention, even rnn_seq2seq beside transformer_seq2seq).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from mxtrain.data.base import TASK_SEQ2SEQ
+from mxtrain.errors import ConfigError
+from mxtrain.inference.open import OpenedRun, open_run
+
+log = logging.getLogger("mxtrain")
+
+#: what ``--ensemble`` says when a run cannot join
+ENSEMBLE_HINT = (
+    "--ensemble takes seq2seq runs trained with the same source and target vocabularies "
+    "(the seeds of one sweep, or runs given data.train.vocab = the first run's vocab.json)."
+)
+
+
+def open_members(
+    refs: Sequence[str | os.PathLike[str]],
+    main: OpenedRun,
+    *,
+    data: str | os.PathLike[str] | None,
+    target: str | os.PathLike[str] | None,
+    role: str,
+) -> list[OpenedRun]:
+    """The runs ``refs`` opened for decoding beside ``main`` (no module bound), each checked
+    to share ``main``'s vocabularies and tokenization (a ConfigError naming both runs if
+    not)."""
+    if refs and getattr(main.data_iter.data_info, "task", None) != TASK_SEQ2SEQ:
+        raise ConfigError(
+            f"--ensemble decodes seq2seq models together; {main.run.path} is not a seq2seq run.",
+            hint="Leave out --ensemble for this run.",
+        )
+    members = []
+    for ref in refs:
+        member = open_run(
+            ref, data=data, target=target, role=role, needs_module=lambda data_iter: False
+        )
+        check_same_vocabularies(main, member)
+        members.append(member)
+    if members:
+        log.info(
+            "ensemble of %d models: %s",
+            len(members) + 1,
+            ", ".join(f"{m.run.path} ({describe(m)})" for m in [main, *members]),
+        )
+    return members
+
+
+def describe(opened: OpenedRun) -> str:
+    """The checkpoint an opened run decodes with, for messages and reports."""
+    if opened.checkpoint is not None:
+        return opened.checkpoint.describe()
+    return opened.params_file.name
+
+
+def check_same_vocabularies(main: OpenedRun, member: OpenedRun) -> None:
+    """A ConfigError unless ``member`` reads text as ``main`` does: a seq2seq run with the
+    same tokenization and the same source and target vocabularies, token for token."""
+    main_info, info = main.data_iter.data_info, member.data_iter.data_info
+    if getattr(info, "task", None) != TASK_SEQ2SEQ:
+        raise ConfigError(
+            f"--ensemble {member.run.path}: not a seq2seq run (its data reports task "
+            f"{getattr(info, 'task', None)!r}).",
+            hint=ENSEMBLE_HINT,
+        )
+    if info.tokens != main_info.tokens:
+        raise ConfigError(
+            f"--ensemble {member.run.path} splits text into {info.tokens!r} tokens, "
+            f"{main.run.path} into {main_info.tokens!r}.",
+            hint=ENSEMBLE_HINT,
+        )
+    for side in ("vocab", "target_vocab"):
+        ours, theirs = _tokens(main.data_iter, side), _tokens(member.data_iter, side)
+        if ours != theirs:
+            raise ConfigError(
+                f"--ensemble {member.run.path}: its {_side_name(side)} vocabulary differs from "
+                f"{main.run.path}'s ({_first_difference(ours, theirs)}).",
+                hint=ENSEMBLE_HINT,
+            )
+
+
+def _tokens(data_iter: Any, side: str) -> list[str]:
+    vocab = getattr(data_iter, side, None)
+    if vocab is None:
+        raise ConfigError(
+            f"The data iterator {type(data_iter).__name__} keeps no {side}, so the runs' "
+            "vocabularies cannot be compared.",
+            hint=ENSEMBLE_HINT,
+        )
+    return list(vocab.tokens)
+
+
+def _side_name(side: str) -> str:
+    return "source" if side == "vocab" else "target"
+
+
+def _first_difference(ours: list[str], theirs: list[str]) -> str:
+    for i, (a, b) in enumerate(zip(ours, theirs, strict=False)):
+        if a != b:
+            return f"id {i} is {a!r} in one and {b!r} in the other"
+    return f"{len(ours)} tokens against {len(theirs)}"
