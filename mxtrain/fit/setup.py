@@ -11,6 +11,7 @@ thread settings (``devices.prepare_process``), which must come before MXNet load
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import random
 from collections.abc import Callable
@@ -342,6 +343,7 @@ def build_model(
     softmax; None otherwise), and the warm start's report (None: no warm start)."""
     contexts = worker.contexts
     model = build_training_model(config, train_iter, contexts, logger=log)
+    warn_if_contexts_take_turns(model.sym_gen(train_iter.default_bucket_key)[0], contexts)
     module, started_from = model.module, None
     if restart is not None and restart.loaded is not None:
         # Before init_optimizer: with update_on_kvstore (dist_async) the servers keep the
@@ -370,6 +372,27 @@ def build_model(
         logger=log, shared_params=module,
     )  # fmt: skip
     return model, eval_module, started_from
+
+
+#: MXNet 1.9.1 operators that never run on two CPU contexts of one process at once (the fused
+#: recurrent layers: measured, docs/scale.md)
+CPU_TURN_TAKING_OPERATORS = frozenset({"RNN"})
+
+
+def warn_if_contexts_take_turns(symbol: Any, contexts: list[Any]) -> None:
+    """Log a warning when several CPU contexts train a graph whose fused RNN layers take
+    turns across them: such a model trains no faster than on one context."""
+    if len(contexts) < 2 or any(c.device_type != "cpu" for c in contexts):
+        return
+    operators = {node["op"] for node in json.loads(symbol.tojson())["nodes"]}
+    if operators & CPU_TURN_TAKING_OPERATORS:
+        log.warning(
+            "%d CPU contexts: MXNet's fused RNN operator, which this model uses, runs on one "
+            "CPU context of a process at a time, so the contexts take turns and train no "
+            "faster than one. Two processes do run side by side: mxtrain launch -n 2 -s 1 "
+            "CONFIG --set kvstore.type=dist_sync (docs/scale.md).",
+            len(contexts),
+        )
 
 
 def init_optimizer(
