@@ -22,7 +22,10 @@ HANDLED = (signal.SIGTERM, signal.SIGINT)
 class StopRequests:
     """Context manager that installs the handlers; ``requested()`` is polled by the loop."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, action: str = "finishing the current batch, then saving a checkpoint"
+    ) -> None:
+        self._action = action  # what the first signal starts, for the log
         self._event = threading.Event()
         self._previous: dict[int, Any] = {}
 
@@ -36,11 +39,7 @@ class StopRequests:
             log.warning("%s again: stopping at once", name)
             raise KeyboardInterrupt
         self._event.set()
-        log.warning(
-            "%s received: finishing the current batch, then saving a checkpoint "
-            "(press Ctrl-C again to stop at once)",
-            name,
-        )
+        log.warning("%s received: %s (press Ctrl-C again to stop at once)", name, self._action)
 
     def __enter__(self) -> StopRequests:
         # Signal handlers can only be installed from the main thread (tests may train in

@@ -31,6 +31,7 @@ from mxtrain.config import Config, load_config
 from mxtrain.errors import ConfigError, ExitCode, PreemptedError, RunFolderError
 from mxtrain.run.atomic import atomic_write_text
 from mxtrain.run.history import summarize_run
+from mxtrain.signals import StopRequests
 from mxtrain.sweep_plan import Axis, SearchParam, plan_points, point_name
 
 log = logging.getLogger("mxtrain")
@@ -203,35 +204,35 @@ def run_sweep(sweep: Sweep, *, parallel: int, driver: Driver | None = None) -> S
     driver = driver or GridDriver(sweep)
     threads = max(1, (os.cpu_count() or 1) // parallel)
     running: dict[str, tuple[SweepPoint, subprocess.Popen[bytes]]] = {}
-    stop = _StopFlag()
-    try:
-        while not stop.raised:
-            while len(running) < parallel and not stop.raised:
-                point = driver.next_point()
-                if point is None:
+    stopping = "stopping every running point at a checkpoint"
+    with StopRequests(action=stopping) as stop:
+        try:
+            while not stop.requested():
+                while len(running) < parallel and not stop.requested():
+                    point = driver.next_point()
+                    if point is None:
+                        break
+                    running[point.name] = (point, _start(sweep, point, threads))
+                    point.status = "running"
+                    sweep.save()
+                if not running:
                     break
-                running[point.name] = (point, _start(sweep, point, threads))
-                point.status = "running"
-                sweep.save()
-            if not running:
-                break
-            time.sleep(POLL_SECONDS)
-            for name, (point, child) in list(running.items()):
-                if not point.pruning and driver.observe(point):
-                    point.pruning = True
+                time.sleep(POLL_SECONDS)
+                for name, (point, child) in list(running.items()):
+                    if not point.pruning and driver.observe(point):
+                        point.pruning = True
+                        child.send_signal(signal.SIGTERM)  # it saves a checkpoint, exits 75
+                    if child.poll() is not None:
+                        del running[name]
+                        _finished(sweep, point, child.returncode, driver)
+        finally:
+            for _point, child in running.values():
+                if child.poll() is None:
                     child.send_signal(signal.SIGTERM)  # it saves a checkpoint, then exits 75
-                if child.poll() is not None:
-                    del running[name]
-                    _finished(sweep, point, child.returncode, driver)
-    finally:
-        for _point, child in running.values():
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)  # it saves a checkpoint, then exits 75
-        for point, child in running.values():
-            _finished(sweep, point, child.wait(), driver)
-        stop.restore()
-        write_summary(sweep)
-    if stop.raised:
+            for point, child in running.values():
+                _finished(sweep, point, child.wait(), driver)
+            write_summary(sweep)
+    if stop.requested():
         raise PreemptedError(
             f"the sweep stopped on request; {sweep.folder} keeps every point's state.",
             hint="Run the same command again to continue it.",
@@ -287,21 +288,6 @@ def _last_line(path: Path) -> str | None:
     except OSError:
         return None
     return lines[-1][:500] if lines else None
-
-
-class _StopFlag:
-    """SIGTERM/SIGINT set a flag (the loop stops the points) instead of killing the sweep."""
-
-    def __init__(self) -> None:
-        self.raised = False
-        self.previous = {s: signal.signal(s, self._set) for s in (signal.SIGTERM, signal.SIGINT)}
-
-    def _set(self, _signum: int, _frame: Any) -> None:
-        self.raised = True
-
-    def restore(self) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
 
 
 def summary_rows(sweep: Sweep) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """The attentional LSTM encoder-decoder ``rnn_seq2seq``.
 
-Encoder: source embedding -> ``num_layers`` bidirectional LSTM layers (fused operators; the
-right-to-left direction starts at each row's last real token, :func:`rnn_layers`) -> a linear
-projection of the two directions (2 * num_hidden) to ``num_hidden``: the memory attention reads.
+Encoder: source embedding -> ``num_layers`` bidirectional LSTM layers of ``encoder_hidden``
+(default ``num_hidden``) units per direction (fused operators; the right-to-left direction
+starts at each row's last real token, :func:`rnn_layers`) -> a linear projection of the two
+directions to ``num_hidden``: the memory attention reads.
 The decoder's initial state: h = tanh(W mean(memory over the real source positions)) for each
 layer, c = 0.
 
@@ -74,8 +75,9 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
         real = real_tokens(source, self.pad_id)
         lengths = mx.sym.sum(real, axis=1, name="source_lengths")
         x = self._dropout(self.embed(source, "source"), "source_embed_dropout")
+        width = opts.encoder_hidden or opts.num_hidden  # per direction
         stack = RecurrentStack(
-            "lstm", opts.num_hidden, opts.num_layers, opts.dropout, fused=True, prefix="encoder_"
+            "lstm", width, opts.num_layers, opts.dropout, fused=True, prefix="encoder_"
         )
         x = rnn_layers(x, seq_len, stack, bidirectional=True, lengths=lengths)
         memory = mx.sym.FullyConnected(

@@ -60,6 +60,11 @@ class RnnSeq2SeqOptions(recurrent.RecurrentOptions):
     num_layers: int = documented(
         1, "LSTM layers of the encoder (each bidirectional) and of the decoder"
     )
+    encoder_hidden: int | None = documented(
+        None,
+        "state size of each direction of the encoder's LSTM layers; null: num_hidden. "
+        "Sockeye's bidirectional encoder runs num_hidden / 2 per direction",
+    )
     attention: Literal["dot", "general", "mlp"] = documented(
         "mlp",
         "how a decoder state scores each source position: dot: h . m (Luong); general: "
@@ -85,6 +90,8 @@ class RnnSeq2SeqOptions(recurrent.RecurrentOptions):
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""
         recurrent.check_recurrent_sizes(self)
+        if self.encoder_hidden is not None:
+            recurrent.check_size("encoder_hidden", self.encoder_hidden)
         check_choice("attention", self.attention, ATTENTION_TYPES)
         recurrent.check_dropout(self.dropout)
         check_switches(self, "tie_embeddings", "share_embeddings", "input_feeding")
