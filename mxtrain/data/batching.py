@@ -76,6 +76,15 @@ def long_bucket_rows(sequences: int, length: int, room: int, min_batch: int = 1)
     return max(min_batch, max(1, min(sequences, room // length)))
 
 
+def last_batch_rows(last_batch: str, rows: int, nbatch: int, bsz: int, min_batch: int) -> int:
+    """Rows of a part's last batch when the part holds ``rows`` real rows in ``nbatch``
+    batches of ``bsz``: all ``bsz`` with ``last_batch: pad`` (or no batch), else just the
+    remaining real rows, at least ``min_batch`` (one per device) and at most ``bsz``."""
+    if last_batch == "pad" or nbatch == 0:
+        return bsz
+    return min(bsz, max(min_batch, rows - (nbatch - 1) * bsz))
+
+
 def bucket_batches(
     data: np.ndarray,
     label: np.ndarray,

@@ -583,12 +583,8 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
         return mx.io.DataDesc(name, (rows, length), np.float32, layout="NT")
 
     def _last_rows(self, rows: int, nbatch: int, bsz: int) -> int:
-        """Rows of a part's last batch when the part holds ``rows`` real rows in ``nbatch``
-        batches of ``bsz``: all ``bsz`` with ``last_batch: pad``, else just the remaining
-        real rows, at least ``min_batch`` (one per device) and at most ``bsz``."""
-        if self.last_batch == "pad" or nbatch == 0:
-            return bsz
-        return min(bsz, max(self.min_batch, rows - (nbatch - 1) * bsz))
+        """:func:`~mxtrain.data.batching.last_batch_rows` under this iterator's settings."""
+        return batching.last_batch_rows(self.last_batch, rows, nbatch, bsz, self.min_batch)
 
     def _pack(self, sentences: Sequence[Sequence[int]], policy: str) -> None:
         """Cut sentences into (start, length) chunks of one flat id array, pad into buckets."""

@@ -605,12 +605,8 @@ class ParallelTextIter(batching.PrebuiltBatchIter):
         ]
 
     def _last_rows(self, rows: int, nbatch: int, bsz: int) -> int:
-        """Rows of a part's last batch holding ``rows`` real rows in ``nbatch`` batches of
-        ``bsz``: ``bsz`` with ``last_batch: pad``, else the remaining real rows (at least
-        ``min_batch``, one per device)."""
-        if self.last_batch == "pad" or nbatch == 0:
-            return bsz
-        return min(bsz, max(self.min_batch, rows - (nbatch - 1) * bsz))
+        """:func:`~mxtrain.data.batching.last_batch_rows` under this iterator's settings."""
+        return batching.last_batch_rows(self.last_batch, rows, nbatch, bsz, self.min_batch)
 
     def _pack(
         self,

@@ -59,6 +59,12 @@ MODELS = [
         INFO,
     ),
     (
+        "rnn_mlp_fed_narrow_encoder",
+        build_rnn_seq2seq,
+        RnnSeq2SeqOptions(attention="mlp", input_feeding=True, encoder_hidden=3, **RNN_SMALL),
+        INFO,
+    ),
+    (
         "rnn_general_tied_fed",
         build_rnn_seq2seq,
         RnnSeq2SeqOptions(
@@ -181,6 +187,7 @@ def test_importing_and_listing_does_not_import_mxnet() -> None:
     [
         (RnnSeq2SeqOptions, {"attention": "luong"}, "dot, general, mlp"),
         (RnnSeq2SeqOptions, {"num_hidden": 0}, "positive integer"),
+        (RnnSeq2SeqOptions, {"encoder_hidden": 0}, "positive integer"),
         (RnnSeq2SeqOptions, {"dropout": 1.0}, r"\[0, 1\)"),
         (RnnSeq2SeqOptions, {"label_smoothing": 1.0}, r"\[0, 1\)"),
         (RnnSeq2SeqOptions, {"label_smoothing": True}, "number"),
@@ -233,6 +240,19 @@ def test_shapes_of_the_three_graphs(name, builder, options, info, source_len, ta
     assert set(carried) <= set(step.list_arguments())
     step_outputs = step.infer_shape(**carried)[1]
     assert step_outputs == [(rows, info.num_classes), *(carried[n] for n in sym_gen.state_names)]
+
+
+def test_encoder_hidden_sizes_each_direction_of_the_encoder() -> None:
+    """encoder_hidden 3 of num_hidden 5: each direction's fused LSTM holds 4 gates of 3
+    units (first layer over the 4-wide embedding, second over both directions' 6)."""
+    options = RnnSeq2SeqOptions(encoder_hidden=3, **RNN_SMALL)
+    encoder = build_rnn_seq2seq(options, INFO).encoder(4, 6)
+    arg_shapes = encoder.infer_shape(source=(2, 4))[0]
+    shapes = dict(zip(encoder.list_arguments(), arg_shapes, strict=True))
+    gates, units = 4, 3
+    assert shapes["encoder_l0_parameters"] == (gates * units * (4 + units) + 2 * gates * units,)
+    assert shapes["encoder_l1_parameters"] == (gates * units * (6 + units) + 2 * gates * units,)
+    assert shapes["encoder_proj_weight"] == (5, 6)  # both directions -> num_hidden
 
 
 def _parameters(symbol: Any, inputs: typing.Iterable[str]) -> set[str]:
