@@ -165,11 +165,9 @@ def test_decoding_metric_errors_are_clear(workdir: Path, straight_run: Path, tin
     assert code != 0 and "--beam-size 3" in err and "Traceback" not in err
 
 
-def test_results_script_reports_a_g2p_run_by_wer_and_scores_its_test_split(
-    workdir: Path, straight_run: Path, tmp_path: Path
-) -> None:
-    """scripts/results.py's G2P section: the best dev WER as fit logged it, test WER and PER
-    from `mxtrain score RUN:best --data test.src --target test.tgt` at beam 5."""
+def results_script(workdir: Path, run: Path, tmp_path: Path, *more: str) -> tuple[dict, str, Path]:
+    """scripts/results.py on ``run`` as g2p_cmudict, its test split being the dev files: the
+    row in RESULTS.json, RESULTS.md's text and the split's folder."""
     import subprocess
     import sys
 
@@ -181,11 +179,20 @@ def test_results_script_reports_a_g2p_run_by_wer_and_scores_its_test_split(
     output = tmp_path / "RESULTS.md"
     proc = subprocess.run(
         [sys.executable, str(script), "--runs", str(tmp_path / "none"), "--output", str(output),
-         "--drop-missing", "--run", f"g2p_cmudict={straight_run}", "--g2p-data", str(test_data)],
+         "--drop-missing", "--run", f"g2p_cmudict={run}", "--g2p-data", str(test_data), *more],
         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     row = json.loads(output.with_suffix(".json").read_text())["g2p_cmudict"]
+    return row, output.read_text(), test_data
+
+
+def test_results_script_reports_a_g2p_run_by_wer_and_scores_its_test_split(
+    workdir: Path, straight_run: Path, tmp_path: Path
+) -> None:
+    """scripts/results.py's G2P section: the best dev WER as fit logged it, test WER and PER
+    from `mxtrain score RUN:best --data test.src --target test.tgt` at beam 5."""
+    row, text, test_data = results_script(workdir, straight_run, tmp_path)
     logged = [r["wer"] for r in evals(straight_run)]
     assert row["valid"] == min(logged) and row["epochs"] == 2
     source, target = test_data / "test.src", test_data / "test.tgt"
@@ -195,7 +202,6 @@ def test_results_script_reports_a_g2p_run_by_wer_and_scores_its_test_split(
     )  # fmt: skip
     assert row["test_wer"] == report["metrics"]["wer"]
     assert row["test_per"] == report["metrics"]["per"]
-    text = output.read_text()
     assert "## Grapheme-to-phoneme conversion" in text and "Bisani & Ney 2008" in text
     assert f"| {row['test_wer']:,.1f} / {row['test_per']:,.1f} | 5 |" in text
     assert "Our split is not theirs" in text
@@ -261,25 +267,9 @@ def test_results_script_reports_an_ensemble_row(
 ) -> None:
     """--ensemble NAME=FOLDER: the further run gets its own row and the ensemble one; a run
     beside itself decodes as alone, so all three test figures agree."""
-    import subprocess
-    import sys
-
-    script = Path(__file__).resolve().parents[2] / "scripts" / "results.py"
-    test_data = tmp_path / "split"
-    test_data.mkdir()
-    for side in ("src", "tgt"):
-        (test_data / f"test.{side}").write_text((workdir / "data" / f"dev.{side}").read_text())
-    output = tmp_path / "RESULTS.md"
-    proc = subprocess.run(
-        [sys.executable, str(script), "--runs", str(tmp_path / "none"), "--output", str(output),
-         "--drop-missing", "--run", f"g2p_cmudict={straight_run}", "--g2p-data", str(test_data),
-         "--ensemble", f"g2p_cmudict={straight_run}"],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    row = json.loads(output.with_suffix(".json").read_text())["g2p_cmudict"]
+    ensemble = ("--ensemble", f"g2p_cmudict={straight_run}")
+    row, text, _ = results_script(workdir, straight_run, tmp_path, *ensemble)
     (member,) = row["ensemble"]["members"]
     assert member["test_wer"] == row["test_wer"] == row["ensemble"]["test_wer"]
     assert member["test_per"] == row["test_per"] == row["ensemble"]["test_per"]
-    text = output.read_text()
     assert "the 2 above as an ensemble" in text and text.count(", seed ") >= 2
