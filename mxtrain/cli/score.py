@@ -79,6 +79,13 @@ Examples:
     "as fit decoded; `predict` searches 5 by default).",
 )
 @click.option(
+    "--length-penalty",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="alpha of the GNMT length penalty ((5 + length) / 6) ** alpha ranking the beam's "
+    "hypotheses for the decoding metrics; 0: none. Default: 1.0 (as predict).",
+)
+@click.option(
     "--ensemble",
     metavar="RUN[:EPOCH|:best|:TAG]",
     multiple=True,
@@ -97,6 +104,7 @@ def score_command(
     max_batches: int | None,
     decoding_metrics: str | None,
     beam_size: int | None,
+    length_penalty: float | None,
     ensemble: tuple[str, ...],
     overrides: tuple[str, ...],
     as_json: bool,
@@ -144,6 +152,7 @@ def score_command(
             decoding_metrics=[n.strip() for n in (decoding_metrics or "").split(",") if n.strip()],
             beam_size=beam_size,
             ensemble=ensemble,
+            length_penalty=length_penalty,
         )
     finally:
         reporter.close()

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from mxtrain.decoding.search import DecodeOptions
+from mxtrain.decoding.search import DEFAULT_LENGTH_PENALTY, DecodeOptions
 from mxtrain.decoding.seq2seq import DecoderModel, check_decoder, decode_sources, decoder_graphs
 from mxtrain.errors import ConfigError
 from mxtrain.text_metrics import decoding_scores
@@ -122,6 +122,7 @@ class DecodingEvaluation:
         *,
         context: Any,
         beam_size: int = 1,
+        length_penalty: float = DEFAULT_LENGTH_PENALTY,
         max_sentences: int | None = None,
         model_name: str = "model",
         ensemble: Sequence[FixedModel] = (),
@@ -142,7 +143,7 @@ class DecodingEvaluation:
         self.info, self.detokenize = data_iter.data_info, data_iter.detokenize
         pairs = data_iter.pairs()
         self.sources = distinct_sources(pairs, max_sentences)
-        self.options = DecodeOptions(beam_size=beam_size)
+        self.options = DecodeOptions(beam_size=beam_size, length_penalty=length_penalty)
         log.info(
             "decoding metrics %s: %d distinct sources of %d pairs decoded at beam %d per "
             "evaluation",

@@ -21,6 +21,7 @@ from mxtrain.build import build_metric, build_sym_gen
 from mxtrain.config import Config
 from mxtrain.config.schema import SEQ2SEQ_HINT, decoding_model_problem
 from mxtrain.decoding.evaluation import DecodingEvaluation, FixedModel
+from mxtrain.decoding.search import DEFAULT_LENGTH_PENALTY
 from mxtrain.errors import ConfigError
 from mxtrain.inference.decode import graphs_fit
 from mxtrain.inference.ensemble import describe, open_members
@@ -76,6 +77,7 @@ def score_checkpoint(
     decoding_metrics: Sequence[str] = (),
     beam_size: int | None = None,
     ensemble: Sequence[str | os.PathLike[str]] = (),
+    length_penalty: float | None = None,
 ) -> ScoreReport:
     """Score a run's checkpoint with its evaluation metrics (``fit.eval_metrics``, else
     ``fit.metrics``; see :func:`score_run`), the device metrics over the first
@@ -88,6 +90,7 @@ def score_checkpoint(
     ``fit.decode_eval.max_sentences`` distinct sources), on a ``data`` file every one.
     ``ensemble``: further seq2seq runs that decode together with this one
     (:mod:`mxtrain.inference.ensemble`); the device metrics stay this checkpoint's own.
+    ``length_penalty``: the beam's GNMT alpha (default 1.0, as ``predict``).
     """
     started = time.perf_counter()
     unknown = [name for name in decoding_metrics if name not in DECODING_METRICS]
@@ -111,6 +114,13 @@ def score_checkpoint(
 
     config = opened.config
     decoding_names = checked_decoding_metrics(config, decoding_metrics, beam_size)
+    if length_penalty is not None and not decoding_names:
+        raise ConfigError(
+            f"--length-penalty {length_penalty} ranks the hypotheses of the decoding metrics, "
+            "but the run's fit.eval_metrics lists none and --metrics names none.",
+            hint="Add --metrics bleu (or chrf, wer, per) for a seq2seq run, or leave out "
+            "--length-penalty.",
+        )
     if ensemble and not decoding_names:
         raise ConfigError(
             "--ensemble decodes with several models together, but no metric of decoded "
@@ -133,12 +143,18 @@ def score_checkpoint(
     decoding: dict[str, Any] | None = None
     if decoding_names:
         beam = beam_size if beam_size is not None else config.fit.decoding.beam_size
+        alpha = DEFAULT_LENGTH_PENALTY if length_penalty is None else length_penalty
         evaluation = decoding_evaluation(
-            opened, decoding_names, beam, on_eval_data=data is None, ensemble=members
-        )
+            opened, decoding_names, beam, on_eval_data=data is None, ensemble=members,
+            length_penalty=alpha,
+        )  # fmt: skip
         with graphs_fit(opened.params_file):
             values.update(evaluation.scores(*opened.params()))
-        decoding = {"beam_size": beam, "sources": len(evaluation.sources)}
+        decoding = {
+            "beam_size": beam,
+            "length_penalty": alpha,
+            "sources": len(evaluation.sources),
+        }
         if members:
             decoding["ensemble"] = [
                 {"run": str(m.run.path), "checkpoint": describe(m)} for m in (opened, *members)
@@ -188,6 +204,7 @@ def decoding_evaluation(
     *,
     on_eval_data: bool,
     ensemble: Sequence[OpenedRun] = (),
+    length_penalty: float = DEFAULT_LENGTH_PENALTY,
 ) -> DecodingEvaluation:
     """The decoding metrics ``names`` of ``opened``'s eval iterator at ``beam_size``: on
     data.eval (``on_eval_data``) of its first ``fit.decode_eval.max_sentences`` distinct
@@ -206,6 +223,7 @@ def decoding_evaluation(
         names,
         context=opened.contexts[0],
         beam_size=beam_size,
+        length_penalty=length_penalty,
         max_sentences=config.fit.decoding.max_sentences if on_eval_data else None,
         model_name=config.model.name,
         ensemble=fixed,

@@ -75,7 +75,7 @@ def test_eval_records_carry_decoding_metrics_and_the_best_is_by_wer(straight_run
 def test_score_on_data_eval_reproduces_the_logged_decoding_metrics(straight_run: Path) -> None:
     for epoch, logged in enumerate(evals(straight_run), start=1):
         report = score_json(f"{straight_run}:{epoch}")
-        assert report["decoding"] == {"beam_size": 2, "sources": 30}
+        assert report["decoding"] == {"beam_size": 2, "length_penalty": 1.0, "sources": 30}
         # the same sources, beam, parameters and batches: the same outputs, the same numbers
         assert report["metrics"]["bleu"] == logged["bleu"]
         assert report["metrics"]["wer"] == logged["wer"]
@@ -112,7 +112,7 @@ def test_a_source_with_two_targets_is_right_when_it_matches_either(
             straight_run, "--data", src, "--target", folder / name, "--metrics", "wer,per",
             "--beam-size", "3",
         )  # fmt: skip
-        assert report["decoding"] == {"beam_size": 3, "sources": 1}
+        assert report["decoding"] == {"beam_size": 3, "length_penalty": 1.0, "sources": 1}
         assert report["metrics"]["wer"] == wer, name
         if wer == 0.0:
             assert report["metrics"]["per"] == 0.0
@@ -234,6 +234,34 @@ def test_score_and_predict_decode_with_an_ensemble(
         assert code == 0, err
         outputs[name] = [json.loads(line) for line in out.read_text().splitlines()]
     assert outputs["doubled"] == outputs["alone"]
+
+
+def test_score_length_penalty_ranks_the_beam_as_predict_does(
+    workdir: Path, straight_run: Path, tmp_path: Path
+) -> None:
+    """--length-penalty 0 ranks by log-probability alone: score's WER equals that of
+    predict's outputs at the same beam and alpha."""
+    source, target = workdir / "data" / "dev.src", workdir / "data" / "dev.tgt"
+    report = score_json(straight_run, "--data", source, "--target", target, "--metrics", "wer",
+                        "--beam-size", 3, "--length-penalty", 0)  # fmt: skip
+    assert report["decoding"]["length_penalty"] == 0.0
+    out = tmp_path / "out.jsonl"
+    code, _, err = invoke("predict", "--checkpoint", straight_run, "--input", source, "--output",
+                          out, "--beam-size", 3, "--length-penalty", 0)  # fmt: skip
+    assert code == 0, err
+    outputs = [json.loads(line)["output"] for line in out.read_text().splitlines()]
+    references: dict[str, set[str]] = {}
+    for src, tgt in zip(source.read_text().splitlines(), target.read_text().splitlines(),
+                        strict=True):  # fmt: skip
+        references.setdefault(" ".join(src.split()), set()).add(" ".join(tgt.split()))
+    decoded = dict(zip((" ".join(s.split()) for s in source.read_text().splitlines()), outputs,
+                       strict=True))  # fmt: skip
+    wrong = sum(decoded[src] not in refs for src, refs in references.items())
+    assert report["metrics"]["wer"] == pytest.approx(100 * wrong / len(references))
+    code, _, err = invoke("score", straight_run, "--length-penalty", 0.5,
+                          "--set", "fit.eval_metrics=[perplexity]", "--set", "fit.decode_eval=null",
+                          "--set", "checkpoint.best_metric=perplexity")  # fmt: skip
+    assert code != 0 and "--length-penalty 0.5" in err and "Traceback" not in err
 
 
 def test_ensemble_errors_name_the_runs_and_the_difference(
