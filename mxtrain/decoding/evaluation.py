@@ -146,11 +146,12 @@ class DecodingEvaluation:
         self.options = DecodeOptions(beam_size=beam_size, length_penalty=length_penalty)
         log.info(
             "decoding metrics %s: %d distinct sources of %d pairs decoded at beam %d per "
-            "evaluation",
+            "evaluation%s",
             ", ".join(self.names),
             len(self.sources),
             len(pairs),
             beam_size,
+            f", by an ensemble of {len(self.ensemble) + 1} models" if self.ensemble else "",
         )
 
     def outputs(self, arg_params: dict[str, Any], aux_params: dict[str, Any]) -> list[str]:
