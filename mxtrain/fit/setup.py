@@ -374,8 +374,8 @@ def build_model(
     return model, eval_module, started_from
 
 
-#: MXNet 1.9.1 operators that never run on two CPU contexts of one process at once: on CPU the
-#: fused recurrent layers always hold the process's one random-number resource (docs/scale.md)
+#: MXNet 1.9.1 operators that never run on two CPU contexts of one process at once (the fused
+#: recurrent layers, measured: docs/scale.md)
 CPU_TURN_TAKING_OPERATORS = frozenset({"RNN"})
 
 
