@@ -46,6 +46,14 @@ from mxtrain.models.seq2seq_common import (
 from mxtrain.models.seq2seq_options import RnnSeq2SeqOptions
 
 
+def tanh(x: Any) -> Any:
+    """tanh through ``Activation``, which MXNet 1.9.1 runs with oneDNN's vectorized kernel:
+    6.2x faster forward and 2.4x forward and backward than the elementwise ``tanh`` operator's
+    scalar loop, on a (320, 1, 9, 256) array on one Zen 3 core (the values agree within
+    float32 rounding). The MLP attention's energies were 41 % of decoding's operator time."""
+    return mx.sym.Activation(x, act_type="tanh")
+
+
 class RnnSeq2SeqSymGen(Seq2SeqSymGen):
     """``sym_gen`` of ``rnn_seq2seq`` (module docstring). Statics: ``encoder_memory`` (N, S,
     H), ``attention_keys`` (N, S, H; not with dot attention: the memory is the keys) and
@@ -98,7 +106,7 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
         init = mx.sym.FullyConnected(
             mean, num_hidden=opts.num_layers * opts.num_hidden, name="decoder_init"
         )
-        hidden = mx.sym.reshape(mx.sym.tanh(init), shape=(0, opts.num_layers, opts.num_hidden))
+        hidden = mx.sym.reshape(tanh(init), shape=(0, opts.num_layers, opts.num_hidden))
         encoded["decoder_hidden"] = hidden
         encoded["decoder_cell"] = mx.sym.zeros_like(hidden)
         if opts.input_feeding:
@@ -152,7 +160,7 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
                 name="attention_query",
                 **self._weights("attention_query_weight", "attention_query_bias"),
             )
-            energy = mx.sym.tanh(
+            energy = tanh(
                 mx.sym.broadcast_add(
                     mx.sym.expand_dims(projected, axis=2),
                     mx.sym.expand_dims(inputs["attention_keys"], axis=1),
@@ -173,7 +181,7 @@ class RnnSeq2SeqSymGen(Seq2SeqSymGen):
         weights = masked_softmax(scores, mx.sym.expand_dims(inputs["source_bias"], axis=1))
         context = mx.sym.batch_dot(weights, memory)
         combined = mx.sym.concat(context, queries, dim=2)
-        return mx.sym.tanh(
+        return tanh(
             mx.sym.FullyConnected(
                 combined,
                 num_hidden=self.output_width,
