@@ -362,8 +362,8 @@ def g2p_markdown(rows: dict[str, dict[str, Any]]) -> str:
                 f"| the {len(runs)} above as an ensemble (`score --ensemble`) | mean of their "
                 f"probabilities at each step | - | **{fmt(ensemble.get('test_wer'))} / "
                 f"{fmt(ensemble.get('test_per'))}** | {paper['beam']} | - | "
-                f"{fmt(max(r['minutes'] for r in runs), 0)} (trained side by side, one core "
-                f"each) | {row['cpu']}, {row['isa']}, {len(runs)} cores |"
+                f"{fmt(max(r['minutes'] for r in runs), 0)} (each run on one core; the recipe "
+                f"trains them side by side) | {row['cpu']}, {row['isa']}, {len(runs)} cores |"
             )
     lines += ["", "Published CMUdict results:", "", "| paper | model | WER | PER |"]
     lines.append("|---|---|---|---|")
