@@ -215,24 +215,11 @@ def predict_run(
             outputs == "raw" or (not generate and _task(data_iter) != TASK_SEQ2SEQ)
         ),
     )
-    if ensemble and (outputs == "raw" or generate):
-        raise ConfigError(
-            "--ensemble decodes seq2seq models together; it does not apply to "
-            f"{'--outputs raw' if outputs == 'raw' else '--task generate'}.",
-            hint="Leave out --ensemble.",
-        )
+    _check_ensemble(ensemble, outputs, generate)
     if outputs == "raw":
         return _predict_raw(opened, in_path, out_path, fmt, started)
-    model_task = _task(opened.data_iter)
     members = open_members(ensemble, opened, data=in_path, target=None, role="predict")
-    if members:
-        options = decode_options(decoding or DecodeFlags(), model_task, generate, top_k)
-        predictions: Predictions = predict_seq2seq(opened, options, members)
-    elif generate or model_task == TASK_SEQ2SEQ:
-        predictions = _decode(opened, model_task, generate, top_k, decoding or DecodeFlags())
-    else:
-        decode_options(decoding or DecodeFlags(), model_task, generate, top_k)  # none given
-        predictions = _predict(opened, model_task, top_k)
+    predictions = _predictions(opened, members, generate, top_k, decoding or DecodeFlags())
     check_output(out_path, force)  # again: the file may have appeared meanwhile
     write_output(out_path, _writer(predictions, fmt))
     summary = _summarize(predictions, opened, in_path, out_path, fmt, started)
@@ -244,6 +231,29 @@ def predict_run(
         summary.seconds,
     )
     return summary
+
+
+def _predictions(
+    opened: OpenedRun, members: list[OpenedRun], generate: bool, top_k: int, flags: DecodeFlags
+) -> Predictions:
+    """The records of every input: decoded (seq2seq, with the ensemble ``members``; or
+    generated), else the model's task's predictions."""
+    task = _task(opened.data_iter)
+    if members:
+        return predict_seq2seq(opened, decode_options(flags, task, generate, top_k), members)
+    if generate or task == TASK_SEQ2SEQ:
+        return _decode(opened, task, generate, top_k, flags)
+    decode_options(flags, task, generate, top_k)  # refuses decoding flags here
+    return _predict(opened, task, top_k)
+
+
+def _check_ensemble(ensemble: Sequence[Any], outputs: str, generate: bool) -> None:
+    if ensemble and (outputs == "raw" or generate):
+        raise ConfigError(
+            "--ensemble decodes seq2seq models together; it does not apply to "
+            f"{'--outputs raw' if outputs == 'raw' else '--task generate'}.",
+            hint="Leave out --ensemble.",
+        )
 
 
 def _task(data_iter: Any) -> str | None:

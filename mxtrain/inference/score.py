@@ -144,21 +144,10 @@ def score_checkpoint(
     if decoding_names:
         beam = beam_size if beam_size is not None else config.fit.decoding.beam_size
         alpha = DEFAULT_LENGTH_PENALTY if length_penalty is None else length_penalty
-        evaluation = decoding_evaluation(
-            opened, decoding_names, beam, on_eval_data=data is None, ensemble=members,
-            length_penalty=alpha,
-        )  # fmt: skip
-        with graphs_fit(opened.params_file):
-            values.update(evaluation.scores(*opened.params()))
-        decoding = {
-            "beam_size": beam,
-            "length_penalty": alpha,
-            "sources": len(evaluation.sources),
-        }
-        if members:
-            decoding["ensemble"] = [
-                {"run": str(m.run.path), "checkpoint": describe(m)} for m in (opened, *members)
-            ]
+        decoded, decoding = decoded_scores(
+            opened, decoding_names, beam, alpha, members, on_eval_data=data is None
+        )
+        values.update(decoded)
     chosen = opened.checkpoint
     report = ScoreReport(
         opened.run.path,
@@ -174,6 +163,34 @@ def score_checkpoint(
     part = f" (first {max_batches} batches at most)" if max_batches is not None else ""
     log.info("scored %s%s in %.1fs", opened.data_source, part, report.seconds)
     return report
+
+
+def decoded_scores(
+    opened: OpenedRun,
+    names: Sequence[str],
+    beam: int,
+    alpha: float,
+    members: Sequence[OpenedRun],
+    *,
+    on_eval_data: bool,
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """The decoding metrics ``names`` of ``opened`` (with the ensemble ``members``) and how
+    they were decoded: ``{"beam_size", "length_penalty", "sources"[, "ensemble"]}``."""
+    evaluation = decoding_evaluation(
+        opened, names, beam, on_eval_data=on_eval_data, ensemble=members, length_penalty=alpha
+    )
+    with graphs_fit(opened.params_file):
+        values = evaluation.scores(*opened.params())
+    decoding: dict[str, Any] = {
+        "beam_size": beam,
+        "length_penalty": alpha,
+        "sources": len(evaluation.sources),
+    }
+    if members:
+        decoding["ensemble"] = [
+            {"run": str(m.run.path), "checkpoint": describe(m)} for m in (opened, *members)
+        ]
+    return values, decoding
 
 
 def checked_decoding_metrics(
