@@ -236,13 +236,20 @@ def g2p_test_errors(
     return {"test_wer": float(metrics["wer"]), "test_per": float(metrics["per"])}
 
 
+def described_run(run: Path, shipped: Path, metric: str) -> dict[str, Any]:
+    """:func:`summarize` of ``run`` with its saved config and where that differs from the
+    shipped one."""
+    row = summarize(run, metric)
+    row["config"] = saved_config(run)
+    row["config_changes"] = config_changes(row["config"], shipped)
+    return row
+
+
 def ensemble_row(members: list[Path], shipped: Path, data: Path, beam: int) -> dict[str, Any]:
     """The further runs of an ensemble, each summarized and tested alone."""
     summaries = []
     for member in members:
-        summary = summarize(member, "wer")
-        summary["config"] = saved_config(member)
-        summary["config_changes"] = config_changes(summary["config"], shipped)
+        summary = described_run(member, shipped, "wer")
         summary.update(g2p_test_errors(member, data, beam))
         summaries.append(summary)
     return {"members": summaries}
@@ -428,10 +435,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: no run folder at {folder}, left out", file=sys.stderr)
             continue
         g2p = G2P.get(name)
-        rows[name] = summarize(folder, "wer" if g2p else "perplexity")
         shipped = ROOT / ALL_CONFIGS[name]["config"]
-        rows[name]["config"] = saved_config(folder)
-        rows[name]["config_changes"] = config_changes(rows[name]["config"], shipped)
+        rows[name] = described_run(folder, shipped, "wer" if g2p else "perplexity")
         rows[name]["planned_epochs"] = planned_epochs(shipped)
         if args.no_test:
             pass

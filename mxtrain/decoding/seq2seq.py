@@ -99,8 +99,6 @@ def mean_probabilities(log_probs: Sequence[Any]) -> Any:
     # deferred: MXNet reads its thread settings when it loads (devices.configure_threads)
     import mxnet as mx
 
-    if len(log_probs) == 1:
-        return log_probs[0]
     stacked = mx.nd.stack(*log_probs, axis=0)
     top = mx.nd.max(stacked, axis=0)
     shifted = mx.nd.exp(mx.nd.broadcast_sub(stacked, mx.nd.expand_dims(top, axis=0)))

@@ -343,7 +343,7 @@ def build_model(
     softmax; None otherwise), and the warm start's report (None: no warm start)."""
     contexts = worker.contexts
     model = build_training_model(config, train_iter, contexts, logger=log)
-    warn_if_contexts_take_turns(model.sym_gen(train_iter.default_bucket_key)[0], contexts)
+    warn_if_contexts_take_turns(model.module.symbol, contexts)
     module, started_from = model.module, None
     if restart is not None and restart.loaded is not None:
         # Before init_optimizer: with update_on_kvstore (dist_async) the servers keep the

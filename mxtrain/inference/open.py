@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mxtrain.build import build_data_iter, build_module
+from mxtrain.build import build_data_iter, build_module, build_sym_gen
 from mxtrain.config import Config, load_config
 from mxtrain.config.schema import ComponentOptions, IteratorSection
 from mxtrain.data.base import DataContext
@@ -82,6 +82,10 @@ class OpenedRun:
     data_source: str  # what the iterator reads, for messages and reports
     checkpoint: ChosenCheckpoint | None = None  # what was loaded (tag, position)
     contexts: list[Any] = field(default_factory=list)  # the devices the run's config names
+
+    def sym_gen(self) -> Any:
+        """The model's ``sym_gen``, built from the run's config and its data's facts."""
+        return build_sym_gen(self.config.model, self.data_iter.data_info, self.config.base_dir)
 
     def params(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The checkpoint's (arg_params, aux_params)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mxtrain.build import build_metric, build_sym_gen
+from mxtrain.build import build_metric
 from mxtrain.config import Config
 from mxtrain.config.schema import SEQ2SEQ_HINT, decoding_model_problem
 from mxtrain.decoding.evaluation import DecodingEvaluation, FixedModel
@@ -228,14 +228,9 @@ def decoding_evaluation(
     sources, as fit decoded them, else of every one; decoded together with the ``ensemble``
     runs when given."""
     config = opened.config
-    sym_gen = build_sym_gen(config.model, opened.data_iter.data_info, config.base_dir)
-    fixed = []
-    for member in ensemble:
-        model = member.config.model
-        member_sym_gen = build_sym_gen(model, member.data_iter.data_info, member.config.base_dir)
-        fixed.append(FixedModel(member_sym_gen, *member.params(), name=model.name))
+    fixed = [FixedModel(m.sym_gen(), *m.params(), name=m.config.model.name) for m in ensemble]
     return DecodingEvaluation(
-        sym_gen,
+        opened.sym_gen(),
         opened.data_iter,
         names,
         context=opened.contexts[0],

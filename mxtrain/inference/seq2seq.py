@@ -92,11 +92,9 @@ def predict_seq2seq(
 def decoder_model(opened: OpenedRun, context: Any) -> DecoderModel:
     """``opened``'s model bound for step-by-step decoding on ``context`` with its checkpoint."""
     # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
-    from mxtrain.build import build_sym_gen
     from mxtrain.engine.graph_runner import GraphRunner
 
-    config = opened.config
-    sym_gen = build_sym_gen(config.model, opened.data_iter.data_info, config.base_dir)
-    check_decoder(sym_gen, config.model.name)
+    sym_gen = opened.sym_gen()
+    check_decoder(sym_gen, opened.config.model.name)
     args, auxs = opened.params()
     return DecoderModel(GraphRunner(decoder_graphs(sym_gen), args, auxs, context), sym_gen)

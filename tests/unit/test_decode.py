@@ -464,10 +464,17 @@ def fake_opened(params):
 
     import mxnet as mx
 
+    import mxtrain.build
+
     config = SimpleNamespace(model=SimpleNamespace(name="copy"), base_dir=None)
+    data_iter = FakeSourceIter()
     return SimpleNamespace(
-        data_iter=FakeSourceIter(),
+        data_iter=data_iter,
         config=config,
+        # as OpenedRun.sym_gen, through the (monkeypatched) builder
+        sym_gen=lambda: mxtrain.build.build_sym_gen(
+            config.model, data_iter.data_info, config.base_dir
+        ),
         params=lambda: (params, {}),
         contexts=[mx.cpu()],
         params_file="model-0001.params",
