@@ -72,7 +72,8 @@ class StepModel(Protocol):
         ...
 
     def reorder(self, rows: np.ndarray) -> None:
-        """Row ``i`` continues from the state of row ``rows[i]``."""
+        """Row ``i`` continues from the state of row ``rows[i]``. ``rows`` may be fewer than
+        the model holds: the others are dropped (beam search drops finished inputs)."""
         ...
 
 
@@ -120,6 +121,7 @@ def beam_search(
     alpha: float = DEFAULT_LENGTH_PENALTY,
     nbest: int = 1,
     banned: Collection[int] = (),
+    settle: bool = True,
 ) -> list[list[Hypothesis]]:
     """The ``nbest`` best hypotheses of each of ``len(first_tokens)`` inputs, best first.
 
@@ -131,7 +133,10 @@ def beam_search(
     ``banned``) and keeps, per input, the ``beam`` best by score among the extensions and the
     finished hypotheses; one that picks ``<eos>`` is finished: it keeps its score and stops
     growing. An input is done when all its hypotheses are finished or reach its maximum
-    length; the search stops when every input is done.
+    length, or, with ``settle``, once its ``nbest`` best are finished and no unfinished one
+    can ever outscore them (:func:`_settled`: the same result, fewer steps); the search stops
+    when every input is done. Done inputs leave the model's rows (:func:`_inputs_to_keep`),
+    which changes no result either: their hypotheses could only stay.
     """
     first = np.asarray(first_tokens, dtype=np.int64)
     limits = np.asarray(max_lengths, dtype=np.int64)
@@ -142,9 +147,9 @@ def beam_search(
     raw[:, 0] = 0.0  # the beams of an input start identical: extend only the first
     length = np.zeros((inputs, k), dtype=np.int64)
     done = np.zeros((inputs, k), dtype=bool)
-    history = np.zeros((inputs * k, 0), dtype=np.int64)
+    history = np.zeros((inputs, k, 0), dtype=np.int64)  # -1: the hypothesis stayed
+    slots = np.arange(inputs)  # the inputs whose rows the model holds, in its row order
     prev = np.repeat(first, k)
-    base = (np.arange(inputs) * k)[:, None]
     for position in range(int(limits.max(initial=0))):
         done |= (position >= limits)[:, None]
         if done.all():
@@ -153,30 +158,78 @@ def beam_search(
         vals = vals.astype(np.float64)
         if banned:
             vals[np.isin(ids, list(banned))] = -np.inf
+        n = slots.size
         width = vals.shape[1] + 1  # each row's tokens, then "stay" for a finished one
-        grown = np.where(done[..., None], -np.inf, raw[..., None] + vals.reshape(inputs, k, -1))
-        stay = np.where(done, raw, -np.inf)[..., None]
+        held, was_done = raw[slots], done[slots]
+        grown = np.where(was_done[..., None], -np.inf, held[..., None] + vals.reshape(n, k, -1))
+        stay = np.where(was_done, held, -np.inf)[..., None]
         candidates = np.concatenate([grown, stay], axis=2)
         lengths = np.concatenate(
-            [np.full(grown.shape, position + 1), length[..., None]], axis=2
-        ).reshape(inputs, -1)
-        flat = candidates.reshape(inputs, -1)
+            [np.full(grown.shape, position + 1), length[slots][..., None]], axis=2
+        ).reshape(n, -1)
+        flat = candidates.reshape(n, -1)
         ranked = flat / length_penalty(lengths, alpha)
         best = np.argsort(-ranked, axis=1, kind="stable")[:, :k]
         parent, column = best // width, best % width
         stays = column == width - 1
-        token = ids.reshape(inputs, k, -1)[
-            np.arange(inputs)[:, None], parent, np.minimum(column, width - 2)
-        ]
-        raw = np.take_along_axis(flat, best, axis=1)
-        length = np.take_along_axis(lengths, best, axis=1)
-        rows = (base + parent).ravel()
-        step_tokens = np.where(stays, -1, token)
-        history = np.concatenate([history[rows], step_tokens.reshape(-1, 1)], axis=1)
-        done = stays | (token == eos) | np.isneginf(raw)
-        model.reorder(rows)
+        token = ids.reshape(n, k, -1)[np.arange(n)[:, None], parent, np.minimum(column, width - 2)]
+        raw[slots] = np.take_along_axis(flat, best, axis=1)
+        length[slots] = np.take_along_axis(lengths, best, axis=1)
+        done[slots] = stays | (token == eos) | np.isneginf(raw[slots])
+        if settle:
+            settled = _settled(raw[slots], length[slots], done[slots], limits[slots], nbest, alpha)
+            done[slots[settled]] = True
+        step_tokens = np.full((inputs, k), -1, dtype=np.int64)
+        step_tokens[slots] = np.where(stays, -1, token)
+        history[slots] = history[slots][np.arange(n)[:, None], parent]
+        history = np.concatenate([history, step_tokens[..., None]], axis=2)
+        rows = (np.arange(n)[:, None] * k + parent).ravel()
         prev = np.where(stays, eos, token).ravel()
-    return _best(raw, length, history.reshape(inputs, k, -1), eos, alpha, nbest)
+        finished = done[slots].all(axis=1) | (position + 1 >= limits[slots])
+        kept = _inputs_to_keep(finished)
+        if kept is not None:
+            rows, prev = rows.reshape(n, k)[kept].ravel(), prev.reshape(n, k)[kept].ravel()
+            slots = slots[kept]
+        model.reorder(rows)
+    return _best(raw, length, history, eos, alpha, nbest)
+
+
+def _settled(
+    raw: np.ndarray,
+    length: np.ndarray,
+    done: np.ndarray,
+    limits: np.ndarray,
+    nbest: int,
+    alpha: float,
+) -> np.ndarray:
+    """Per input (row): whether its ``nbest`` best hypotheses are finished and final.
+
+    A log-probability only falls as a hypothesis grows (each token adds ln p <= 0), and the
+    length penalty divides it by at most ``lp(limit)``: whatever an unfinished hypothesis
+    with log-probability ``r`` becomes scores at most ``r / lp(limit)``. When that bound is
+    below the ``nbest``-th best finished score for every unfinished one, the finished ``nbest``
+    outrank everything the input could still produce: searching on changes no output."""
+    finished = done & np.isfinite(raw)
+    scores = np.where(finished, raw / length_penalty(np.maximum(length, 1), alpha), -np.inf)
+    kept = -np.sort(-scores, axis=1)[:, nbest - 1]  # the nbest-th best finished score
+    reach = np.where(done, -np.inf, raw / length_penalty(limits, alpha)[:, None])
+    return np.isfinite(kept) & (reach.max(axis=1) < kept)
+
+
+def _inputs_to_keep(finished: np.ndarray) -> np.ndarray | None:
+    """Which of the model's inputs to keep, in order, once ``finished`` (one per input) are
+    done; None: keep all. The model's inputs halve (n, n // 2, n // 4, ...) while those still
+    decoding fit in half, some finished ones kept to fill the size: a step graph is bound per
+    row count, so a batch binds at most log2(n) of them, and a step on fewer rows is
+    cheaper."""
+    n, alive = finished.size, int((~finished).sum())
+    size = n
+    while size > 1 and alive <= size // 2:
+        size //= 2
+    if size == n or alive == 0:
+        return None
+    filler = np.flatnonzero(finished)[: size - alive]
+    return np.sort(np.concatenate([np.flatnonzero(~finished), filler]))
 
 
 def _best(

@@ -69,6 +69,7 @@ class EncoderDecoderSteps:
         split = len(self.static_names)
         self.static = repeat_rows(outputs[:split], rows)
         self.states = repeat_rows(outputs[split:], rows)
+        self.width, self.max_steps = width, max_steps
         self.key = ("decoder_step", width, inputs * rows, max_steps)
         self._first = True
 
@@ -88,7 +89,11 @@ class EncoderDecoderSteps:
 
     def reorder(self, rows: np.ndarray) -> None:
         # the static arrays are the same for every row of a source, and rows move only
-        # within their source: only the states follow
+        # within their source: only the states follow, unless rows are dropped
+        if rows.size != self.key[2]:
+            self.static = take_rows(self.static, rows)
+            self.key = ("decoder_step", self.width, rows.size, self.max_steps)
+            self._first = True  # another executor: give it the static arrays
         self.states = take_rows(self.states, rows)
 
 

@@ -140,6 +140,7 @@ class StatefulLmSteps:
 
     def reorder(self, rows: np.ndarray) -> None:
         self.states = take_rows(self.states, rows, self.axes)
+        self.rows = rows.size
 
 
 class PrefixLmSteps:

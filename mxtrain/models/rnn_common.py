@@ -44,6 +44,20 @@ PROBABILITY_FLOOR = 1e-37
 SymGen = Callable[[Any], tuple[Any, tuple[str, ...], tuple[str, ...]]]
 
 
+def concat_last_axis(*arrays: Any, name: str | None = None) -> Any:
+    """3-D arrays (A, B, C_i) joined along their last axis into (A, B, sum C_i).
+
+    Joined as 2-D (A * B, C_i) arrays: MXNet 1.9.1's CPU ``concat`` of 3-D arrays along the
+    last axis is 10-25x slower than the same copy along axis 1 of 2-D arrays (forward and
+    backward; e.g. 5.7 against 0.24 ms forward for two (128, 8, 256) arrays on one Zen 3
+    core), while the values and gradients are the same."""
+    flat = [mx.sym.reshape(a, shape=(-3, 0)) for a in arrays]
+    joined = mx.sym.concat(*flat, dim=1)
+    return mx.sym.reshape_like(
+        joined, arrays[0], lhs_begin=0, lhs_end=1, rhs_begin=0, rhs_end=2, name=name
+    )
+
+
 def check_sizes(model: str, data_info: DataInfo) -> tuple[int, int]:
     """(vocab_size, num_classes) from the data, or ``ValueError`` naming the model."""
     vocab_size, num_classes = data_info.vocab_size, data_info.num_classes
@@ -117,7 +131,7 @@ def rnn_layers(
         forward = one_way(x, f"{prefix}l{i}_")
         backward = one_way(reverse(x, f"{prefix}r{i}_reverse_in"), f"{prefix}r{i}_")
         backward = reverse(backward, f"{prefix}r{i}_reverse_out")
-        x = mx.sym.concat(forward, backward, dim=2, name=f"{prefix}bi{i}_concat")
+        x = concat_last_axis(forward, backward, name=f"{prefix}bi{i}_concat")
         if dropout > 0 and i + 1 < num_layers:
             x = mx.sym.Dropout(x, p=dropout, name=f"{prefix}d{i}_dropout")
     return mx.sym.swapaxes(x, dim1=0, dim2=1)

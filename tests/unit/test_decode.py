@@ -56,6 +56,9 @@ PENALISED = {
     (B,): {A: 0.1, EOS: 0.8, B: 0.1},
 }
 VOCAB = 5
+# <eos> .9 after every prefix: beam 2 keeps <eos> (ln .9) and A or B (ln .05), which settles
+# at once: ln .05 / lp(10) = -1.2 can never reach ln .9 = -0.105
+DEFAULT_ONLY: dict[tuple[int, ...], dict[int, float]] = {}
 
 
 class HostScores:
@@ -78,9 +81,11 @@ class TableModel:
         self.prefixes: list[tuple[int, ...]] = [() for _ in range(len(tables) * rows)]
         self.inputs = [i for i in range(len(tables)) for _ in range(rows)]
         self.steps = 0
+        self.rows_per_step: list[int] = []
 
     def step(self, prev_tokens: np.ndarray, position: int) -> HostScores:
         self.steps += 1
+        self.rows_per_step.append(len(self.prefixes))
         out = np.full((len(self.prefixes), VOCAB), -np.inf)
         for r, token in enumerate(prev_tokens):
             if position > 0:
@@ -98,14 +103,43 @@ class TableModel:
         self.inputs = [self.inputs[r] for r in rows]
 
 
-def run_beam(tables, limits, beam, alpha=1.0, nbest=1):
+def run_beam(tables, limits, beam, alpha=1.0, nbest=1, settle=True):
     model = TableModel(tables, beam)
     firsts = np.full(len(tables), BOS)
     hyps = beam_search(
         model, firsts, np.asarray(limits), beam=beam, eos=EOS, alpha=alpha, nbest=nbest,
-        banned=BANNED,
+        banned=BANNED, settle=settle,
     )  # fmt: skip
     return hyps, model
+
+
+class RandomModel:
+    """A step model with a random next-token distribution for every (input, prefix), the
+    same each time it is asked: ``WIDE`` tokens, <eos> among them. Records the rows of each
+    step."""
+
+    WIDE = 7
+
+    def __init__(self, inputs: int, rows: int, seed: int) -> None:
+        self.seed = seed
+        self.prefixes: list[tuple[int, ...]] = [() for _ in range(inputs * rows)]
+        self.inputs = [i for i in range(inputs) for _ in range(rows)]
+        self.rows_per_step: list[int] = []
+
+    def step(self, prev_tokens: np.ndarray, position: int) -> HostScores:
+        self.rows_per_step.append(len(self.prefixes))
+        out = np.full((len(self.prefixes), self.WIDE), -np.inf)
+        for r, token in enumerate(prev_tokens):
+            if position > 0:
+                self.prefixes[r] = (*self.prefixes[r], int(token))
+            rng = np.random.default_rng([self.seed, self.inputs[r], *self.prefixes[r]])
+            logits = rng.normal(0.0, 2.0, self.WIDE)
+            out[r] = logits - np.log(np.exp(logits).sum())
+        return HostScores(out)
+
+    def reorder(self, rows: np.ndarray) -> None:
+        self.prefixes = [self.prefixes[r] for r in rows]
+        self.inputs = [self.inputs[r] for r in rows]
 
 
 def run_greedy(tables, limits, alpha=1.0):
@@ -172,7 +206,76 @@ def test_eos_first_gives_an_empty_output() -> None:
     [[best]], model = run_beam([table], [10], beam=3)
     assert best.tokens == () and best.ended and best.length == 1
     assert abs(best.log_prob - math.log(0.8)) < TOL
-    assert model.steps == 2  # step 1 lets the other beams finish (DEFAULT: <eos> .9)
+    # settled after one step: A and B (ln .1 / lp(10) = -0.92 at best, whatever follows)
+    # can never outscore <eos> (ln .8 = -0.22); without settling, step 1 lets them finish
+    assert model.steps == 1
+    [[unsettled]], model = run_beam([table], [10], beam=3, settle=False)
+    assert unsettled == best and model.steps == 2  # DEFAULT: <eos> .9
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_settling_and_dropping_done_inputs_change_no_result(seed: int) -> None:
+    """Random models, lengths, beams, n-best and length penalties: the search that settles
+    inputs early and drops done ones from the model gives exactly the hypotheses of the
+    search that runs every input until all its hypotheses end."""
+    rng = np.random.default_rng(seed)
+    inputs, beam = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+    nbest, alpha = int(rng.integers(1, beam + 1)), float(rng.choice([0.0, 0.6, 1.0, 2.0]))
+    limits = rng.integers(1, 9, size=inputs)
+    results = []
+    for settle in (True, False):
+        model = RandomModel(inputs, beam, seed)
+        hyps = beam_search(
+            model, np.full(inputs, BOS), limits, beam=beam, eos=EOS, alpha=alpha, nbest=nbest,
+            banned=BANNED, settle=settle,
+        )  # fmt: skip
+        results.append((hyps, model.rows_per_step))
+    (settled, rows), (full, full_rows) = results
+    assert settled == full
+    assert sum(rows) <= sum(full_rows)
+    alone = [
+        beam_search(
+            RandomModel(1, beam, seed), np.full(1, BOS), limits[i : i + 1], beam=beam, eos=EOS,
+            alpha=alpha, nbest=nbest, banned=BANNED,
+        )[0]
+        for i in range(inputs)
+    ]  # fmt: skip
+    # each input alone, in a model whose input ids restart at 0: same distributions for input 0
+    assert settled[0] == alone[0]
+
+
+def test_a_longer_hypothesis_that_overtakes_is_not_settled_away() -> None:
+    """alpha 2 rewards length: <eos> at once scores ln .5 = -0.693; A then A A A (.95 each)
+    and <eos> (.9) has log-probability -1.175 but length 5: -1.175 / (10/6)**2 = -0.423.
+    After step 0, A's -0.916 is below -0.693, yet it is not settled away: with at most 10
+    tokens it could reach -0.916 / (15/6)**2 = -0.147."""
+    table = {
+        (): {A: 0.4, EOS: 0.5, B: 0.1},
+        (A,): {A: 0.95, EOS: 0.04, B: 0.01},
+        (A, A): {A: 0.95, EOS: 0.04, B: 0.01},
+        (A, A, A): {A: 0.95, EOS: 0.04, B: 0.01},
+    }
+    [[best]], _ = run_beam([table], [10], beam=2, alpha=2.0)
+    assert best.tokens == (A, A, A, A) and best.ended
+    assert abs(best.log_prob - math.log(0.4 * 0.95**3 * 0.9)) < TOL
+    assert abs(best.score - best.log_prob / (10 / 6) ** 2) < TOL
+
+
+def test_done_inputs_leave_the_model_in_halves() -> None:
+    """Eight inputs, five of which are done after their first step (DEFAULT: <eos> .9
+    everywhere) and three that take three steps (BRANCHING with beam 2): the model then holds
+    4 inputs (the three still decoding and a done one filling the half); with one still
+    decoding, 1. Each input's hypotheses are those it gets alone."""
+    branching = (1, 4, 6)
+    tables = [BRANCHING if i in branching else DEFAULT_ONLY for i in range(8)]
+    hyps, model = run_beam(tables, [10] * 8, beam=2)
+    assert model.rows_per_step == [16, 8, 8]
+    (alone_default,), _ = run_beam([DEFAULT_ONLY], [10], beam=2)
+    (alone_branching,), _ = run_beam([BRANCHING], [10], beam=2)
+    assert hyps == [alone_branching if i in branching else alone_default for i in range(8)]
+    hyps, model = run_beam([DEFAULT_ONLY] * 7 + [BRANCHING], [10] * 8, beam=2)
+    assert model.rows_per_step == [16, 2, 2]
+    assert hyps == [alone_default] * 7 + [alone_branching]
 
 
 def test_inputs_of_a_batch_decode_independently() -> None:

@@ -22,7 +22,7 @@ from mxtrain.engine.bucketing import BucketingModule
 from mxtrain.errors import InvalidValue
 from mxtrain.metrics import DevicePerplexity
 from mxtrain.models.rnn_seq2seq import build_rnn_seq2seq
-from mxtrain.models.seq2seq_common import smoothed_softmax_loss
+from mxtrain.models.seq2seq_common import MASKED_SCORE, smoothed_softmax_loss
 from mxtrain.models.seq2seq_options import RnnSeq2SeqOptions, TransformerSeq2SeqOptions
 from mxtrain.models.transformer_seq2seq import build_transformer_seq2seq
 from mxtrain.registry import ITERATORS
@@ -316,6 +316,60 @@ def test_step_by_step_decoding_equals_the_training_graph(
     got = step_by_step(sym_gen, params, batch, max_steps)
     vocab = info.num_classes
     assert_close_at_scale(got, expected, roundings=chain(options, source_len, max_steps, 3, vocab))
+
+
+def _attention_reference(attention: str, params: dict, queries, memory, real) -> np.ndarray:
+    """The attentional states tanh(W_c [context; h]) in float64, from the formulas of
+    rnn_seq2seq's docstring (dot: h . m; general: h . W m; mlp: v . tanh(W h + b + U m))."""
+    if attention == "dot":
+        scores = np.einsum("nqh,nsh->nqs", queries, memory)
+    elif attention == "general":
+        keys = memory @ params["attention_key_weight"].T
+        scores = np.einsum("nqh,nsh->nqs", queries, keys)
+    else:
+        keys = memory @ params["attention_key_weight"].T
+        projected = queries @ params["attention_query_weight"].T + params["attention_query_bias"]
+        energy = np.tanh(projected[:, :, None, :] + keys[:, None, :, :])
+        scores = (energy @ params["attention_score_weight"].T)[..., 0]
+    scores = np.where(real[:, None, :], scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=2, keepdims=True))
+    weights /= weights.sum(axis=2, keepdims=True)
+    context = weights @ memory
+    combined = np.concatenate([context, queries], axis=2)
+    return np.tanh(combined @ params["attention_out_weight"].T)
+
+
+@pytest.mark.parametrize("attention", ["dot", "general", "mlp"])
+def test_attention_is_the_documented_formula(attention: str) -> None:
+    """The attentional states of every scoring function against the formulas, padding masked
+    (mlp computes v . tanh(x) as 2 v . sigmoid(2 x), the same softmax weights)."""
+    options = RnnSeq2SeqOptions(attention=attention, **RNN_SMALL)
+    sym_gen = build_rnn_seq2seq(options, INFO)
+    rows, positions, hidden = 3, 2, RNN_SMALL["num_hidden"]
+    source = np.array([[1, 2, 3, 4], [5, 6, 0, 0], [7, 0, 0, 0]], dtype=np.float32)
+    queries, memory = mx.sym.var("queries"), mx.sym.var("memory")
+    encoded = {"encoder_memory": memory, "source_bias": mx.sym.var("source_bias")}
+    if attention != "dot":
+        encoded["attention_keys"] = sym_gen._attention_keys(memory)
+    symbol = sym_gen._attentional(queries, encoded)
+    shapes = {
+        "queries": (rows, positions, hidden),
+        "memory": (rows, source.shape[1], hidden),
+        "source_bias": source.shape,
+    }
+    params = random_params(symbol, shapes, seed=3)
+    executor = bind(symbol, shapes, params)
+    rng = np.random.default_rng(4)
+    values = {n: rng.uniform(-1, 1, shapes[n]) for n in ("queries", "memory")}
+    bias = (source == 0) * MASKED_SCORE
+    got = executor.forward(
+        is_train=False,
+        source_bias=mx.nd.array(bias),
+        **{n: mx.nd.array(v) for n, v in values.items()},
+    )[0].asnumpy()
+    want = _attention_reference(attention, params, values["queries"], values["memory"], source != 0)
+    # dots over H and 2H values, the softmax over S positions, and the nonlinearities
+    assert_close_at_scale(got, want, roundings=8 * hidden + 4 * source.shape[1] + 20)
 
 
 def gradients(builder: Any, options: Any, info: DataInfo, key: tuple, sources, targets):
