@@ -138,6 +138,24 @@ def _memory_headline(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _seq2seq_headline(report: dict[str, Any]) -> list[str]:
+    """The seq2seq comparison with Sockeye (scripts/bench_seq2seq.py --merge-into), which
+    names its own CPU: it may have been measured on another machine than the rest."""
+    seq2seq = report.get("seq2seq", {})
+    table = seq2seq.get("table", {})
+    if "train_tokens_per_s" not in table or "decode_sentences_per_s" not in table:
+        return []
+    m = seq2seq["machine"]
+    train = table["train_tokens_per_s"]["ratio"]["median"]
+    decode = table["decode_sentences_per_s"]["ratio"]["median"]
+    return [
+        f"- **Sequence-to-sequence against Sockeye 1.18** (G2P on CMUdict, the same model size "
+        f"and threads, whole processes; measured on {m['cpu']}, {m['isa']}): mxtrain trains at "
+        f"**{train:.2f}x** Sockeye's target tokens/s and decodes at beam 5 at **{decode:.2f}x** "
+        "its sentences/s (medians of the paired rounds)."
+    ]
+
+
 def _char_section(report: dict[str, Any]) -> list[str]:
     ours = _char_rounds(report)
     if not ours:
@@ -266,6 +284,7 @@ def render(report: dict[str, Any]) -> str:
         )
     headline += _char_headline(report)
     headline += _memory_headline(report)
+    headline += _seq2seq_headline(report)
     out += headline or ["(no comparison was run)"]
     out += [
         "",
@@ -434,6 +453,10 @@ def render(report: dict[str, Any]) -> str:
             "",
         ]
     out += _sampled_section(report)
+    if report.get("seq2seq", {}).get("table"):
+        from bench_seq2seq import markdown as seq2seq_markdown  # scripts/bench_seq2seq.py
+
+        out += ["", seq2seq_markdown(report["seq2seq"]).rstrip("\n")]
     for key in ("operator_shares", "operator_shares_avx2"):
         shares = report.get(key)
         if not shares:

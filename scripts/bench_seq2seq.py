@@ -32,10 +32,12 @@ both decoded the same task. Quick run (what a test could run, a few hundred upda
 
     python scripts/bench_seq2seq.py --train-pairs 6400 --dev-pairs 100 --test-lines 200
 
-Full run, the BENCHMARKS.md block::
+Full run, the BENCHMARKS.md section (kept under ``seq2seq`` in BENCHMARKS.json, with its own
+machine line, then rendered with the rest of the file)::
 
     python scripts/prepare_g2p.py && scripts/peer_env.sh
-    python scripts/bench_seq2seq.py --json bench_seq2seq.json --markdown bench_seq2seq.md
+    python scripts/bench_seq2seq.py --repeats 3 --omp-threads 1 --merge-into BENCHMARKS.json
+    python scripts/bench.py --render BENCHMARKS.json --markdown BENCHMARKS.md
 """
 
 from __future__ import annotations
@@ -411,18 +413,48 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     add("--workdir", type=Path, help="keep logs, models and outputs here (default: temporary)")
     add("--json", type=Path, help="write the report here")
     add("--markdown", type=Path, help="write the BENCHMARKS.md block here")
+    add(
+        "--merge-into",
+        type=Path,
+        metavar="JSON",
+        help="put the report under 'seq2seq' of this scripts/bench.py report (BENCHMARKS.json) "
+        "and write it back; `scripts/bench.py --render` then writes BENCHMARKS.md",
+    )
+    add(
+        "--from-json",
+        type=Path,
+        metavar="JSON",
+        help="measure nothing: take the report this script wrote earlier with --json",
+    )
     args = parser.parse_args(argv)
     args.sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     unknown = sorted(set(args.sides) - set(SIDES))
     if unknown or not args.sides:
         parser.error(f"--sides: unknown {unknown}; choose from {list(SIDES)}")
-    if args.markdown and set(args.sides) != set(SIDES):
-        parser.error("--markdown compares both sides: leave --sides at peer,mxtrain")
+    if (args.markdown or args.merge_into) and set(args.sides) != set(SIDES):
+        parser.error("--markdown and --merge-into compare both sides: leave --sides alone")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
+    report = json.loads(args.from_json.read_text()) if args.from_json else run(args)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    if args.merge_into:
+        merged = json.loads(args.merge_into.read_text())
+        merged["seq2seq"] = report
+        args.merge_into.write_text(json.dumps(merged, indent=2) + "\n")
+    if report["table"]:
+        text = markdown(report)
+        print("\n" + text)
+        if args.markdown:
+            args.markdown.write_text(text)
+    return 0
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The report of a measurement with ``args``."""
     report: dict[str, Any] = {
         "command": "python scripts/bench_seq2seq.py " + " ".join(sys.argv[1:]),
         "date": dt.datetime.now().isoformat(timespec="seconds"),
@@ -436,14 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="bench-seq2seq-") as workdir:
             report.update(measure(args, Path(workdir)))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-    if report["table"]:
-        text = markdown(report)
-        print("\n" + text)
-        if args.markdown:
-            args.markdown.write_text(text)
-    return 0
+    return report
 
 
 if __name__ == "__main__":

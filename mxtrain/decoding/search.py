@@ -247,15 +247,18 @@ def _best(
     return out
 
 
-#: ``choose(scores, active) -> (token ids, their log-probabilities)``, (rows,) each
-Chooser = Callable[[StepScores, np.ndarray], tuple[np.ndarray, np.ndarray]]
+#: ``choose(scores, active, inputs) -> (token ids, their log-probabilities)``, (rows,) each:
+#: ``active`` marks the model's rows still decoding, ``inputs`` the input each row holds
+Chooser = Callable[[StepScores, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def greedy_chooser(banned: Collection[int] = ()) -> Chooser:
     """Each row's most likely token that is not ``banned`` (ties: the lowest id first, as
     ``topk`` orders them)."""
 
-    def choose(scores: StepScores, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def choose(
+        scores: StepScores, active: np.ndarray, inputs: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         vals, ids = scores.top(1 + len(banned))
         vals = vals.astype(np.float64)
         if banned:
@@ -295,11 +298,13 @@ class Sampler:
         """A chooser for rows holding these input ``lines``."""
         generators = [np.random.default_rng([self.seed, int(line)]) for line in lines]
 
-        def choose(scores: StepScores, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        def choose(
+            scores: StepScores, active: np.ndarray, inputs: np.ndarray
+        ) -> tuple[np.ndarray, np.ndarray]:
             log_probs = scores.full().astype(np.float64)
             tokens = np.zeros(log_probs.shape[0], dtype=np.int64)
-            for r in np.flatnonzero(active):
-                tokens[r] = self.draw(log_probs[r], generators[r])
+            for r in np.flatnonzero(active):  # a finished line draws no more numbers
+                tokens[r] = self.draw(log_probs[r], generators[inputs[r]])
             return tokens, log_probs[np.arange(tokens.size), tokens]
 
         return choose
@@ -338,23 +343,30 @@ def token_by_token(
 ) -> list[Hypothesis]:
     """One hypothesis per row, each token picked by ``choose`` (:func:`greedy_chooser` or a
     :class:`Sampler`'s) until ``<eos>`` or ``max_lengths`` tokens. Greedy decoding gives what
-    :func:`beam_search` gives with ``beam=1``, without its bookkeeping."""
+    :func:`beam_search` gives with ``beam=1``, without its bookkeeping. Finished rows leave
+    the model as beam search's done inputs do (:func:`_inputs_to_keep`)."""
     first = np.asarray(first_tokens, dtype=np.int64)
     limits = np.asarray(max_lengths, dtype=np.int64)
     rows = first.size
     history = np.full((rows, int(limits.max(initial=0))), -1, dtype=np.int64)
     log_prob = np.zeros(rows)
     active = limits > 0
+    slots = np.arange(rows)  # the inputs the model's rows hold, in its row order
     prev = first
     for position in range(history.shape[1]):
         active &= position < limits
         if not active.any():
             break
-        tokens, chosen = choose(model.step(prev, position), active)
-        history[active, position] = tokens[active]
-        log_prob[active] += chosen[active]
-        active &= tokens != eos
-        prev = np.where(active, tokens, eos)
+        live = active[slots]
+        tokens, chosen = choose(model.step(prev, position), live, slots)
+        history[slots[live], position] = tokens[live]
+        log_prob[slots[live]] += chosen[live]
+        active[slots] = live & (tokens != eos)
+        prev = np.where(active[slots], tokens, eos)
+        kept = _inputs_to_keep(~active[slots] | (position + 1 >= limits[slots]))
+        if kept is not None:
+            model.reorder(kept)
+            slots, prev = slots[kept], prev[kept]
     return [
         _hypothesis(history[r][history[r] >= 0], float(log_prob[r]), eos, alpha)
         for r in range(rows)

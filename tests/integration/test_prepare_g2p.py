@@ -7,6 +7,7 @@ re-derive what is kept from the dictionary itself rather than from the script's 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -175,7 +176,50 @@ def test_the_benchmark_report_takes_ratios_per_round() -> None:
     row = bench.summarize(rounds, "mxtrain", "peer", tuple(bench.FIGURES))["train_tokens_per_s"]
     assert row["ratio"] == {"min": 1.0, "median": 1.2, "max": 1.5}
     assert row["theirs_median"] == 100.0 and row["ours_median"] == 150.0
-    report = {
+    report = fake_report(bench, rounds)
+    text = bench.markdown(report)
+    assert "| training, target tokens/s | 100 | 150 | 1.000 / **1.200** / 1.500 |" in text
+    assert "CPU X (2 cores, AVX2), OMP_NUM_THREADS=2 on both sides" in text
+    assert "included) ranged 0.5 to 2.0 around" in text
+    assert "training 1.20x (misses the goal of 1.3x)" in text
+
+
+def test_the_benchmark_report_goes_into_benchmarks_md(tmp_path: Path, capsys) -> None:
+    """--merge-into puts a report (here one taken --from-json) under 'seq2seq' of
+    BENCHMARKS.json; BENCHMARKS.md, rendered from it, gets a headline line naming that
+    report's own CPU and the section."""
+    bench = load_bench()
+    rounds = [
+        {
+            "peer": {"train_tokens_per_s": 100.0, "decode_sentences_per_s": 50.0},
+            "mxtrain": {"train_tokens_per_s": 140.0, "decode_sentences_per_s": 90.0},
+        }
+    ]
+    saved = tmp_path / "seq2seq.json"
+    saved.write_text(json.dumps(fake_report(bench, rounds)))
+    benchmarks = tmp_path / "BENCHMARKS.json"
+    benchmarks.write_text((SCRIPT.parents[1] / "BENCHMARKS.json").read_text())
+    assert bench.main(["--from-json", str(saved), "--merge-into", str(benchmarks)]) == 0
+    merged = json.loads(benchmarks.read_text())
+    assert merged["seq2seq"]["machine"]["cpu"] == "CPU X"
+    assert "comparisons" in merged  # the rest of the report is kept
+    sys.path.insert(0, str(SCRIPT.parent))  # bench_report imports bench_seq2seq beside it
+    try:
+        from bench_report import render
+
+        text = render(merged)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    assert "trains at **1.40x** Sockeye's target tokens/s" in text
+    assert "decodes at beam 5 at **1.80x** its sentences/s" in text
+    assert "measured on CPU X, AVX2" in text
+    assert "## seq2seq: mxtrain against Sockeye 1.18 (G2P, CMUdict)" in text
+    assert "decoding at beam 5 1.80x (meets the goal of 1.5x)" in text
+
+
+def fake_report(bench: ModuleType, rounds: list[dict]) -> dict:
+    """A bench_seq2seq report of ``rounds`` on a made-up machine and sizes."""
+    return {
         "date": "2026-01-01T00:00:00",
         "command": "python scripts/bench_seq2seq.py",
         "machine": {"cpu": "CPU X", "cores": 2, "isa": "AVX2", "python": "3.11", "mxnet": "1.9.1"},
@@ -197,11 +241,6 @@ def test_the_benchmark_report_takes_ratios_per_round() -> None:
         "table": bench.summarize(rounds, "mxtrain", "peer", tuple(bench.FIGURES)),
         "rounds": [{side: {"load_average": [0.5, 2.0]} for side in ("peer", "mxtrain")}],
     }
-    text = bench.markdown(report)
-    assert "| training, target tokens/s | 100 | 150 | 1.000 / **1.200** / 1.500 |" in text
-    assert "CPU X (2 cores, AVX2), OMP_NUM_THREADS=2 on both sides" in text
-    assert "included) ranged 0.5 to 2.0 around" in text
-    assert "training 1.20x (misses the goal of 1.3x)" in text
 
 
 def test_the_benchmarks_overrides_turn_the_shipped_config_into_the_peers_model(

@@ -278,6 +278,20 @@ def test_done_inputs_leave_the_model_in_halves() -> None:
     assert hyps == [alone_default] * 7 + [alone_branching]
 
 
+def test_greedy_drops_finished_rows_in_halves_too() -> None:
+    """Greedy: DEFAULT_ONLY rows pick <eos> at once, BRANCHING ones "A A <eos>" (3 steps)."""
+    branching = (1, 4, 6)
+    tables = [BRANCHING if i in branching else DEFAULT_ONLY for i in range(8)]
+    model = TableModel(tables, 1)
+    choose = greedy_chooser(BANNED)
+    hyps = token_by_token(model, np.full(8, BOS), np.full(8, 10), choose=choose, eos=EOS)
+    assert model.rows_per_step == [8, 4, 4]
+    (alone_default,) = run_greedy([DEFAULT_ONLY], [10])
+    (alone_branching,) = run_greedy([BRANCHING], [10])
+    assert hyps == [alone_branching if i in branching else alone_default for i in range(8)]
+    assert alone_branching.tokens == (A, A) and alone_default.tokens == ()
+
+
 def test_inputs_of_a_batch_decode_independently() -> None:
     tables = [BRANCHING, PENALISED, {(): {A: 0.3, EOS: 0.3, B: 0.4}}, BRANCHING]
     limits = [10, 2, 5, 1]
