@@ -456,7 +456,7 @@ def render(report: dict[str, Any]) -> str:
     if report.get("seq2seq", {}).get("table"):
         from bench_seq2seq import markdown as seq2seq_markdown  # scripts/bench_seq2seq.py
 
-        out += ["", seq2seq_markdown(report["seq2seq"]).rstrip("\n")]
+        out += [seq2seq_markdown(report["seq2seq"]).rstrip("\n"), ""]
     for key in ("operator_shares", "operator_shares_avx2"):
         shares = report.get(key)
         if not shares:
