@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from mxtrain.data.base import TASK_SEQ2SEQ
@@ -47,6 +48,8 @@ def open_members(
             f"--ensemble decodes seq2seq models together; {main.run.path} is not a seq2seq run.",
             hint="Leave out --ensemble for this run.",
         )
+    if data is None:  # the members read what main reads: their own eval files may be gone
+        data, target = _default_files(main)
     members = []
     for ref in refs:
         member = open_run(
@@ -61,6 +64,19 @@ def open_members(
             ", ".join(f"{m.run.path} ({describe(m)})" for m in [main, *members]),
         )
     return members
+
+
+def _default_files(main: OpenedRun) -> tuple[str | None, str | None]:
+    """The source and target files ``main`` reads when no --data is given (its data.eval),
+    as absolute paths; (None, None) where its data section names no such files. A member
+    needs only its run folder (vocabularies and checkpoint), not its own eval files."""
+    section = main.config.data.eval
+    options = getattr(section, "options", None)
+    source, target = getattr(options, "source", None), getattr(options, "target", None)
+    if not isinstance(source, str) or not isinstance(target, str):
+        return None, None
+    base = Path(main.config.base_dir)
+    return str(base / source), str(base / target)
 
 
 def describe(opened: OpenedRun) -> str:

@@ -9,6 +9,7 @@ when its output matches either, and a mid-epoch stop resumes bit-identically wit
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -234,6 +235,20 @@ def test_score_and_predict_decode_with_an_ensemble(
         assert code == 0, err
         outputs[name] = [json.loads(line) for line in out.read_text().splitlines()]
     assert outputs["doubled"] == outputs["alone"]
+
+
+def test_an_ensemble_member_needs_only_its_run_folder(straight_run: Path, tmp_path: Path) -> None:
+    """score without --data reads the first run's data.eval for every model: a member copied
+    to a machine without its own eval files (run.json's config folder gone) still decodes."""
+    moved = tmp_path / "moved"
+    shutil.copytree(straight_run, moved)
+    status = json.loads((moved / "run.json").read_text())
+    status["config_dir"] = str(tmp_path / "nowhere")
+    (moved / "run.json").write_text(json.dumps(status))
+    asked = ("--metrics", "wer", "--beam-size", 2)
+    alone = score_json(f"{straight_run}:best", *asked)
+    doubled = score_json(f"{straight_run}:best", *asked, "--ensemble", f"{moved}:best")
+    assert doubled["metrics"] == alone["metrics"]
 
 
 def test_score_length_penalty_ranks_the_beam_as_predict_does(
