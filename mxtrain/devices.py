@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import sys
 from typing import Any
@@ -124,6 +125,8 @@ def configure_threads(
         os.environ["OMP_WAIT_POLICY"] = policy.upper()
     elif measured and "OMP_WAIT_POLICY" not in os.environ:
         os.environ["OMP_WAIT_POLICY"] = measured[1].upper()
+        if measured[1] == "active":
+            _wait_for_the_load(measured[0] if omp == "auto" else _fixed_threads(omp))
     if omp != "auto":
         os.environ["OMP_NUM_THREADS"] = str(omp)
     elif "OMP_NUM_THREADS" not in os.environ:
@@ -163,6 +166,43 @@ def configure_threads(
     return threads_now
 
 
+#: what configure_threads logs when the load at start turns active waiting passive
+LOAD_WAIT_WHY = (
+    "{busy:.1f} runnable threads of other processes on {cores} usable cores at start: "
+    "{threads} spinning OpenMP threads would take turns with them and wait for each other "
+    "(the measured choice, active, is for a quiet machine)"
+)
+
+
+def _wait_for_the_load(threads: int) -> None:
+    """Sleeping (passive) OpenMP threads when the machine is busy at start: a team that
+    spins while other processes hold its cores waits for its descheduled members (100x
+    slower steps were measured so), and the wait policy changes no result, unlike the
+    thread count, which stays as chosen. The choice replaces the measured one in
+    :func:`thread_choices` (source ``load``); config.yaml keeps ``auto``, so a resume decides
+    again for its own start."""
+    cores = usable_cores()
+    if threads < 2:
+        return  # no team: nothing waits
+    busy = busy_cpus()  # an average of a few readings: a half is one thread most of the time
+    if math.floor(busy + 0.5) + threads <= cores:
+        return
+    why = LOAD_WAIT_WHY.format(busy=busy, cores=cores, threads=threads)
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    _THREAD_CHOICES[:] = [
+        kernels.Choice(c.key, "passive", "load", why=why)
+        if c.key == "context.omp_wait_policy"
+        else c
+        for c in _THREAD_CHOICES
+    ]
+    _LOG.info("OMP_WAIT_POLICY=PASSIVE: %s", why)
+
+
+def chosen_for_the_load() -> bool:
+    """Whether the wait policy in force was chosen for the load at start."""
+    return any(c.key == "context.omp_wait_policy" and c.source == "load" for c in _THREAD_CHOICES)
+
+
 def prepare_process(
     context_cfg: ContextSection, *, measure: bool = False
 ) -> tuple[dict[str, str], ContextSection]:
@@ -183,7 +223,11 @@ def with_threads_in_force(context_cfg: ContextSection) -> ContextSection:
     if context_cfg.omp_threads == "auto" and os.environ.get("OMP_NUM_THREADS", "").isdigit():
         changes["omp_threads"] = int(os.environ["OMP_NUM_THREADS"])
     wait = os.environ.get("OMP_WAIT_POLICY", "").lower()
-    if context_cfg.omp_wait_policy == "auto" and wait in ("active", "passive"):
+    if (
+        context_cfg.omp_wait_policy == "auto"
+        and wait in ("active", "passive")
+        and not chosen_for_the_load()  # a resume decides for its own start
+    ):
         changes["omp_wait_policy"] = wait
     return dataclasses.replace(context_cfg, **changes) if changes else context_cfg
 

@@ -36,6 +36,7 @@ training perplexity. Ratios are mxtrain/stock per paired round (min/median/max).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -46,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,11 @@ COMPARISONS = {
     "tool": ("stock", "stock-omp", "mxtrain"),
     "engine": ("engine-stock-classic", "engine-stock", "engine-mxtrain"),
     "char": ("char-stock", "char-mxtrain"),
+    # the full epoch again, each side beside a CPU-bound process (busy_neighbour)
+    "loaded": ("loaded-epoch-stock-omp", "loaded-epoch-mxtrain"),
 }
+#: a side run beside a busy process: ``loaded-`` and the side's own name
+LOADED = "loaded-"
 #: not paired rounds: peak RSS against the bucket count (scripts/bench_memory.py)
 MEMORY = "memory"
 #: not paired rounds: the output layer's formulations against the GEMM peak, per instruction
@@ -633,7 +639,23 @@ def side_env(side: str, args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def busy_neighbour() -> Iterator[None]:
+    """A CPU-bound process (a Python busy loop) for as long as the block runs, ended by its
+    PID: the other job a shell job on a shared machine meets."""
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)  # running before the side starts and reads the load
+        yield
+    finally:
+        neighbour.kill()
+        neighbour.wait(timeout=30)
+
+
 def run_side(side: str, args: argparse.Namespace, workdir: str) -> dict[str, Any]:
+    if side.startswith(LOADED):
+        with busy_neighbour():
+            return run_side(side[len(LOADED) :], args, workdir)
     argv = [sys.executable, __file__, "--worker", side, "--workdir", workdir]
     keys = ("data", "sentences", "batches", "warmup", "batch_size", "vocab", "seed", "char_lines")
     for key in keys:
@@ -926,8 +948,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--compare",
-        default="epoch,tool,engine,char,memory",
-        help="comma-separated: epoch (full epoch), tool, engine (100-odd batch windows), char "
+        default="epoch,loaded,tool,engine,char,memory",
+        help="comma-separated: epoch (full epoch), loaded (the full epoch beside a CPU-bound "
+        "process), tool, engine (100-odd batch windows), char "
         "(heavy-tailed char LM), memory (peak RSS against the bucket count), output (the output "
         "layer against the GEMM peak), profile (operator shares), sampled (sampled softmax "
         "against the full one at 50k and 100k words)",

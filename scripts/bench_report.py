@@ -256,6 +256,13 @@ def render(report: dict[str, Any]) -> str:
                 f"{shares['share']['output layer']:.1%}, the recurrent layers "
                 f"{shares['share']['recurrent layers']:.1%}{also})."
             )
+    loaded = _ratio(report, "loaded", "loaded-epoch-stock-omp", "train_tokens_per_s")
+    if loaded is not None:
+        headline.append(
+            f"- **The same epoch beside a CPU-bound process** (a busy loop started before each "
+            f"side, ended after it): mxtrain is **{loaded:.2f}x** the stock script in the same "
+            "conditions."
+        )
     tool = _ratio(report, "tool", "stock", "train_tokens_per_s")
     omp = _ratio(report, "tool", "stock-omp", "train_tokens_per_s")
     engine = _ratio(report, "engine", "engine-stock", "train_tokens_per_s")
@@ -308,6 +315,11 @@ def render(report: dict[str, Any]) -> str:
         f"`mx.rnn.BucketSentenceIter` (buckets 10..60), OMP_NUM_THREADS={s['omp_threads']}, "
         "one whole epoch. `epoch-mxtrain`: `mxtrain fit` on the default config with the "
         "same data, one whole epoch, as the epoch record times it.",
+        "- `loaded-epoch-stock-omp` / `loaded-epoch-mxtrain`: the same two full epochs, each "
+        "side beside a CPU-bound process (a Python busy loop started half a second before the "
+        "side and ended by its PID after it), as a shell job on a shared machine meets one. "
+        "mxtrain sees the load at start and lets its OpenMP threads sleep instead of spin "
+        "(docs/speed.md); the stock side runs with OpenMP's defaults.",
         "- `stock`: a script around `mx.mod.BucketingModule.fit` as users write it: "
         "`mx.rnn.BucketSentenceIter` (buckets 10..60), `mx.metric.Perplexity`, a "
         "`Speedometer`, MXNet's default threads (OMP_NUM_THREADS unset). Score and predict run "

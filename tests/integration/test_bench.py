@@ -35,6 +35,11 @@ def test_bench_runs_every_side_and_writes_json_and_markdown(tmp_path: Path) -> N
     # MXNet's default threads for `stock`, the core count for `stock-omp` (here 1)
     assert "OMP_NUM_THREADS" not in tool["stock"]["env"]
     assert tool["stock-omp"]["env"]["OMP_NUM_THREADS"] == "1"
+    # the full epoch beside a busy process, both sides in the same conditions
+    loaded = report["comparisons"]["loaded"]["rounds"][0]
+    assert set(loaded) == {"loaded-epoch-stock-omp", "loaded-epoch-mxtrain"}
+    for side, figures in loaded.items():
+        assert figures["train_tokens_per_s"] > 0, (side, figures)
     engine = report["comparisons"]["engine"]
     for figures in engine["rounds"][0].values():
         for key in FIGURES:
