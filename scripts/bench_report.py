@@ -7,6 +7,18 @@ from typing import Any
 
 import bench_memory  # scripts/bench_memory.py: the memory tables' Markdown
 
+#: bench_seq2seq.py's figures: key -> (row label, format)
+SEQ2SEQ_FIGURES = {
+    "train_tokens_per_s": ("training, target tokens/s", "{:,.0f}"),
+    "decode_sentences_per_s": ("decoding at beam 5, sentences/s", "{:,.1f}"),
+    "train_seconds": ("training process, s", "{:,.1f}"),
+    "decode_seconds": ("decoding process, s", "{:,.1f}"),
+    "parameters": ("parameters", "{:,.0f}"),
+    "test_wer": ("test WER after the epoch, %", "{:.1f}"),
+}
+#: issue 30's goal for mxtrain/peer, median over the rounds
+SEQ2SEQ_GOALS = {"train_tokens_per_s": 1.3, "decode_sentences_per_s": 1.5}
+
 LABELS = {
     "train_tokens_per_s": ("training, tokens/s", "{:,.0f}"),
     "score_tokens_per_s": ("score, tokens/s", "{:,.0f}"),
@@ -136,6 +148,77 @@ def _memory_headline(report: dict[str, Any]) -> list[str]:
             f"`BucketingModule` at {stock['peak_rss_mb'] / stock['rss_largest_alone_mb']:.2f}x."
         )
     return lines
+
+
+def seq2seq_markdown(report: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section of a scripts/bench_seq2seq.py report: machine, command, what
+    was held equal, the table."""
+    m, s = report["machine"], report["settings"]
+    loads = [x for r in report["rounds"] for side in r.values() for x in side["load_average"]]
+    low, high = min(loads), max(loads)
+    lines = [
+        "## seq2seq: mxtrain against Sockeye 1.18 (G2P, CMUdict)",
+        "",
+        f"Measured {report['date']} on {m['cpu']} ({m['cores']} cores, {m['isa']}), "
+        f"OMP_NUM_THREADS={s['omp_threads']} on both sides, Python {m['python']}, MXNet "
+        f"{m['mxnet']}; peer: Sockeye {report['peer_version']} from `.venv-peer` "
+        "(scripts/peer_env.sh).",
+        "",
+        "```",
+        report["command"],
+        "```",
+        "",
+        f"Data: {report['train_pairs']:,} training pairs ({report['epoch_tokens']:,} target "
+        f"tokens with `<eos>`), {report['dev_pairs']:,} dev pairs evaluated once, "
+        f"{report['test_lines']:,} test sources decoded, from scripts/prepare_g2p.py's split. "
+        f"Model on both sides: embeddings {s['num_embed']}, {s['num_layers']}-layer "
+        f"bidirectional LSTM encoder and LSTM decoder, hidden size {s['num_hidden']}, MLP "
+        f"attention, no dropout, no tying, label smoothing 0.1; Adam at {s['learning_rate']}, "
+        f"{s['batch_size']} pairs per batch, at most {s['max_len']} tokens per side, one epoch; "
+        f"beam 5, {s['decode_batch_size']} sentences per decoding batch. Each figure times a "
+        "whole process (start-up, data, binding and checkpoints included). Both encoders run "
+        "half the hidden size per direction (Sockeye's design; mxtrain's `encoder_hidden`) and "
+        "both decoders feed the attentional state back (input feeding); mxtrain projects the "
+        "encoder's output to the hidden size and sets the decoder's first state from it, "
+        "which Sockeye builds its own way: the parameter row shows what differs. The machine's "
+        f"1-minute load average (each side's own threads included) ranged {low:.1f} to "
+        f"{high:.1f} around the processes.",
+        "",
+        "| figure | peer (Sockeye 1.18) | mxtrain | ratio mxtrain/peer (min / median / max) |",
+        "|---|---:|---:|---|",
+    ]
+    for key, row in report["table"].items():
+        label, fmt = SEQ2SEQ_FIGURES[key]
+        r = row["ratio"]
+        ratio = f"{r['min']:.3f} / **{r['median']:.3f}** / {r['max']:.3f}"
+        lines.append(
+            f"| {label} | {fmt.format(row['theirs_median'])} | "
+            f"{fmt.format(row['ours_median'])} | {ratio} |"
+        )
+    verdicts = []
+    for key, goal in SEQ2SEQ_GOALS.items():
+        if key in report["table"]:
+            median = report["table"][key]["ratio"]["median"]
+            verdicts.append(
+                f"{SEQ2SEQ_FIGURES[key][0].split(',')[0]} {median:.2f}x "
+                f"({'meets' if median >= goal else 'misses'} the goal of {goal}x)"
+            )
+    if verdicts:
+        lines += ["", "mxtrain against the peer: " + "; ".join(verdicts) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _loaded_method(report: dict[str, Any]) -> list[str]:
+    """The Method line of the ``loaded`` comparison, when the report has one."""
+    if "loaded" not in report["comparisons"]:
+        return []
+    return [
+        "- `loaded-epoch-stock-omp` / `loaded-epoch-mxtrain`: the same two full epochs, each "
+        "side beside a CPU-bound process (a Python busy loop started half a second before the "
+        "side and ended by its PID after it), as a shell job on a shared machine meets one. "
+        "mxtrain sees the load at start and lets its OpenMP threads sleep instead of spin "
+        "(docs/speed.md); the stock side runs with OpenMP's defaults."
+    ]
 
 
 def _seq2seq_headline(report: dict[str, Any]) -> list[str]:
@@ -315,11 +398,7 @@ def render(report: dict[str, Any]) -> str:
         f"`mx.rnn.BucketSentenceIter` (buckets 10..60), OMP_NUM_THREADS={s['omp_threads']}, "
         "one whole epoch. `epoch-mxtrain`: `mxtrain fit` on the default config with the "
         "same data, one whole epoch, as the epoch record times it.",
-        "- `loaded-epoch-stock-omp` / `loaded-epoch-mxtrain`: the same two full epochs, each "
-        "side beside a CPU-bound process (a Python busy loop started half a second before the "
-        "side and ended by its PID after it), as a shell job on a shared machine meets one. "
-        "mxtrain sees the load at start and lets its OpenMP threads sleep instead of spin "
-        "(docs/speed.md); the stock side runs with OpenMP's defaults.",
+        *_loaded_method(report),
         "- `stock`: a script around `mx.mod.BucketingModule.fit` as users write it: "
         "`mx.rnn.BucketSentenceIter` (buckets 10..60), `mx.metric.Perplexity`, a "
         "`Speedometer`, MXNet's default threads (OMP_NUM_THREADS unset). Score and predict run "
@@ -466,8 +545,6 @@ def render(report: dict[str, Any]) -> str:
         ]
     out += _sampled_section(report)
     if report.get("seq2seq", {}).get("table"):
-        from bench_seq2seq import markdown as seq2seq_markdown  # scripts/bench_seq2seq.py
-
         out += [seq2seq_markdown(report["seq2seq"]).rstrip("\n"), ""]
     for key in ("operator_shares", "operator_shares_avx2"):
         shares = report.get(key)

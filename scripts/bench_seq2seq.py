@@ -56,22 +56,14 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine, summarize  # scripts/bench.py: CPU and versions; ratios per round
+from bench_report import SEQ2SEQ_FIGURES as FIGURES  # the report's rows, also rendered there
+from bench_report import seq2seq_markdown as markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "g2p_cmudict.yaml"
 DEFAULT_DATA = ROOT / "configs" / "data" / "cmudict"
 DEFAULT_PEER = ROOT / ".venv-peer" / "bin" / "python"
 SIDES = ("peer", "mxtrain")
-FIGURES = {
-    "train_tokens_per_s": ("training, target tokens/s", "{:,.0f}"),
-    "decode_sentences_per_s": ("decoding at beam 5, sentences/s", "{:,.1f}"),
-    "train_seconds": ("training process, s", "{:,.1f}"),
-    "decode_seconds": ("decoding process, s", "{:,.1f}"),
-    "parameters": ("parameters", "{:,.0f}"),
-    "test_wer": ("test WER after the epoch, %", "{:.1f}"),
-}
-#: issue 30's goal for mxtrain/peer, median over the rounds
-GOALS = {"train_tokens_per_s": 1.3, "decode_sentences_per_s": 1.5}
 
 
 # ----------------------------------------------------------------------------- data
@@ -288,63 +280,6 @@ def run_peer(args: argparse.Namespace, paths: dict[str, Path], workdir: Path) ->
 
 
 # ----------------------------------------------------------------------------- report
-
-
-def markdown(report: dict[str, Any]) -> str:
-    """The BENCHMARKS.md block: machine, command, what was held equal, the table."""
-    m, s = report["machine"], report["settings"]
-    loads = [x for r in report["rounds"] for side in r.values() for x in side["load_average"]]
-    low, high = min(loads), max(loads)
-    lines = [
-        "## seq2seq: mxtrain against Sockeye 1.18 (G2P, CMUdict)",
-        "",
-        f"Measured {report['date']} on {m['cpu']} ({m['cores']} cores, {m['isa']}), "
-        f"OMP_NUM_THREADS={s['omp_threads']} on both sides, Python {m['python']}, MXNet "
-        f"{m['mxnet']}; peer: Sockeye {report['peer_version']} from `.venv-peer` "
-        "(scripts/peer_env.sh).",
-        "",
-        "```",
-        report["command"],
-        "```",
-        "",
-        f"Data: {report['train_pairs']:,} training pairs ({report['epoch_tokens']:,} target "
-        f"tokens with `<eos>`), {report['dev_pairs']:,} dev pairs evaluated once, "
-        f"{report['test_lines']:,} test sources decoded, from scripts/prepare_g2p.py's split. "
-        f"Model on both sides: embeddings {s['num_embed']}, {s['num_layers']}-layer "
-        f"bidirectional LSTM encoder and LSTM decoder, hidden size {s['num_hidden']}, MLP "
-        f"attention, no dropout, no tying, label smoothing 0.1; Adam at {s['learning_rate']}, "
-        f"{s['batch_size']} pairs per batch, at most {s['max_len']} tokens per side, one epoch; "
-        f"beam 5, {s['decode_batch_size']} sentences per decoding batch. Each figure times a "
-        "whole process (start-up, data, binding and checkpoints included). Both encoders run "
-        "half the hidden size per direction (Sockeye's design; mxtrain's `encoder_hidden`) and "
-        "both decoders feed the attentional state back (input feeding); mxtrain projects the "
-        "encoder's output to the hidden size and sets the decoder's first state from it, "
-        "which Sockeye builds its own way: the parameter row shows what differs. The machine's "
-        f"1-minute load average (each side's own threads included) ranged {low:.1f} to "
-        f"{high:.1f} around the processes.",
-        "",
-        "| figure | peer (Sockeye 1.18) | mxtrain | ratio mxtrain/peer (min / median / max) |",
-        "|---|---:|---:|---|",
-    ]
-    for key, row in report["table"].items():
-        label, fmt = FIGURES[key]
-        r = row["ratio"]
-        ratio = f"{r['min']:.3f} / **{r['median']:.3f}** / {r['max']:.3f}"
-        lines.append(
-            f"| {label} | {fmt.format(row['theirs_median'])} | "
-            f"{fmt.format(row['ours_median'])} | {ratio} |"
-        )
-    verdicts = []
-    for key, goal in GOALS.items():
-        if key in report["table"]:
-            median = report["table"][key]["ratio"]["median"]
-            verdicts.append(
-                f"{FIGURES[key][0].split(',')[0]} {median:.2f}x "
-                f"({'meets' if median >= goal else 'misses'} the goal of {goal}x)"
-            )
-    if verdicts:
-        lines += ["", "mxtrain against the peer: " + "; ".join(verdicts) + "."]
-    return "\n".join(lines) + "\n"
 
 
 def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:

@@ -40,6 +40,7 @@ def test_bench_runs_every_side_and_writes_json_and_markdown(tmp_path: Path) -> N
     assert set(loaded) == {"loaded-epoch-stock-omp", "loaded-epoch-mxtrain"}
     for side, figures in loaded.items():
         assert figures["train_tokens_per_s"] > 0, (side, figures)
+    assert "**The same epoch beside a CPU-bound process**" in md.read_text()
     engine = report["comparisons"]["engine"]
     for figures in engine["rounds"][0].values():
         for key in FIGURES:
