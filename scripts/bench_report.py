@@ -30,13 +30,23 @@ LABELS = {
 HIGHER_IS_BETTER = {"train_tokens_per_s", "score_tokens_per_s", "predict_tokens_per_s"}
 
 
-def _table(table: dict[str, Any], ours: str, theirs: str) -> list[str]:
+def _table(
+    table: dict[str, Any],
+    ours: str,
+    theirs: str,
+    labels: dict[str, tuple[str, str]] = LABELS,
+    theirs_column: str | None = None,
+) -> list[str]:
+    """A comparison's Markdown table: each figure's medians and the ratio's min / median /
+    max over the rounds (``labels``: key -> (row label, format); ``theirs_column``: the
+    heading of their column, ``theirs`` by default)."""
     lines = [
-        f"| figure | {theirs} | {ours} | ratio {ours}/{theirs} (min / median / max) |",
+        f"| figure | {theirs_column or theirs} | {ours} | ratio {ours}/{theirs} "
+        "(min / median / max) |",
         "|---|---:|---:|---|",
     ]
     for key, row in table.items():
-        label, fmt = LABELS[key]
+        label, fmt = labels[key]
         r = row["ratio"]
         lines.append(
             f"| {label} | {fmt.format(row['theirs_median'])} | {fmt.format(row['ours_median'])} "
@@ -184,17 +194,8 @@ def seq2seq_markdown(report: dict[str, Any]) -> str:
         f"1-minute load average (each side's own threads included) ranged {low:.1f} to "
         f"{high:.1f} around the processes.",
         "",
-        "| figure | peer (Sockeye 1.18) | mxtrain | ratio mxtrain/peer (min / median / max) |",
-        "|---|---:|---:|---|",
     ]
-    for key, row in report["table"].items():
-        label, fmt = SEQ2SEQ_FIGURES[key]
-        r = row["ratio"]
-        ratio = f"{r['min']:.3f} / **{r['median']:.3f}** / {r['max']:.3f}"
-        lines.append(
-            f"| {label} | {fmt.format(row['theirs_median'])} | "
-            f"{fmt.format(row['ours_median'])} | {ratio} |"
-        )
+    lines += _table(report["table"], "mxtrain", "peer", SEQ2SEQ_FIGURES, "peer (Sockeye 1.18)")
     verdicts = []
     for key, goal in SEQ2SEQ_GOALS.items():
         if key in report["table"]:

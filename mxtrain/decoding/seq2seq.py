@@ -69,9 +69,13 @@ class EncoderDecoderSteps:
         split = len(self.static_names)
         self.static = repeat_rows(outputs[:split], rows)
         self.states = repeat_rows(outputs[split:], rows)
-        self.width, self.max_steps = width, max_steps
-        self.key = ("decoder_step", width, inputs * rows, max_steps)
+        self.width, self.max_steps, self.rows = width, max_steps, inputs * rows
         self._first = True
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        """The step graph's key: its executor is bound for this many rows."""
+        return ("decoder_step", self.width, self.rows, self.max_steps)
 
     def step(self, prev_tokens: np.ndarray, position: int) -> DeviceScores:
         inputs: dict[str, Any] = {
@@ -90,9 +94,9 @@ class EncoderDecoderSteps:
     def reorder(self, rows: np.ndarray) -> None:
         # the static arrays are the same for every row of a source, and rows move only
         # within their source: only the states follow, unless rows are dropped
-        if rows.size != self.key[2]:
+        if rows.size != self.rows:
             self.static = take_rows(self.static, rows)
-            self.key = ("decoder_step", self.width, rows.size, self.max_steps)
+            self.rows = rows.size
             self._first = True  # another executor: give it the static arrays
         self.states = take_rows(self.states, rows)
 

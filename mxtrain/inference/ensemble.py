@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from mxtrain.data.base import TASK_SEQ2SEQ
@@ -75,8 +74,7 @@ def _default_files(main: OpenedRun) -> tuple[str | None, str | None]:
     source, target = getattr(options, "source", None), getattr(options, "target", None)
     if not isinstance(source, str) or not isinstance(target, str):
         return None, None
-    base = Path(main.config.base_dir)
-    return str(base / source), str(base / target)
+    return str(main.config.resolve_path(source)), str(main.config.resolve_path(target))
 
 
 def describe(opened: OpenedRun) -> str:
