@@ -230,6 +230,7 @@ def build_module(
         if model_sym_gen is not None
         else _located_sym_gen(config, data_iter.data_info)
     )
+    frozen = frozen_embedding(config, sym_gen) if for_training else ()
     if for_metrics is None:
         for_metrics = for_training
     variant = for_training and hasattr(sym_gen, "training_variant")
@@ -248,7 +249,7 @@ def build_module(
                 data_iter.default_bucket_key,
                 contexts,
                 work_load_list=list(work_load) if work_load else None,
-                fixed_param_patterns=tuple(fit_cfg.fixed_params) if for_training else (),
+                fixed_param_patterns=(*fit_cfg.fixed_params, *frozen) if for_training else (),
                 fixed_param_exclude=tuple(fit_cfg.fixed_params_exclude) if for_training else (),
                 logger=logger,
                 bucket_memory=fit_cfg.bucket_memory,
@@ -265,6 +266,28 @@ def build_module(
         except ParamPatternError as exc:  # a config key, not the model
             raise param_pattern_error(config, exc) from exc
     return module
+
+
+def word_embedding(config: Config, sym_gen: Any) -> str:
+    """The parameter that embeds the model's input words (``sym_gen.word_embedding``),
+    which ``model.pretrained_embedding`` fills; a ConfigError for a model that has none."""
+    name = getattr(sym_gen, "word_embedding", None)
+    if not isinstance(name, str):
+        raise ConfigError(
+            f"{config.where('model', 'pretrained_embedding')}: model.pretrained_embedding: "
+            f"the model {config.model.name!r} names no word embedding to start from vectors.",
+            hint="Remove the key, or give the model's sym_gen a word_embedding attribute "
+            "(the name of its embedding parameter).",
+        )
+    return name
+
+
+def frozen_embedding(config: Config, sym_gen: Any) -> tuple[str, ...]:
+    """The embedding parameter ``model.pretrained_embedding.freeze`` keeps fixed, if any."""
+    spec = getattr(config.model.options, "pretrained_embedding", None)
+    if spec is None or not spec.freeze:
+        return ()
+    return (word_embedding(config, sym_gen),)
 
 
 def _option_sizes(prefix: str, options: ComponentOptions) -> dict[str, Any]:

@@ -13,4 +13,11 @@ echo "== ruff"
 echo "== mypy"
 .venv/bin/mypy mxtrain
 echo "== pytest"
-.venv/bin/python -m pytest -q "$@"
+# One pytest worker per usable core (nproc follows taskset; MXTRAIN_TEST_WORKERS overrides),
+# each test file on one worker so its module fixtures are built once.
+WORKERS="${MXTRAIN_TEST_WORKERS:-$(nproc)}"
+PARALLEL=()
+if [ "$WORKERS" -gt 1 ]; then
+  PARALLEL=(-n "$WORKERS" --dist loadfile)
+fi
+.venv/bin/python -m pytest -q "${PARALLEL[@]}" "$@"

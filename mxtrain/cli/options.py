@@ -71,6 +71,24 @@ def batch_size_override(reads: str, per_batch: str) -> Callable[[F], F]:
     )
 
 
+def ensemble_option(help: str) -> Callable[[F], F]:
+    """``--ensemble`` of predict and score: further seq2seq runs decoded together with the
+    checkpoint; ``help`` says what the command does with them."""
+    return click.option("--ensemble", metavar="RUN[:EPOCH|:best|:TAG]", multiple=True, help=help)
+
+
+def length_penalty_option(ranks: str) -> Callable[[F], F]:
+    """``--length-penalty`` of predict and score (None: the library's default, 1.0);
+    ``ranks`` says what the penalty ranks for the command."""
+    return click.option(
+        "--length-penalty",
+        type=click.FloatRange(min=0),
+        default=None,
+        help="alpha of the GNMT length penalty ((5 + length) / 6) ** alpha that divides the "
+        f"log-probability of an output, ranking {ranks}; 0: none. Default: 1.0 (Sockeye's).",
+    )
+
+
 def progress_mode(progress: str, quiet: bool) -> str:
     """The --progress value, with --quiet winning."""
     return "quiet" if quiet else progress

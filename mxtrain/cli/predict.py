@@ -7,7 +7,14 @@ from typing import Any
 
 import click
 
-from mxtrain.cli.options import EPOCH, batch_size_override, handle_errors, set_option
+from mxtrain.cli.options import (
+    EPOCH,
+    batch_size_override,
+    ensemble_option,
+    handle_errors,
+    length_penalty_option,
+    set_option,
+)
 
 
 def _unset(flag: str, kind: Any, help: str) -> Callable[[Any], Any]:
@@ -120,12 +127,7 @@ score is log_prob divided by the GNMT length penalty. --task generate: {"line", 
     click.IntRange(min=1),
     "Write the N best outputs per input with their scores (N <= --beam-size; default 1).",
 )
-@_unset(
-    "--length-penalty",
-    click.FloatRange(min=0),
-    "alpha of the GNMT length penalty ((5 + length) / 6) ** alpha that divides the "
-    "log-probability of an output (ranking); 0: none. Default: 1.0 (Sockeye's).",
-)
+@length_penalty_option("the outputs")
 @_unset(
     "--max-output-ratio",
     click.FloatRange(min=0),
@@ -164,12 +166,9 @@ score is log_prob divided by the GNMT length penalty. --task generate: {"line", 
     int,
     "generate with sampling: the same seed gives the same text on the same machine (default 0).",
 )
-@click.option(
-    "--ensemble",
-    metavar="RUN[:EPOCH|:best|:TAG]",
-    multiple=True,
-    help="seq2seq: decode together with this run too (repeatable): the mean of the models' "
-    "probabilities at each step. The runs must share their vocabularies.",
+@ensemble_option(
+    "seq2seq: decode together with this run too (repeatable): the mean of the models' "
+    "probabilities at each step. The runs must share their vocabularies."
 )
 @set_option
 @click.option("--force", is_flag=True, help="Replace an existing output file.")

@@ -6,7 +6,14 @@ import json
 
 import click
 
-from mxtrain.cli.options import EPOCH, batch_size_override, handle_errors, set_option
+from mxtrain.cli.options import (
+    EPOCH,
+    batch_size_override,
+    ensemble_option,
+    handle_errors,
+    length_penalty_option,
+    set_option,
+)
 
 
 @click.command(
@@ -78,19 +85,10 @@ Examples:
     help="The beam of the decoding metrics (default: fit.decode_eval.beam_size, 1 without it, "
     "as fit decoded; `predict` searches 5 by default).",
 )
-@click.option(
-    "--length-penalty",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="alpha of the GNMT length penalty ((5 + length) / 6) ** alpha ranking the beam's "
-    "hypotheses for the decoding metrics; 0: none. Default: 1.0 (as predict).",
-)
-@click.option(
-    "--ensemble",
-    metavar="RUN[:EPOCH|:best|:TAG]",
-    multiple=True,
-    help="Decode together with this seq2seq run (repeatable): the mean of the models' "
-    "probabilities at each step. Same vocabularies needed; the device metrics stay RUN's own.",
+@length_penalty_option("the beam's hypotheses for the decoding metrics")
+@ensemble_option(
+    "Decode together with this seq2seq run (repeatable): the mean of the models' "
+    "probabilities at each step. Same vocabularies needed; the device metrics stay RUN's own."
 )
 @set_option
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON line.")

@@ -84,6 +84,9 @@ class DataContext:
     #: a resumed run's recorded ``last_batch`` rule, which wins over the options (a
     #: checkpoint of a version without the rule padded its last batches: "pad")
     last_batch: str | None = None
+    #: words a train iterator that builds its vocabulary adds after the counted ones
+    #: (``model.pretrained_embedding.add_words``: the vectors' words)
+    extra_words: tuple[str, ...] = ()
 
 
 def resolve_source(name: str, base_dir: Path) -> Path:

@@ -427,6 +427,7 @@ def vocabulary(
                 level=options.level,
                 lowercase=options.lowercase,
                 specials=options.specials,
+                extra=context.extra_words,
             )
             origin = "the training data's vocabulary"
     else:

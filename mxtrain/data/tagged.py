@@ -161,6 +161,7 @@ def _token_vocab(
             max_size=options.max_vocab,
             level=LEVEL,
             lowercase=options.lowercase,
+            extra=context.extra_words,
         )
     else:
         raise DataError(

@@ -71,11 +71,15 @@ class Vocab:
         level: str | None = None,
         lowercase: bool | None = None,
         specials: Sequence[str] = (),
+        extra: Sequence[str] = (),
     ) -> Vocab:
         """Count tokens and keep the frequent ones, most frequent first (ties: by token).
 
         ``max_size`` limits the whole vocabulary, the three specials and ``specials``
         included; ``specials`` (extra reserved tokens) follow ``<eos>`` whatever their counts.
+        ``extra`` tokens (e.g. the words of pretrained vectors) follow the counted ones, in
+        their order, those already kept (and reserved ones) aside; ``max_size`` does not
+        limit them.
         """
         specials = list(specials)
         counts: Counter[str] = Counter()
@@ -90,8 +94,14 @@ class Vocab:
         reserved = [*SPECIALS, *specials]
         if max_size is not None:
             kept = kept[: max(0, max_size - len(reserved))]
+        tokens = [*reserved, *(token for token, _ in kept)]
+        known = set(tokens)
+        for token in extra:
+            if token not in known:
+                known.add(token)
+                tokens.append(token)
         return cls(
-            [*reserved, *(token for token, _ in kept)],
+            tokens,
             level=level,
             lowercase=lowercase,
             specials=specials,

@@ -113,6 +113,14 @@ def _resized(descs: list[Any], batch_size: int) -> list[Any]:
     return out
 
 
+def reshaped_elements(origin: int, own: int) -> int:
+    """Input positions held by a bucket's reshape for ``own`` positions beside its origin's
+    ``origin``: a smaller reshape runs in the origin's arrays (MXNet reshapes them in place
+    and takes intermediates from the shared pool); a larger one allocates its own beside them
+    (``allow_up_sizing``)."""
+    return origin + own if own > origin else origin
+
+
 class Bucket:
     """The executors of one bucket key (one per device) and precomputed views of their arrays."""
 
@@ -162,9 +170,9 @@ class Bucket:
 
     @property
     def elements(self) -> int:
-        """Input positions its executors were sized for (its reshape's too)."""
+        """Input positions its executors hold memory for, a reshape's origin included."""
         own = input_elements(self.data_descs)
-        return own if self.origin is self else own + input_elements(self.origin.data_descs)
+        return own if self.origin is self else reshaped_elements(self.origin.elements, own)
 
     @property
     def output_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
@@ -584,7 +592,8 @@ class BucketPool:
                 self._touch(key)
                 return bucket
             assert data_shapes is not None
-            self._make_room(input_elements(data_shapes), keep=(key, *keep))
+            wanted = reshaped_elements(bucket.origin.elements, input_elements(data_shapes))
+            self._make_room(max(wanted - bucket.elements, 0), keep=(key, *keep))
             bucket = self._reshape_bucket(bucket, data_shapes, label_shapes or None)
         else:
             if data_shapes is None:

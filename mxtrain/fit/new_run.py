@@ -142,6 +142,7 @@ def _write_first_files(
         **environment.run_json_facts(),
         environment=facts,
         initialized_from=setup.warm_start.to_json() if setup.warm_start else None,
+        pretrained_embedding=setup.pretrained,
     )
     atomic_write_text(run.config_file, dump_config(config))
     keep_plugin_files(config, run.path)  # resume, score and predict import these copies

@@ -28,6 +28,7 @@ from mxtrain.build import (
     metrics_read_loss,
     optimizer_arguments,
     param_pattern_error,
+    word_embedding,
 )
 from mxtrain.config import Config
 from mxtrain.config.schema import (
@@ -47,6 +48,11 @@ from mxtrain.devices import (
 from mxtrain.distributed import Coordinator, is_distributed
 from mxtrain.engine.kernels import Choice
 from mxtrain.fit.callbacks import CallbackRunner
+from mxtrain.fit.pretrained import (
+    check_words_added,
+    load_pretrained_embedding,
+    vector_words_to_add,
+)
 from mxtrain.fit.warm_start import WarmStartReport, warm_start
 from mxtrain.launch import announce_rank
 from mxtrain.run.bucket_keys import BucketKeys
@@ -93,6 +99,7 @@ class TrainingSetup:
     rank: int = 0  # distributed worker rank (0 alone writes the run folder)
     coordinator: Coordinator | None = None  # for dist_sync kvstores
     warm_start: WarmStartReport | None = None  # where the starting weights came from
+    pretrained: dict[str, Any] | None = None  # model.pretrained_embedding's report
     callbacks: CallbackRunner | None = None  # fit.callbacks (None: none)
     kernel_choices: list[Choice] = field(default_factory=list)
     eval_module: BucketingModule | None = None  # the full graph when training uses another
@@ -133,7 +140,11 @@ def prepare_training(
     log.info("mxtrain, MXNet %s, threads %s, seed %d", mx.__version__, threads, seed)
     seed_everything(seed)
     worker = place_worker(config.context, config.kvstore, config.data.train)
-    train_iter, eval_iter = build_iterators(config.data.eval, worker, seed, base_dir, restart)
+    added = vector_words_to_add(config) if restart is None else ()
+    train_iter, eval_iter = build_iterators(
+        config.data.eval, worker, seed, base_dir, restart, added
+    )
+    check_words_added(config, train_iter, added)
     eval_sets = eval_set_iterators(config, train_iter, eval_iter, worker.min_batch)
     not_measured = ""
     if worker.dist_kv is not None:
@@ -145,7 +156,7 @@ def prepare_training(
     )
     kernel_choices.apply_process_settings(config)
     kernel_choices.log_choices(choices)
-    model, eval_module, started_from = build_model(config, train_iter, eval_iter, worker, restart)
+    model, eval_module, starting = build_model(config, train_iter, eval_iter, worker, restart)
     module = model.module
     coordinator = init_optimizer(module, config, train_iter, worker)
     if module.fixed_param_names:
@@ -165,7 +176,8 @@ def prepare_training(
         config=config, contexts=worker.contexts, train_iter=train_iter, eval_iter=eval_iter,
         eval_sets=eval_sets,
         module=module, mxnet_version=mx.__version__, rank=worker.rank, coordinator=coordinator,
-        warm_start=started_from, callbacks=callbacks, kernel_choices=choices,
+        warm_start=starting.warm_start, pretrained=starting.pretrained, callbacks=callbacks,
+        kernel_choices=choices,
         eval_module=eval_module, full_sym_gen=model.sym_gen, decoding_evaluation=decoding,
     )  # fmt: skip
 
@@ -220,8 +232,10 @@ def train_iterator(
     base_dir: Path,
     min_batch: int,
     restart: Restart | None = None,
+    extra_words: tuple[str, ...] = (),
 ) -> mx.io.DataIter:
-    """The training iterator of ``section`` (data.train, sharded in a distributed run)."""
+    """The training iterator of ``section`` (data.train, sharded in a distributed run);
+    ``extra_words`` join the vocabulary it builds."""
     context = DataContext(
         role="train",
         seed=seed,
@@ -230,6 +244,7 @@ def train_iterator(
         buckets=restart.buckets if restart is not None else None,
         min_batch=min_batch,
         last_batch=restart.last_batch if restart is not None else None,
+        extra_words=extra_words,
     )
     return build_data_iter(section, context, base_dir, "data.train")
 
@@ -240,11 +255,14 @@ def build_iterators(
     seed: int,
     base_dir: Path,
     restart: Restart | None,
+    extra_words: tuple[str, ...] = (),
 ) -> tuple[mx.io.DataIter, mx.io.DataIter | None]:
-    """The worker's train iterator and, with ``data.eval``, the evaluation one; the log
-    describes each."""
+    """The worker's train iterator (``extra_words`` joining its vocabulary) and, with
+    ``data.eval``, the evaluation one; the log describes each."""
     min_batch = worker.min_batch
-    train_iter = train_iterator(worker.train_section, seed, base_dir, min_batch, restart)
+    train_iter = train_iterator(
+        worker.train_section, seed, base_dir, min_batch, restart, extra_words
+    )
     describe = getattr(train_iter, "describe", None)  # iterators may describe their data
     if callable(describe):
         log.info("train data: %s", describe())
@@ -336,15 +354,19 @@ def build_model(
     eval_iter: mx.io.DataIter | None,
     worker: Worker,
     restart: Restart | None,
-) -> tuple[TrainingModel, BucketingModule | None, WarmStartReport | None]:
-    """The training model, its module with its starting weights (a resumed run's checkpoint, else
-    ``initializer.from``, else the initializer's), the evaluation module when the model
-    trains on another graph than it is evaluated with (``model.sampled_softmax``: the full
-    softmax; None otherwise), and the warm start's report (None: no warm start)."""
+) -> tuple[TrainingModel, BucketingModule | None, StartingWeights]:
+    """The training model, its module with its starting weights (a resumed run's checkpoint,
+    else the initializer's, then ``model.pretrained_embedding``'s vectors, then
+    ``initializer.from``), the evaluation module when the model trains on another graph than
+    it is evaluated with (``model.sampled_softmax``: the full softmax; None otherwise), and
+    where the starting weights came from."""
     contexts = worker.contexts
     model = build_training_model(config, train_iter, contexts, logger=log)
     warn_if_contexts_take_turns(model.module.symbol, contexts)
-    module, started_from = model.module, None
+    module, started_from, pretrained = model.module, None, None
+    if restart is None or restart.loaded is None:  # a new run, or one before its first
+        # checkpoint: the initializer's values, then the vectors, then initializer.from
+        pretrained = _pretrained_embedding(config, train_iter, model)
     if restart is not None and restart.loaded is not None:
         # Before init_optimizer: with update_on_kvstore (dist_async) the servers keep the
         # weights they are initialised with, so setting them afterwards would be undone by
@@ -354,8 +376,10 @@ def build_model(
         # checkpoint starts from these weights again, as its first start did
         where = config.where("initializer", "from")
         started_from = warm_start(module, config.initializer.warm_start, config.base_dir, where)
+        _tell_replaced_vectors(pretrained, started_from)
+    starting = StartingWeights(started_from, pretrained)
     if not model.trains_on_variant:
-        return model, None, started_from
+        return model, None, starting
     # the model trains on another graph than it is evaluated with (model.sampled_softmax)
     log.info(
         "sampled softmax: training reads a softmax over each position's label and %s words "
@@ -365,13 +389,43 @@ def build_model(
         f"{train_iter.data_info.num_classes:,}",
     )
     if eval_iter is None:
-        return model, None, started_from
+        return model, None, starting
     # bound on the training module's parameter arrays: every update is what it evaluates
     eval_module = build_module(
         config, eval_iter, "data.eval", contexts, for_training=False, for_metrics=True,
         logger=log, shared_params=module,
     )  # fmt: skip
-    return model, eval_module, started_from
+    return model, eval_module, starting
+
+
+@dataclass(frozen=True)
+class StartingWeights:
+    """Where a new run's weights came from besides the initializer (run.json keeps both)."""
+
+    warm_start: WarmStartReport | None = None  # initializer.from
+    pretrained: dict[str, Any] | None = None  # model.pretrained_embedding
+
+
+def _pretrained_embedding(
+    config: Config, train_iter: mx.io.DataIter, model: TrainingModel
+) -> dict[str, Any] | None:
+    if getattr(config.model.options, "pretrained_embedding", None) is None:
+        return None
+    parameter = word_embedding(config, model.sym_gen)
+    return load_pretrained_embedding(model.module, config, train_iter, parameter)
+
+
+def _tell_replaced_vectors(
+    pretrained: dict[str, Any] | None, started_from: WarmStartReport | None
+) -> None:
+    if pretrained is None or started_from is None:
+        return
+    if pretrained["parameter"] in started_from.loaded:
+        log.warning(
+            "initializer.from replaced the pretrained embedding %s with its own values (list "
+            "it in initializer.from.exclude, with allow_missing: true, to keep the vectors)",
+            pretrained["parameter"],
+        )
 
 
 #: MXNet 1.9.1 operators that never run on two CPU contexts of one process at once (the fused

@@ -11,6 +11,7 @@ from mxtrain.errors import InvalidValue
 from mxtrain.models.recurrent_options import (
     CELLS,
     MODES,
+    PretrainedEmbedding,
     RecurrentOptions,
     check_dropout,
     check_layer_sizes,
@@ -20,6 +21,7 @@ from mxtrain.models.recurrent_options import (
     dropout_rate,
     embed_size,
     layer_count,
+    pretrained_field,
     state_size,
 )
 from mxtrain.option_checks import check_choice, documented
@@ -135,6 +137,7 @@ class RnnClassifierOptions(RecurrentOptions):
         "positions (padding is never pooled)",
     )
     dropout: float = dropout_rate()
+    pretrained_embedding: PretrainedEmbedding | None = pretrained_field()
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""

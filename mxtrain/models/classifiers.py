@@ -248,4 +248,5 @@ def build_rnn_classifier(options: RnnClassifierOptions, data_info: DataInfo) -> 
         out = _output(h, mx.sym.Variable(label_name), data_info, task)
         return out, (data_name,), (label_name,)
 
+    sym_gen.word_embedding = "embed_weight"  # type: ignore[attr-defined]
     return sym_gen

@@ -9,12 +9,14 @@ from typing import Literal
 from mxtrain.errors import InvalidValue
 from mxtrain.models.recurrent_options import (
     CELLS,
+    PretrainedEmbedding,
     RecurrentOptions,
     check_dropout,
     check_recurrent_sizes,
     dropout_rate,
     embed_size,
     layer_count,
+    pretrained_field,
     state_size,
 )
 from mxtrain.option_checks import check_choice, documented
@@ -74,6 +76,7 @@ class LmOptions(RecurrentOptions):
         "the output layer uses the embedding matrix as its weights (Press & Wolf "
         "2017: fewer parameters, often a lower perplexity); needs num_embed == num_hidden",
     )
+    pretrained_embedding: PretrainedEmbedding | None = pretrained_field()
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""

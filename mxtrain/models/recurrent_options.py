@@ -6,6 +6,7 @@ loader and `mxtrain check` read these before the thread settings are made.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mxtrain.errors import InvalidValue
@@ -99,6 +100,52 @@ def layer_count(default: int) -> Any:
 def dropout_rate(doc: str = DROPOUT_DOC) -> Any:
     """The ``dropout`` field of a recurrent model's options (0: none)."""
     return documented(0.0, doc)
+
+
+@dataclass(frozen=True)
+class PretrainedEmbedding(CheckedOptions):
+    """``pretrained_embedding``: word vectors that start the model's word embedding."""
+
+    source: str = documented(
+        "",
+        "a text file of word vectors: word2vec or fastText .vec (a 'count dims' first line) or "
+        "GloVe (none), one word and its numbers a line; relative to the config file's folder",
+    )
+    freeze: bool = documented(
+        False,
+        "keep the whole embedding as initialized (vectors, and the initializer's values for "
+        "words without one) instead of training it",
+    )
+
+    add_words: bool | int = documented(
+        False,
+        "also add the file's words to the vocabulary (after the training data's own), so "
+        "words the training data lacks are known at predict time with their vectors: true: "
+        "every word, N: the file's first N (files list the commonest first); needs a "
+        "vocabulary built from the training data",
+    )
+
+    def validate(self) -> None:
+        if not isinstance(self.source, str) or not self.source.strip():
+            raise InvalidValue("source", "must name a file of word vectors, e.g. glove.6B.100d.txt")
+        if not isinstance(self.freeze, bool):
+            raise InvalidValue("freeze", f"must be true or false, not {self.freeze!r}")
+        if not isinstance(self.add_words, bool) and (
+            not isinstance(self.add_words, int) or self.add_words < 1
+        ):
+            raise InvalidValue(
+                "add_words", f"must be true, false or a positive integer, not {self.add_words!r}"
+            )
+
+
+def pretrained_field() -> Any:
+    """The ``pretrained_embedding`` field of a model with a word embedding (null: none)."""
+    return documented(
+        None,
+        "start the word embedding from pretrained vectors: {source: vectors.txt, freeze: "
+        "false}; vocabulary words without a vector keep the initializer's values (the log "
+        "says how many got one); the vectors' size must equal num_embed",
+    )
 
 
 class RecurrentOptions(CheckedOptions):

@@ -262,6 +262,7 @@ def build_rnn_lm(
             f"with tie_weights: true needs as many output classes as input tokens "
             f"(got {num_classes} and {vocab_size})",
         )
+    sym_gen.word_embedding = "embed_weight"  # type: ignore[attr-defined]
     if stateful:
         names = state_input_names(mode, options.num_layers, options.fused, f"{mode}_")
         sym_gen.states = {n: f"{n}_last_output" for n in names}  # type: ignore[attr-defined]

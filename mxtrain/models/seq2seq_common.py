@@ -143,6 +143,8 @@ class Seq2SeqSymGen:
             "source": (source, self.source_vocab),
             "target": (target, self.target_vocab),
         }
+        #: the parameter that embeds the source words (model.pretrained_embedding fills it)
+        self.word_embedding = source.name
 
     # -- what each model provides ---------------------------------------------------------
 

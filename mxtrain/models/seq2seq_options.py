@@ -86,6 +86,7 @@ class RnnSeq2SeqOptions(recurrent.RecurrentOptions):
     )
     share_embeddings: bool = documented(False, SHARE_EMBEDDINGS_DOC)
     label_smoothing: float = documented(0.0, LABEL_SMOOTHING_DOC)
+    pretrained_embedding: recurrent.PretrainedEmbedding | None = recurrent.pretrained_field()
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""

@@ -34,6 +34,7 @@ class RnnTaggerOptions(recurrent.RecurrentOptions):
         "direction); unfused: one cell per layer and step; auto: fused",
     )
     dropout: float = recurrent.dropout_rate()
+    pretrained_embedding: recurrent.PretrainedEmbedding | None = recurrent.pretrained_field()
 
     def validate(self) -> None:
         """Raise ``InvalidValue`` naming the first impossible value."""

@@ -73,4 +73,5 @@ def build_rnn_tagger(options: RnnTaggerOptions, data_info: DataInfo) -> SymGen:
         out = mx.sym.SoftmaxOutput(x, label, use_ignore=True, ignore_label=pad_id, name="softmax")
         return out, ("data",), ("softmax_label",)
 
+    sym_gen.word_embedding = "embed_weight"  # type: ignore[attr-defined]
     return sym_gen

@@ -95,7 +95,10 @@ def test_the_quickstart_command_passes_mxtrain_check_on_the_shipped_config(
 
 def test_test_sh_installs_the_test_extras_and_passes_pytest_arguments(tmp_path: Path) -> None:
     project, env = _project(tmp_path)
-    _run(project, env, "scripts/test.sh", "-k", "config")
+    _run(project, {**env, "MXTRAIN_TEST_WORKERS": "1"}, "scripts/test.sh", "-k", "config")
     calls = _calls(tmp_path)
     assert f"python -m pip install --quiet -e {project}[test]" in calls
     assert "python -m pytest -q -k config" in calls
+    # one worker per usable core: each test file runs whole on one of them
+    _run(project, {**env, "MXTRAIN_TEST_WORKERS": "3"}, "scripts/test.sh", "-k", "config")
+    assert _calls(tmp_path)[-1] == "python -m pytest -q -n 3 --dist loadfile -k config"

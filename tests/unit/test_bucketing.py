@@ -622,6 +622,21 @@ def test_bucket_memory_unbinds_the_least_used_bucket_first() -> None:
     assert mod.rebinds == 0
 
 
+def test_bucket_memory_counts_a_smaller_reshape_in_its_origins_memory() -> None:
+    """A short batch reshapes its bucket's executors in place: it holds no positions beyond
+    the bucket's own, so it unbinds nothing (counted as origin + reshape, it would unbind 8)."""
+    mod = BucketingModule(lstm_sym_gen, 12, ONE, bucket_memory=2.0)  # 96 positions
+    mod.bind(*shapes(12))
+    mod.init_params(mx.init.Xavier())
+    rng = np.random.RandomState(0)
+    for batch in (make_batch(rng, 12), make_batch(rng, 8), make_batch(rng, 12, batch=2)):
+        mod.forward(batch, is_train=False)
+    assert sorted(mod.bucket_keys) == [8, 12]
+    assert mod.bound_positions == BATCH * 12 + BATCH * 8
+    mod.forward(make_batch(rng, 8), is_train=False)
+    assert mod.rebinds == 0
+
+
 def test_bucket_memory_auto_is_a_loose_bound_that_leaves_the_allocator_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
