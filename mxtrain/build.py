@@ -8,6 +8,7 @@ import dataclasses
 import fnmatch
 import inspect
 import logging
+import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -89,13 +90,21 @@ def build_sym_gen(
 ) -> Callable[..., Any]:
     """The model's ``sym_gen(bucket_key) -> (symbol, data_names, label_names)``; ``locate``:
     ``file:line`` of a ``model`` key (``Config.where``), for errors that name one."""
+    import mxnet as mx  # deferred: MXNet reads its thread settings when it loads
+
+    from mxtrain.models.gluon_blocks import block_sym_gen, is_block
+
     entry = MODELS.get(section.name, base_dir=base_dir, where="model.name")
-    sym_gen = _call_factory(entry, section.options, data_info, "model", locate)
+    # a fresh name scope: a Gluon block's parameter names are then the same at every build
+    with mx.name.NameManager():
+        sym_gen = _call_factory(entry, section.options, data_info, "model", locate)
+    if is_block(sym_gen):
+        sym_gen = block_sym_gen(sym_gen, data_info, section.name)
     if not callable(sym_gen):
         raise ConfigError(
             f"model {section.name!r} returned {type(sym_gen).__name__}, not a sym_gen.",
             hint="A model factory must return a function bucket_key -> "
-            "(symbol, data_names, label_names).",
+            "(symbol, data_names, label_names), or a Gluon HybridBlock.",
         )
     return sym_gen
 
@@ -536,6 +545,19 @@ def build_initializer(spec: InitializerSection) -> Any:
     overrides = getattr(spec, "overrides", ())
     if not overrides:
         return default
-    patterns = [fnmatch.translate(o.pattern) for o in overrides] + [".*"]
-    initializers = [_one_initializer(o.name, o.params) for o in overrides] + [default]
-    return mx.init.Mixed(patterns, initializers)
+    patterns = [re.compile(fnmatch.translate(o.pattern)) for o in overrides]
+    initializers = [_one_initializer(o.name, o.params) for o in overrides]
+
+    def initialize(desc: Any, arr: Any) -> None:
+        """The first matching override, even over a parameter's own initializer (a Gluon
+        block's ``weight_initializer``, kept in its variable's ``__init__``); else the
+        section's own initializer, which honours that one."""
+        for pattern, initializer in zip(patterns, initializers, strict=True):
+            if pattern.match(str(desc)):
+                attrs = dict(getattr(desc, "attrs", None) or {})
+                attrs.pop("__init__", None)
+                initializer(mx.init.InitDesc(str(desc), attrs, initializer), arr)
+                return
+        default(desc, arr)
+
+    return initialize

@@ -73,6 +73,11 @@ def _output(x: Any, label: Any, data_info: DataInfo, task: str) -> Any:
         return mx.sym.SoftmaxOutput(x, label, name="softmax", **ignore)
     shape = tuple(getattr(data_info, "label_shape", ()) or ())
     x = mx.sym.FullyConnected(x, num_hidden=math.prod(shape) if shape else 1, name="pred")
+    return regression_output(x, label, shape)
+
+
+def regression_output(x: Any, label: Any, shape: tuple[int, ...]) -> Any:
+    """The regression loss of predictions ``x``, reshaped to rows of the label's ``shape``."""
     x = mx.sym.reshape(x, shape=(-1, *shape))
     # NaN targets mark padding rows: they see a clean target and pass no gradient back
     real = label == label
