@@ -28,6 +28,8 @@ from mxtrain.errors import ConfigError, DataError, InvalidValue, MxtrainError
 from mxtrain.graph_sizes import graph_problem, keys_of
 from mxtrain.mxnet_errors import mxnet_reason
 from mxtrain.registry import (
+    BLOCKS,
+    GLUON_MODEL,
     ITERATORS,
     METRIC_HINT,
     METRICS,
@@ -97,7 +99,10 @@ def build_sym_gen(
     entry = MODELS.get(section.name, base_dir=base_dir, where="model.name")
     # a fresh name scope: a Gluon block's parameter names are then the same at every build
     with mx.name.NameManager():
-        sym_gen = _call_factory(entry, section.options, data_info, "model", locate)
+        if section.name == GLUON_MODEL:
+            sym_gen = _gluon_model(section.options, data_info, base_dir, locate)
+        else:
+            sym_gen = _call_factory(entry, section.options, data_info, "model", locate)
     if is_block(sym_gen):
         sym_gen = block_sym_gen(sym_gen, data_info, section.name)
     if not callable(sym_gen):
@@ -107,6 +112,20 @@ def build_sym_gen(
             "(symbol, data_names, label_names), or a Gluon HybridBlock.",
         )
     return sym_gen
+
+
+def _gluon_model(
+    options: Any, data_info: DataInfo, base_dir: Path, locate: Callable[[str], str] | None
+) -> Callable[..., Any]:
+    """The ``gluon`` model: its ``block`` loaded as a plugin (a file one relative to
+    ``base_dir``), called with its ``options``, and traced."""
+    from mxtrain.models.gluon_blocks import build_gluon
+
+    where = locate("block") if locate is not None else "model.block"
+    entry = BLOCKS.get(options.block, base_dir=base_dir, where=where)
+    make_block = entry.load()
+    with entry.calling("making the block", where):
+        return build_gluon(options, data_info, make_block)
 
 
 def _descs(descs: Any) -> str:

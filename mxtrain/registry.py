@@ -449,6 +449,7 @@ MODEL_EXPORTS: dict[str, str] = {
     "lenet": "mxnet, onnx",
     "rnn_classifier": "mxnet (onnx: no SequenceLast, _not_equal_scalar)",
     "rnn_tagger": "mxnet, onnx",
+    "gluon": "mxnet (onnx: as the block's operators allow)",
     # seq2seq: its encoder and decoder-step graphs (what export writes for it), both
     "rnn_seq2seq": "mxnet, onnx",
     "transformer_seq2seq": "mxnet, onnx",
@@ -462,6 +463,10 @@ PARALLEL_ITERATORS = frozenset({"parallel_text"})
 
 #: fit.callbacks: no built-ins yet; plugins only ('file.py:attr' / 'package.module:attr')
 CALLBACKS = Registry("callback", context_arg=False)
+#: the ``gluon`` model's ``block``: what makes a HybridBlock (plugins only)
+BLOCKS = Registry("Gluon block", context_arg=False)
+#: the built-in model that builds a Gluon block by name (mxtrain.build traces it)
+GLUON_MODEL = "gluon"
 
 
 def _register_builtin_models() -> None:
@@ -500,6 +505,13 @@ def _register_builtin_models() -> None:
         "mxtrain.models.taggers:build_rnn_tagger",
         options="mxtrain.models.tagger_options:RnnTaggerOptions",
         summary="sequence tagger: embedding -> (bi)LSTM/GRU -> per-token FC -> softmax",
+    )
+    MODELS.register(
+        GLUON_MODEL,
+        "mxtrain.models.gluon_blocks:build_gluon",
+        options="mxtrain.models.gluon_options:GluonOptions",
+        summary="a Gluon HybridBlock by name (block: 'gluoncv.model_zoo:get_model', options: "
+        "{...}), traced per bucket, with the task's loss head",
     )
     MODELS.register(
         "rnn_seq2seq",

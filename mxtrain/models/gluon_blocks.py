@@ -33,6 +33,7 @@ import mxnet as mx
 from mxtrain.data.base import TASK_LM, TASK_TAG, DataInfo
 from mxtrain.errors import ConfigError, MxtrainError
 from mxtrain.models.classifiers import regression_output
+from mxtrain.models.gluon_options import GluonOptions
 
 #: names of a ``hybrid_forward`` parameter that receives the bucket key
 KEY_PARAMETERS = ("seq_len", "bucket_key")
@@ -49,9 +50,45 @@ def is_block(value: Any) -> bool:
     return isinstance(value, mx.gluon.Block)
 
 
-def block_sym_gen(block: Any, data_info: DataInfo, model: str) -> Callable[..., Any]:
+def build_gluon(
+    options: GluonOptions, data_info: DataInfo, make_block: Callable[..., Any]
+) -> Callable[..., Any]:
+    """The ``gluon`` model: ``make_block(**options.options)`` (the loaded ``options.block``),
+    traced by :func:`block_sym_gen`."""
+    block = make_block(**{k: _data_fact(v, data_info) for k, v in options.options.items()})
+    if not is_block(block):
+        raise ConfigError(
+            f"model.block {options.block!r} returned {type(block).__name__}, not a Gluon "
+            "HybridBlock.",
+            hint="Name a HybridBlock class or a function that returns one (e.g. "
+            "'gluoncv.model_zoo:get_model' with options {name: resnet18_v1, classes: 10}).",
+        )
+    return block_sym_gen(block, data_info, options.block, layout=options.layout)
+
+
+#: option values that stand for a fact of the data (``options: {classes: $num_classes}``)
+DATA_FACTS = {"$vocab_size": "vocab_size", "$num_classes": "num_classes"}
+
+
+def _data_fact(value: Any, data_info: DataInfo) -> Any:
+    if isinstance(value, str) and value in DATA_FACTS:
+        fact = getattr(data_info, DATA_FACTS[value], None)
+        if fact is None:
+            raise ConfigError(
+                f"model.options: {value} stands for the data's {DATA_FACTS[value]}, which "
+                "its iterator does not report.",
+                hint="Write the number instead.",
+            )
+        return int(fact)
+    return value
+
+
+def block_sym_gen(
+    block: Any, data_info: DataInfo, model: str, layout: str = "NT"
+) -> Callable[..., Any]:
     """``sym_gen(bucket_key) -> (symbol, (data,), (label,))`` of ``block`` with the loss head
-    of ``data_info``'s task; ``model`` names the plugin in errors."""
+    of ``data_info``'s task; ``model`` names the plugin in errors; ``layout`` ``TN``: a
+    sequence block reads and returns time-major arrays."""
     if not isinstance(block, mx.gluon.HybridBlock):
         raise ConfigError(
             f"model {model!r} returned the Gluon block {type(block).__name__}, which is not a "
@@ -72,7 +109,11 @@ def block_sym_gen(block: Any, data_info: DataInfo, model: str) -> Callable[..., 
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
         data = mx.sym.var(data_name)
-        out = _trace(block, model, (data, bucket_key) if passes_key else (data,))
+        time_major = layout == "TN" and task in (TASK_LM, TASK_TAG)
+        x = mx.sym.swapaxes(data, dim1=0, dim2=1) if time_major else data
+        out = _trace(block, model, (x, bucket_key) if passes_key else (x,))
+        if time_major:
+            out = mx.sym.swapaxes(out, dim1=0, dim2=1)
         label = mx.sym.var(label_name)
         return _loss_head(out, label, data_info, task), (data_name,), (label_name,)
 

@@ -1,13 +1,13 @@
 """The plugin files a run was trained with, kept in its run folder, and what is not kept.
 
-``fit`` copies every plugin referenced as ``path/to/file.py:attr`` (``model.name``,
-``data.*.iterator``, ``fit.metrics``) into ``RUN/plugins/`` beside ``config.yaml``, with
-``RUN/plugins/plugins.json`` recording which reference (resolved against the config's folder)
-each copy stands for. ``resume``, ``score`` and ``predict`` import the kept copies instead of
-the originals (:func:`uses_kept_plugins`), so the run keeps working, with the code it was
-trained with, after the original file is edited, moved or deleted, and a copied run folder
-works on its own. Plugins given as ``package.module:attr`` are installed code and are not
-copied, nor are the modules a plugin file imports.
+``fit`` copies every plugin referenced as ``path/to/file.py:attr`` (``model.name``, the
+``gluon`` model's ``block``, ``data.*.iterator``, ``fit.metrics``) into ``RUN/plugins/``
+beside ``config.yaml``, with ``RUN/plugins/plugins.json`` recording which reference (resolved
+against the config's folder) each copy stands for. ``resume``, ``score`` and ``predict``
+import the kept copies instead of the originals (:func:`uses_kept_plugins`), so the run keeps
+working, with the code it was trained with, after the original file is edited, moved or
+deleted, and a copied run folder works on its own. Plugins given as ``package.module:attr``
+are installed code and are not copied, nor are the modules a plugin file imports.
 
 Data files are not copied: relative data paths in ``config.yaml`` resolve against the
 original config folder recorded in ``run.json`` (``config_dir``). When that folder is gone, a
@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from mxtrain.config.schema import Config
 from mxtrain.errors import ConfigError, DataError, RunFolderError
-from mxtrain.registry import plugin_file_path, redirected_plugin_files
+from mxtrain.registry import GLUON_MODEL, plugin_file_path, redirected_plugin_files
 from mxtrain.run.atomic import atomic_write_bytes, atomic_write_text
 from mxtrain.run.folder import RunFolder
 from mxtrain.run.layout import PLUGINS_DIR, PLUGINS_MANIFEST, RUN_FILE
@@ -39,6 +39,8 @@ _Function = TypeVar("_Function", bound=Callable[..., Any])
 def plugin_references(config: Config) -> list[str]:
     """The ``file.py`` parts of every file plugin the config uses, in config order."""
     names = [config.model.name, config.data.train.name]
+    if config.model.name == GLUON_MODEL:  # the block it builds by name
+        names.append(str(getattr(config.model.options, "block", "")))
     if config.data.eval is not None:
         names.append(config.data.eval.name)
     names.extend(section.name for _, section in config.data.eval_sets)

@@ -6,10 +6,14 @@ traced are named with the reason."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import mxnet as mx
 import numpy as np
+import pytest
 from click.testing import CliRunner
 from conftest import assert_same_ending
 from float_bounds import assert_close_at_scale, rnn_chain_roundings
@@ -179,3 +183,109 @@ def test_blocks_that_cannot_be_traced_are_named_with_the_reason(tmp_path: Path) 
     assert code == ExitCode.CONFIG, output
     assert "returned the Gluon block Sequential, which is not a HybridBlock" in output
     assert not (tmp_path / "runs/bad").exists() and not (tmp_path / "runs/plain").exists()
+
+
+def test_the_gluon_model_builds_a_block_by_name_with_the_data_sizes(tmp_path: Path) -> None:
+    """model: {name: gluon, block: CLASS, options: {...}}: the class called with the options
+    ($vocab_size and $num_classes filled in from the data); the file is kept in the run
+    folder, so predict works after the original is gone."""
+    config = write_project(tmp_path)
+    config.write_text(
+        config.read_text().replace(
+            '{name: "blocks.py:tagger", hidden: 6}',
+            "{name: gluon, block: blocks.py:Tagger, options: {vocab: $vocab_size, "
+            "classes: $num_classes, hidden: 6}}",
+        )
+    )
+    code, output = fit(config, "named", "fit.num_epoch=1")
+    assert code == 0, output
+    run = tmp_path / "runs/named"
+    assert "tagger0_dense0_weight" in load(run, 1)
+    assert (run / "plugins/blocks.py").is_file()
+    (tmp_path / "blocks.py").unlink()
+    source = tmp_path / "in.conll"
+    source.write_text("kally\nboring\n\n", encoding="utf-8")
+    result = CliRunner().invoke(
+        cli, ["predict", "--checkpoint", str(run), "--input", str(source), "--output",
+              str(tmp_path / "tags.jsonl")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "tags.jsonl").read_text())
+    assert len(record["labels"]) == 2
+
+
+@pytest.fixture(scope="module")
+def gluoncv_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """GluonCV 0.10 (a pure-Python wheel) in a folder of its own; its model definitions need
+    only MXNet and NumPy, so its other dependencies are left out."""
+    target = tmp_path_factory.mktemp("gluoncv")
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+             "gluoncv==0.10.5.post0"],
+            check=True, capture_output=True, timeout=300,
+        )  # fmt: skip
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        message = f"gluoncv could not be installed: {getattr(exc, 'stderr', b'')[-300:]!r}"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI has the package index: this must not pass unseen
+        pytest.skip(message)
+    return target
+
+
+GLUONCV_CONFIG = """\
+experiment: {{name: resnet, seed: 1, runs_dir: {runs}}}
+model:
+  name: gluon
+  block: gluoncv.model_zoo:get_model
+  options: {{name: resnet18_v1, classes: $num_classes, thumbnail: true}}
+data:
+  train: {{iterator: ndarray, source: images.npz, batch_size: 8}}
+optimizer: {{name: sgd, learning_rate: 0.05}}
+initializer: {{from: {weights}}}
+fit: {{num_epoch: 1, metrics: [accuracy], fixed_params: ['*conv0_weight']}}
+"""
+
+SAVE_WEIGHTS = """\
+import sys
+import mxnet as mx
+from gluoncv.model_zoo import get_model
+
+with mx.name.NameManager():
+    net = get_model("resnet18_v1", classes=2, thumbnail=True)
+net.initialize(mx.init.Xavier())
+net(mx.nd.zeros((1, 3, 16, 16)))
+net.collect_params().save(sys.argv[1])
+"""
+
+
+def test_a_gluoncv_model_trains_by_name_from_local_weights(
+    tmp_path: Path, gluoncv_path: Path
+) -> None:
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, size=24)
+    images = rng.normal(size=(24, 3, 16, 16)).astype("f4") + labels[:, None, None, None]
+    np.savez(tmp_path / "images.npz", data=images, label=labels.astype("f4"))
+    path = os.pathsep.join([str(gluoncv_path), str(Path(__file__).parents[2])])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    weights = tmp_path / "resnet18.params"
+    script = tmp_path / "save.py"
+    script.write_text(SAVE_WEIGHTS)
+    subprocess.run(
+        [sys.executable, str(script), str(weights)], env=env, check=True, timeout=300,
+        capture_output=True,
+    )  # fmt: skip
+    config = tmp_path / "resnet.yaml"
+    config.write_text(GLUONCV_CONFIG.format(runs=tmp_path / "runs", weights=weights))
+    done = subprocess.run(
+        [sys.executable, "-m", "mxtrain", "fit", str(config), "--progress", "plain"],
+        env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert f"weights from {weights}" in output
+    trained = load(tmp_path / "runs/resnet", 1)
+    start = {k: v.asnumpy() for k, v in mx.nd.load(str(weights)).items()}
+    assert trained.keys() == start.keys()  # the same Gluon names, every parameter loaded
+    name = next(k for k in start if k.endswith("conv0_weight"))
+    np.testing.assert_array_equal(trained[name], start[name])  # fixed: as loaded
