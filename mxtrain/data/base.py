@@ -33,6 +33,9 @@ class DataInfo:
     #: each batch continues the rows of the batch before it (``bptt_stream``): recurrent
     #: models carry their state from batch to batch instead of starting from zeros
     stream: bool = False
+    #: the character vocabulary's size when batches also carry each word's characters
+    #: (input ``chars``, (batch, length, characters); DataContext.char_max_len), else None
+    char_vocab_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,9 @@ class DataContext:
     #: a resumed run's recorded ``last_batch`` rule, which wins over the options (a
     #: checkpoint of a version without the rule padded its last batches: "pad")
     last_batch: str | None = None
+    #: the model reads each word's characters too (character-aware words): iterators that
+    #: can give every batch a ``chars`` input of at most this many characters per word do
+    char_max_len: int | None = None
     #: words a train iterator that builds its vocabulary adds after the counted ones
     #: (``model.pretrained_embedding.add_words``: the vectors' words)
     extra_words: tuple[str, ...] = ()

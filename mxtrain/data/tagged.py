@@ -46,6 +46,11 @@ from mxtrain.errors import DataError
 log = logging.getLogger(__name__)
 
 LEVEL = "word"  # recorded in the token vocabulary: tokens are whole words
+#: the characters' input (character-aware words) and the run folder's character vocabulary
+CHARS_INPUT = "chars"
+CHAR_VOCAB_FILE = "char_vocab.json"
+#: batches pad their words' characters to a multiple of this (fewer distinct input shapes)
+CHAR_STEP = 4
 
 
 def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> TaggedSequenceIter:
@@ -61,6 +66,14 @@ def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> 
 
     lower = options.lowercase
     token_ids = [vocab.encode(_lowered(s.tokens, lower)) for s in sentences]
+    chars = None
+    if context.char_max_len:
+        char_vocab = _char_vocab(context, sentences, source)
+        cap = int(context.char_max_len)
+        # the words as written (case kept: it tells taggers much), their first characters
+        chars = CharInputs(
+            char_vocab, cap, [[char_vocab.encode(t[:cap]) for t in s.tokens] for s in sentences]
+        )
     label_ids: list[list[int]] | None = None
     unknown: dict[str, int] = {}
     if not predict:
@@ -113,6 +126,7 @@ def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> 
         unknown_labels=unknown,
         sentences=sentences if predict else None,
         min_batch=context.min_batch,
+        chars=chars,
     )
     if context.role == "train":
         batching.warn_about_padding(
@@ -205,6 +219,38 @@ def _label_vocab(context: DataContext, sentences: list[TaggedSentence], source: 
     return LabelVocab.load(saved)
 
 
+def _char_vocab(context: DataContext, sentences: list[TaggedSentence], source: str) -> Vocab:
+    """The character vocabulary: the train iterator's (or, from a run folder, its saved
+    file), built by the train iterator from its words' characters (seen twice at least, so
+    the model also learns the ``<unk>`` character that unseen ones become)."""
+    if context.role != "train":
+        train_chars = getattr(context.train, "char_vocab", None)
+        if isinstance(train_chars, Vocab):
+            return train_chars
+    saved = _artifact(context, CHAR_VOCAB_FILE)
+    if saved is not None and saved.is_file():  # a resumed run or its score and predict
+        return Vocab.load(saved)
+    if context.role == "train":
+        return Vocab.build(
+            (list(token) for s in sentences for token in s.tokens), min_count=2, level="char"
+        )
+    raise DataError(
+        f"The {context.role} data {source} needs the character vocabulary the model was "
+        f"trained with, but {saved or CHAR_VOCAB_FILE} does not exist.",
+        hint="mxtrain fit writes it into the run folder of a model with char_embed; score and "
+        "predict with that run folder.",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class CharInputs:
+    """Each word's character ids (``ids[sentence][word]``, at most ``max_len`` of them)."""
+
+    vocab: Vocab
+    max_len: int
+    ids: list[list[list[int]]]
+
+
 class TaggedSequenceIter(batching.PrebuiltBatchIter):
     """Batches of (data, softmax_label), shape (batch_size, bucket), float32 ids.
 
@@ -238,6 +284,7 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
         data_name: str = "data",
         label_name: str = "softmax_label",
         min_batch: int = 1,
+        chars: CharInputs | None = None,
     ) -> None:
         super().__init__(batch_size)
         buckets = batching.check_bucket_arguments(buckets, batch_size, long_sentences)
@@ -252,11 +299,14 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
         self.pad_id = vocab.pad_id
         if label_vocab.pad_id != vocab.pad_id:
             raise ValueError("the token and label vocabularies must share the padding id")
+        self.chars = chars
+        self.char_vocab = chars.vocab if chars is not None else None
         self.data_info = DataInfo(
             vocab_size=len(vocab),
             num_classes=len(label_vocab),
             pad_id=vocab.pad_id,
             task=TASK_TAG,
+            char_vocab_size=len(chars.vocab) if chars is not None else None,
         )
         self.source = source
         self.file_format = file_format
@@ -266,13 +316,23 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
         # predicting: the sentences as read (original tokens, file lines) for the records
         self.sentences = list(sentences) if sentences is not None else None
         self._set_inputs(data_name, label_name)
+        if chars is not None:
+            rows = self.provide_data[0].shape[0]
+            self.provide_data.append(self._char_desc(rows, self.default_bucket_key, chars.max_len))
 
         self._pack(token_ids, label_ids, long_sentences)
         self.reset()
 
     def artifacts(self) -> dict[str, Callable[[Path], None]]:
         """Files to keep in the run folder besides vocab.json: ``{file name: save(path)}``."""
-        return {LABEL_VOCAB_FILE: self.label_vocab.save}
+        files: dict[str, Callable[[Path], None]] = {LABEL_VOCAB_FILE: self.label_vocab.save}
+        if self.char_vocab is not None:
+            files[CHAR_VOCAB_FILE] = self.char_vocab.save
+        return files
+
+    @staticmethod
+    def _char_desc(rows: int, length: int, width: int) -> Any:
+        return mx.io.DataDesc(CHARS_INPUT, (rows, length, width), np.float32, layout="NTC")
 
     def _desc(self, name: str, length: int) -> Any:
         rows = getattr(self, "bucket_batch_sizes", {}).get(length, self.batch_size)
@@ -322,7 +382,11 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
             )
             for b, length in enumerate(self.buckets)
         }
+        flat_chars, flat_char_len = self._flat_chars(total_tokens)
         self._packed: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        #: per packed bucket, with characters: (batch rows, length, max_len) ids and each
+        #: row's longest word
+        self._packed_chars: list[tuple[np.ndarray, np.ndarray] | None] = []
         counts: dict[int, int] = {}
         batches_per_bucket: dict[int, int] = {}
         unk = 0
@@ -351,6 +415,12 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
             index = np.full(total, -1, dtype=np.int64)
             index[:n] = chunk_row[sel]
             self._packed.append((length, n, data, label, row_tokens, index))
+            if flat_chars is None:
+                self._packed_chars.append(None)
+            else:
+                chars = np.where(mask[..., None], flat_chars[idx], 0).astype(np.float32)
+                longest = np.where(mask, flat_char_len[idx], 0).max(axis=1, initial=0)
+                self._packed_chars.append((chars, longest))
 
         tokens = int(sum(p[4].sum() for p in self._packed))
         positions = sum(p[2].size for p in self._packed)
@@ -370,9 +440,44 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
         }
         batching.log_long_sentences(log, self.source, self.stats, largest)
 
+    def _flat_chars(self, total_tokens: int) -> tuple[np.ndarray | None, np.ndarray]:
+        """Every token's character ids, (tokens, max_len) padded with 0, and their counts."""
+        if self.chars is None:
+            return None, np.zeros(0, dtype=np.int64)
+        width = self.chars.max_len
+        flat = np.zeros((max(total_tokens, 1), width), dtype=np.int64)
+        counts = np.zeros(max(total_tokens, 1), dtype=np.int64)
+        words = chain.from_iterable(self.chars.ids)
+        for i, ids in enumerate(words):
+            flat[i, : len(ids)] = ids
+            counts[i] = len(ids)
+        return flat, counts
+
+    def _with_chars(
+        self, batches: list[Any], chars: np.ndarray, longest: np.ndarray, length: int, rows: int
+    ) -> list[Any]:
+        """``batches`` (of ``rows`` rows each, the last maybe fewer) with their words'
+        characters as a second input, padded to the batch's longest word (rounded up to
+        CHAR_STEP, at most max_len)."""
+        assert self.chars is not None
+        for j, batch in enumerate(batches):
+            lo = j * rows
+            hi = lo + batch.data[0].shape[0]
+            longest_here = int(longest[lo:hi].max(initial=1))
+            width = min(self.chars.max_len, -(-max(longest_here, 1) // CHAR_STEP) * CHAR_STEP)
+            batch.data.append(mx.nd.array(chars[lo:hi, :, :width], dtype=np.float32))
+            described = batch.provide_data[0].shape[0]
+            batch.provide_data = [
+                *batch.provide_data,
+                self._char_desc(described, length, width),
+            ]
+        return batches
+
     def _epoch_batches(self, rng: np.random.Generator | None) -> list[Any]:
         batches = []
-        for length, n, data, label, row_tokens, index in self._packed:
+        for (length, n, data, label, row_tokens, index), packed_chars in zip(
+            self._packed, self._packed_chars, strict=True
+        ):
             if rng is not None:
                 perm = np.concatenate([rng.permutation(n), np.arange(n, data.shape[0])])
                 data, label, row_tokens, index = (
@@ -381,7 +486,9 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
                     row_tokens[perm],
                     index[perm],
                 )
-            batches += batching.bucket_batches(
+                if packed_chars is not None:
+                    packed_chars = (packed_chars[0][perm], packed_chars[1][perm])
+            made = batching.bucket_batches(
                 data,
                 label,
                 row_tokens,
@@ -392,6 +499,10 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
                 desc_data=[self._desc(self.data_name, length)],
                 desc_label=[self._desc(self.label_name, length)],
             )
+            if packed_chars is not None:
+                rows = self.bucket_batch_sizes[length]
+                made = self._with_chars(made, *packed_chars, length, rows)
+            batches += made
         return batches
 
     def describe(self) -> str:

@@ -55,6 +55,7 @@ from mxtrain.fit.pretrained import (
 )
 from mxtrain.fit.warm_start import WarmStartReport, warm_start
 from mxtrain.launch import announce_rank
+from mxtrain.models.char_options import reads_chars
 from mxtrain.run.bucket_keys import BucketKeys
 from mxtrain.run.checkpoint import LoadedCheckpoint, restore_module
 from mxtrain.tensorboard import require_writer
@@ -142,7 +143,7 @@ def prepare_training(
     worker = place_worker(config.context, config.kvstore, config.data.train)
     added = vector_words_to_add(config) if restart is None else ()
     train_iter, eval_iter = build_iterators(
-        config.data.eval, worker, seed, base_dir, restart, added
+        config.data.eval, worker, seed, base_dir, restart, added, reads_chars(config.model.options)
     )
     check_words_added(config, train_iter, added)
     eval_sets = eval_set_iterators(config, train_iter, eval_iter, worker.min_batch)
@@ -233,9 +234,11 @@ def train_iterator(
     min_batch: int,
     restart: Restart | None = None,
     extra_words: tuple[str, ...] = (),
+    char_max_len: int | None = None,
 ) -> mx.io.DataIter:
     """The training iterator of ``section`` (data.train, sharded in a distributed run);
-    ``extra_words`` join the vocabulary it builds."""
+    ``extra_words`` join the vocabulary it builds; ``char_max_len``: the model reads its
+    words' characters too."""
     context = DataContext(
         role="train",
         seed=seed,
@@ -245,6 +248,7 @@ def train_iterator(
         min_batch=min_batch,
         last_batch=restart.last_batch if restart is not None else None,
         extra_words=extra_words,
+        char_max_len=char_max_len,
     )
     return build_data_iter(section, context, base_dir, "data.train")
 
@@ -256,12 +260,14 @@ def build_iterators(
     base_dir: Path,
     restart: Restart | None,
     extra_words: tuple[str, ...] = (),
+    char_max_len: int | None = None,
 ) -> tuple[mx.io.DataIter, mx.io.DataIter | None]:
-    """The worker's train iterator (``extra_words`` joining its vocabulary) and, with
-    ``data.eval``, the evaluation one; the log describes each."""
+    """The worker's train iterator (``extra_words`` joining its vocabulary, ``char_max_len``:
+    with its words' characters) and, with ``data.eval``, the evaluation one; the log
+    describes each."""
     min_batch = worker.min_batch
     train_iter = train_iterator(
-        worker.train_section, seed, base_dir, min_batch, restart, extra_words
+        worker.train_section, seed, base_dir, min_batch, restart, extra_words, char_max_len
     )
     describe = getattr(train_iter, "describe", None)  # iterators may describe their data
     if callable(describe):
@@ -281,10 +287,13 @@ def eval_iterator(
     base_dir: Path,
     min_batch: int,
 ) -> mx.io.DataIter:
-    """One evaluation iterator (``where``: its dotted key), sharing the training vocabulary."""
+    """One evaluation iterator (``where``: its dotted key), sharing the training vocabulary
+    (and reading the words' characters as the train iterator does)."""
+    chars = getattr(train_iter, "chars", None)
     context = DataContext(
-        role="eval", seed=seed, base_dir=base_dir, train=train_iter, min_batch=min_batch
-    )
+        role="eval", seed=seed, base_dir=base_dir, train=train_iter, min_batch=min_batch,
+        char_max_len=getattr(chars, "max_len", None),
+    )  # fmt: skip
     eval_iter = build_data_iter(section, context, base_dir, where)
     describe = getattr(eval_iter, "describe", None)
     if callable(describe):
@@ -342,8 +351,9 @@ def measure_kernel_choices(config: Config, *, remeasure: bool = False) -> list[C
     contexts = build_contexts(config.context)
     min_batch = fewest_rows(len(contexts), config.context.work_load)
     train_iter = train_iterator(
-        config.data.train, config.experiment.seed, config.base_dir, min_batch
-    )
+        config.data.train, config.experiment.seed, config.base_dir, min_batch,
+        char_max_len=reads_chars(config.model.options),
+    )  # fmt: skip
     not_measured = DISTRIBUTED_NOT_MEASURED if is_distributed(config.kvstore.type) else ""
     return choose_kernels(config, train_iter, contexts, not_measured, remeasure=remeasure)[1]
 

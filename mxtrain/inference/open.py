@@ -29,6 +29,7 @@ from mxtrain.data.base import DataContext
 from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX
 from mxtrain.devices import build_contexts, configure_threads
 from mxtrain.errors import ConfigError, DataError, InvalidValue
+from mxtrain.models.char_options import reads_chars
 from mxtrain.run.bucket_keys import BucketKeys
 from mxtrain.run.choose import (
     ChosenCheckpoint,
@@ -344,6 +345,7 @@ def open_run(
         vocab_file=run.vocab_file.absolute(),  # iterators resolve relative paths elsewhere
         buckets=_training_buckets(run, config, chosen, read_data=role == "eval"),
         min_batch=fewest_rows(len(contexts), config.context.work_load),
+        char_max_len=reads_chars(config.model.options),
     )
     data_iter = build_data_iter(section, context, config.base_dir, where)
     source = getattr(data_iter, "source", None) or (str(data_file) if data_file else where)

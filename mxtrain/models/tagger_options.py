@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mxtrain.errors import InvalidValue
+from mxtrain.models import char_options as chars
 from mxtrain.models import recurrent_options as recurrent
 from mxtrain.option_checks import check_choice, documented
 
@@ -34,6 +35,11 @@ class RnnTaggerOptions(recurrent.RecurrentOptions):
         "direction); unfused: one cell per layer and step; auto: fused",
     )
     dropout: float = recurrent.dropout_rate()
+    char_embed: int = chars.char_embed_field()
+    char_filters: int = chars.char_filters_field()
+    char_kernel: int = chars.char_kernel_field()
+    char_max_len: int = chars.char_max_len_field()
+    word_embed: bool = chars.word_embed_field()
     pretrained_embedding: recurrent.PretrainedEmbedding | None = recurrent.pretrained_field()
 
     def validate(self) -> None:
@@ -46,6 +52,7 @@ class RnnTaggerOptions(recurrent.RecurrentOptions):
         check_choice("cell", self.cell, recurrent.MODES)
         check_choice("fused", self.fused, recurrent.CELLS)
         recurrent.check_dropout(self.dropout)
+        chars.check_char_options(self)
 
     @property
     def use_fused(self) -> bool:

@@ -11,6 +11,8 @@ from typing import Any
 import mxnet as mx
 
 from mxtrain.data.base import DataInfo
+from mxtrain.errors import InvalidValue
+from mxtrain.models.char_words import char_word_vectors
 from mxtrain.models.rnn_common import (
     RecurrentStack,
     SymGen,
@@ -24,9 +26,11 @@ from mxtrain.models.tagger_options import RnnTaggerOptions
 def build_rnn_tagger(options: RnnTaggerOptions, data_info: DataInfo) -> SymGen:
     """Return ``sym_gen(bucket_key) -> (symbol, ("data",), ("softmax_label",))``.
 
-    Embedding -> (bi)LSTM/GRU layers -> per-token fully connected layer -> softmax over the
-    labels. Inputs are (batch, time) token ids and label ids; the output is (batch * time,
-    num_classes) probabilities in batch-major order, named ``softmax``. Positions whose label
+    Embedding (and/or character-aware word vectors from the ``chars`` input,
+    :mod:`mxtrain.models.char_words`, with ``char_embed``) -> (bi)LSTM/GRU layers -> per-token
+    fully connected layer -> softmax over the labels. Inputs are (batch, time) token ids and
+    label ids; the output is (batch * time, num_classes) probabilities in batch-major order,
+    named ``softmax``. Positions whose label
     is the data's ``pad_id`` (padding) give no gradient (``ignore_label``). Padding must come
     after each sentence's tokens; the real length of a row is its count of non-pad tokens.
 
@@ -42,12 +46,28 @@ def build_rnn_tagger(options: RnnTaggerOptions, data_info: DataInfo) -> SymGen:
         )
     directions = 2 if options.bidirectional else 1
     width = options.num_hidden * directions
+    char_vocab_size = _char_vocab_size(options, data_info)
+    inputs = ("data", "chars") if char_vocab_size else ("data",)
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
         seq_len = check_bucket_key("rnn_tagger", bucket_key)
         data = mx.sym.Variable("data")
         label = mx.sym.Variable("softmax_label")
-        x = mx.sym.Embedding(data, input_dim=vocab_size, output_dim=options.num_embed, name="embed")
+        features = []
+        if options.word_embed:
+            features.append(
+                mx.sym.Embedding(
+                    data, input_dim=vocab_size, output_dim=options.num_embed, name="embed"
+                )
+            )
+        if char_vocab_size:
+            features.append(
+                char_word_vectors(
+                    mx.sym.Variable("chars"), seq_len, char_vocab_size, options.char_embed,
+                    options.char_filters, options.char_kernel,
+                )
+            )  # fmt: skip
+        x = features[0] if len(features) == 1 else mx.sym.concat(*features, dim=2)
         if options.dropout > 0:
             x = mx.sym.Dropout(x, p=options.dropout, name="embed_dropout")
         lengths = None
@@ -71,7 +91,22 @@ def build_rnn_tagger(options: RnnTaggerOptions, data_info: DataInfo) -> SymGen:
         x = mx.sym.FullyConnected(x, num_hidden=num_classes, name="pred")
         label = mx.sym.reshape(label, shape=(-1,))
         out = mx.sym.SoftmaxOutput(x, label, use_ignore=True, ignore_label=pad_id, name="softmax")
-        return out, ("data",), ("softmax_label",)
+        return out, inputs, ("softmax_label",)
 
-    sym_gen.word_embedding = "embed_weight"  # type: ignore[attr-defined]
+    if options.word_embed:
+        sym_gen.word_embedding = "embed_weight"  # type: ignore[attr-defined]
     return sym_gen
+
+
+def _char_vocab_size(options: RnnTaggerOptions, data_info: DataInfo) -> int | None:
+    """The character vocabulary's size when the options ask for character-aware words."""
+    if not options.char_embed:
+        return None
+    size = getattr(data_info, "char_vocab_size", None)
+    if not size:
+        raise InvalidValue(
+            "char_embed",
+            "needs batches that carry each word's characters: the tagged_sequences iterator "
+            "gives them when the model asks",
+        )
+    return int(size)
