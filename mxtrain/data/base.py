@@ -94,6 +94,18 @@ class DataContext:
     #: (``model.pretrained_embedding.add_words``: the vectors' words)
     extra_words: tuple[str, ...] = ()
 
+    def artifact(self, name: str) -> Path | None:
+        """Where a file a train iterator wrote through ``artifacts()`` is, for an iterator
+        built from a run folder (``artifacts_dir``, else beside ``vocab_file``); None when
+        there is neither."""
+        folder = self.artifacts_dir
+        if folder is None and self.vocab_file is not None:
+            vocab_file = Path(self.vocab_file)
+            if not vocab_file.is_absolute():
+                vocab_file = self.base_dir / vocab_file
+            folder = vocab_file.parent
+        return None if folder is None else Path(folder) / name
+
 
 def resolve_source(name: str, base_dir: Path) -> Path:
     """A file a data section names: ``~`` expanded, relative to the config file's folder

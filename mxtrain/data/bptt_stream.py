@@ -53,6 +53,13 @@ def build_bptt_stream_iter(options: BpttStreamOptions, context: DataContext) -> 
         )
         return build_bucket_sentence_iter(options.sentence_options(), context)
     source, lines = read_lines(options, context.base_dir)
+    if context.char_max_len:
+        raise DataError(
+            f"The data {source} is read as streams (bptt_stream), whose batches carry no "
+            "characters; the model's char_embed needs them.",
+            hint="Read the text as sentences (iterator: bucket_sentence), or set "
+            "model.char_embed: 0.",
+        )
     sentences = [tokenize(line, options.level, options.lowercase) for line in lines]
     vocab = vocabulary(options, context, sentences, source)
     ids = np.fromiter(

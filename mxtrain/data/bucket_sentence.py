@@ -59,6 +59,7 @@ from mxtrain.data.bucket_sentence_options import (
     TREEBANK_PREFIX,
     BucketSentenceOptions,
 )
+from mxtrain.data.char_inputs import CHAR_VOCAB_FILE, CharInputs, char_vocabulary, padded_chars
 from mxtrain.data.text_files import read_data_text
 from mxtrain.data.vocab import UNK, Vocab
 from mxtrain.errors import DataError
@@ -91,6 +92,7 @@ def build_bucket_sentence_iter(
     else:
         tail = []
     encoded = [vocab.encode(tokens) + tail for tokens in sentences]
+    chars = _char_inputs(options, context, sentences, source)
 
     def from_lengths() -> list[int]:
         lengths = np.array([len(ids) - 1 for ids in encoded if len(ids) > 1], dtype=np.int64)
@@ -115,6 +117,7 @@ def build_bucket_sentence_iter(
         add_eos=options.add_eos,
         min_batch=context.min_batch,
         last_batch="short" if predict else context.last_batch or options.last_batch,
+        chars=chars,
     )
     if context.role == "train":
         batch_key = "batch_tokens" if options.batch_tokens is not None else "batch_size"
@@ -461,6 +464,27 @@ def vocabulary(
     return vocab
 
 
+def _char_inputs(
+    options: BucketSentenceOptions | BpttStreamOptions,
+    context: DataContext,
+    sentences: list[list[str]],
+    source: str,
+) -> CharInputs | None:
+    """Each word's characters, when the model reads them (``context.char_max_len``)."""
+    if not context.char_max_len:
+        return None
+    if options.level != "word":
+        raise DataError(
+            f"The data {source} is read as characters (level: {options.level}); "
+            "character-aware words need words (level: word).",
+            hint="Set model.char_embed: 0 for a character-level model.",
+        )
+    saved = context.artifact(CHAR_VOCAB_FILE)
+    words = (word for tokens in sentences for word in tokens)
+    char_vocab = char_vocabulary(context, words, source, saved)
+    return CharInputs.of(char_vocab, int(context.char_max_len), sentences)
+
+
 def _padded_rows(
     flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int, pad: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -473,6 +497,18 @@ def _padded_rows(
     data = np.where(mask, flat[np.minimum(idx, last)], pad).astype(np.float32)
     label = np.where(mask, flat[np.minimum(idx + 1, last)], pad).astype(np.float32)
     return data, label
+
+
+def _padded_row_chars(
+    flat: tuple[np.ndarray, np.ndarray], starts: np.ndarray, lengths: np.ndarray, width: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The characters of the data words of :func:`_padded_rows`' rows, and each row's
+    longest word (``flat``: :meth:`CharInputs.flat`)."""
+    ids, counts = flat
+    pos = np.arange(width)
+    mask = pos[None, :] < lengths[:, None]
+    idx = np.minimum(starts[:, None] + pos[None, :], ids.shape[0] - 1)
+    return padded_chars(ids, counts, idx, mask)
 
 
 def _no_usable_data(
@@ -531,6 +567,7 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
         label_name: str = "softmax_label",
         min_batch: int = 1,
         last_batch: str = "pad",
+        chars: CharInputs | None = None,
     ) -> None:
         super().__init__(batch_size)
         buckets = batching.check_bucket_arguments(buckets, batch_size, long_sentences)
@@ -551,8 +588,14 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
         self.batch_size = self.bucket_batch_size(self.default_bucket_key)
         self.vocab = vocab
         self.pad_id = vocab.pad_id
+        self.chars = chars
+        self.char_vocab = chars.vocab if chars is not None else None
         self.data_info = DataInfo(
-            vocab_size=len(vocab), num_classes=len(vocab), pad_id=vocab.pad_id, task=TASK_LM
+            vocab_size=len(vocab),
+            num_classes=len(vocab),
+            pad_id=vocab.pad_id,
+            task=TASK_LM,
+            char_vocab_size=len(chars.vocab) if chars is not None else None,
         )
         self.source = source
         self.level = level
@@ -560,9 +603,19 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
         self.shuffle = shuffle
         self.seed = int(seed)
         self._set_inputs(data_name, label_name)
+        if chars is not None:
+            rows = self.provide_data[0].shape[0]
+            self.provide_data.append(chars.desc(rows, self.default_bucket_key, chars.max_len))
+        # the words' characters, as sentences' ids are flat (an all-padding row for each
+        # sentence's <eos> or <pad> tail)
+        self._tails = len(sentences[0]) - len(chars.ids[0]) if chars and sentences else 0
 
         self._pack(sentences, long_sentences)
         self.reset()
+
+    def artifacts(self) -> dict[str, Callable[[Path], None]]:
+        """Files to keep in the run folder besides vocab.json: ``{file name: save(path)}``."""
+        return {} if self.char_vocab is None else {CHAR_VOCAB_FILE: self.char_vocab.save}
 
     def bucket_batch_size(self, length: int) -> int:
         """Sentences per batch in the bucket of ``length``.
@@ -619,6 +672,9 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
         }
         if self.buckets[-1] > largest:  # predict's buckets for long lines
             self._size_long_buckets(which, largest)
+        flat_chars = self.chars.flat(self._tails) if self.chars is not None else None
+        #: per packed bucket, with characters: (rows, length, max_len) ids, longest words
+        self._packed_chars: list[tuple[np.ndarray, np.ndarray] | None] = []
         counts: dict[int, int] = {}
         batches_per_bucket: dict[int, int] = {}
         unk = 0
@@ -643,6 +699,11 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
             unk += int((label == self.vocab.unk_id).sum())
             index = chunk_row[sel].astype(np.int64)
             self._packed.append((length, n, nbatch, data, label, row_tokens, index))
+            self._packed_chars.append(
+                None
+                if flat_chars is None
+                else _padded_row_chars(flat_chars, chunk_start[sel], chunk_len[sel], length)
+            )
 
         tokens = int(sum(p[5].sum() for p in self._packed))
         self.num_batches = sum(batches_per_bucket.values())
@@ -702,7 +763,8 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
 
     def _epoch_batches(self, rng: np.random.Generator | None) -> list[Any]:
         batches = []
-        for length, n, nbatch, rows_data, rows_label, rows_tokens, rows_index in self._packed:
+        for packed, packed_chars in zip(self._packed, self._packed_chars, strict=True):
+            length, n, nbatch, rows_data, rows_label, rows_tokens, rows_index = packed
             order = rng.permutation(n) if rng is not None else np.arange(n)
             mine = order[self.part_index :: self.num_parts]
             m = mine.size
@@ -715,7 +777,7 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
             index = np.full(total, -1, dtype=np.int64)
             data[:m], label[:m] = rows_data[mine], rows_label[mine]
             row_tokens[:m], index[:m] = rows_tokens[mine], rows_index[mine]
-            batches += batching.bucket_batches(
+            made = batching.bucket_batches(
                 data,
                 label,
                 row_tokens,
@@ -730,6 +792,12 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
                     [self._desc(self.label_name, length, last)],
                 ),
             )
+            if packed_chars is not None and self.chars is not None:
+                chars = np.zeros((total, length, self.chars.max_len), dtype=np.float32)
+                longest = np.zeros(total, dtype=np.int64)
+                chars[:m], longest[:m] = packed_chars[0][mine], packed_chars[1][mine]
+                made = self.chars.attach(made, chars, longest, bsz)
+            batches += made
         return batches
 
     def _batch_words(self) -> str:

@@ -36,6 +36,7 @@ import numpy as np
 from mxtrain.data import batching
 from mxtrain.data.base import TASK_TAG, DataContext, DataInfo
 from mxtrain.data.bucket_sentence import automatic_buckets
+from mxtrain.data.char_inputs import CHAR_VOCAB_FILE, CharInputs, char_vocabulary, padded_chars
 from mxtrain.data.conll import TaggedSentence, read_conll
 from mxtrain.data.label_vocab import FILE_NAME as LABEL_VOCAB_FILE
 from mxtrain.data.label_vocab import LabelVocab
@@ -46,11 +47,6 @@ from mxtrain.errors import DataError
 log = logging.getLogger(__name__)
 
 LEVEL = "word"  # recorded in the token vocabulary: tokens are whole words
-#: the characters' input (character-aware words) and the run folder's character vocabulary
-CHARS_INPUT = "chars"
-CHAR_VOCAB_FILE = "char_vocab.json"
-#: batches pad their words' characters to a multiple of this (fewer distinct input shapes)
-CHAR_STEP = 4
 
 
 def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> TaggedSequenceIter:
@@ -68,12 +64,11 @@ def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> 
     token_ids = [vocab.encode(_lowered(s.tokens, lower)) for s in sentences]
     chars = None
     if context.char_max_len:
-        char_vocab = _char_vocab(context, sentences, source)
-        cap = int(context.char_max_len)
-        # the words as written (case kept: it tells taggers much), their first characters
-        chars = CharInputs(
-            char_vocab, cap, [[char_vocab.encode(t[:cap]) for t in s.tokens] for s in sentences]
-        )
+        saved = context.artifact(CHAR_VOCAB_FILE)
+        words = (word for s in sentences for word in s.tokens)
+        char_vocab = char_vocabulary(context, words, source, saved)
+        # the words as written: case tells a tagger much
+        chars = CharInputs.of(char_vocab, int(context.char_max_len), (s.tokens for s in sentences))
     label_ids: list[list[int]] | None = None
     unknown: dict[str, int] = {}
     if not predict:
@@ -139,17 +134,6 @@ def _lowered(tokens: Sequence[str], lowercase: bool) -> Sequence[str]:
     return [t.lower() for t in tokens] if lowercase else tokens
 
 
-def _artifact(context: DataContext, name: str) -> Path | None:
-    """Where a file written through ``artifacts()`` is, for an iterator built from a run."""
-    folder = context.artifacts_dir
-    if folder is None and context.vocab_file is not None:
-        vocab_file = Path(context.vocab_file)
-        if not vocab_file.is_absolute():
-            vocab_file = context.base_dir / vocab_file
-        folder = vocab_file.parent
-    return None if folder is None else Path(folder) / name
-
-
 def _token_vocab(
     options: TaggedSequencesOptions,
     context: DataContext,
@@ -197,7 +181,7 @@ def _label_vocab(context: DataContext, sentences: list[TaggedSentence], source: 
         train_labels = getattr(context.train, "label_vocab", None)
         if isinstance(train_labels, LabelVocab):
             return train_labels
-    saved = _artifact(context, LABEL_VOCAB_FILE)
+    saved = context.artifact(LABEL_VOCAB_FILE)
     if context.role == "train":
         if saved is not None and saved.is_file():  # resuming a run: keep its label ids
             return LabelVocab.load(saved)
@@ -217,38 +201,6 @@ def _label_vocab(context: DataContext, sentences: list[TaggedSentence], source: 
             "artifacts(); without it the model's outputs cannot be named: train again.",
         )
     return LabelVocab.load(saved)
-
-
-def _char_vocab(context: DataContext, sentences: list[TaggedSentence], source: str) -> Vocab:
-    """The character vocabulary: the train iterator's (or, from a run folder, its saved
-    file), built by the train iterator from its words' characters (seen twice at least, so
-    the model also learns the ``<unk>`` character that unseen ones become)."""
-    if context.role != "train":
-        train_chars = getattr(context.train, "char_vocab", None)
-        if isinstance(train_chars, Vocab):
-            return train_chars
-    saved = _artifact(context, CHAR_VOCAB_FILE)
-    if saved is not None and saved.is_file():  # a resumed run or its score and predict
-        return Vocab.load(saved)
-    if context.role == "train":
-        return Vocab.build(
-            (list(token) for s in sentences for token in s.tokens), min_count=2, level="char"
-        )
-    raise DataError(
-        f"The {context.role} data {source} needs the character vocabulary the model was "
-        f"trained with, but {saved or CHAR_VOCAB_FILE} does not exist.",
-        hint="mxtrain fit writes it into the run folder of a model with char_embed; score and "
-        "predict with that run folder.",
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class CharInputs:
-    """Each word's character ids (``ids[sentence][word]``, at most ``max_len`` of them)."""
-
-    vocab: Vocab
-    max_len: int
-    ids: list[list[list[int]]]
 
 
 class TaggedSequenceIter(batching.PrebuiltBatchIter):
@@ -318,7 +270,7 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
         self._set_inputs(data_name, label_name)
         if chars is not None:
             rows = self.provide_data[0].shape[0]
-            self.provide_data.append(self._char_desc(rows, self.default_bucket_key, chars.max_len))
+            self.provide_data.append(chars.desc(rows, self.default_bucket_key, chars.max_len))
 
         self._pack(token_ids, label_ids, long_sentences)
         self.reset()
@@ -329,10 +281,6 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
         if self.char_vocab is not None:
             files[CHAR_VOCAB_FILE] = self.char_vocab.save
         return files
-
-    @staticmethod
-    def _char_desc(rows: int, length: int, width: int) -> Any:
-        return mx.io.DataDesc(CHARS_INPUT, (rows, length, width), np.float32, layout="NTC")
 
     def _desc(self, name: str, length: int) -> Any:
         rows = getattr(self, "bucket_batch_sizes", {}).get(length, self.batch_size)
@@ -382,7 +330,7 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
             )
             for b, length in enumerate(self.buckets)
         }
-        flat_chars, flat_char_len = self._flat_chars(total_tokens)
+        flat_chars, flat_char_len = self.chars.flat() if self.chars is not None else (None, None)
         self._packed: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         #: per packed bucket, with characters: (batch rows, length, max_len) ids and each
         #: row's longest word
@@ -415,12 +363,10 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
             index = np.full(total, -1, dtype=np.int64)
             index[:n] = chunk_row[sel]
             self._packed.append((length, n, data, label, row_tokens, index))
-            if flat_chars is None:
+            if flat_chars is None or flat_char_len is None:
                 self._packed_chars.append(None)
             else:
-                chars = np.where(mask[..., None], flat_chars[idx], 0).astype(np.float32)
-                longest = np.where(mask, flat_char_len[idx], 0).max(axis=1, initial=0)
-                self._packed_chars.append((chars, longest))
+                self._packed_chars.append(padded_chars(flat_chars, flat_char_len, idx, mask))
 
         tokens = int(sum(p[4].sum() for p in self._packed))
         positions = sum(p[2].size for p in self._packed)
@@ -439,39 +385,6 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
             "bucket_batches": batches_per_bucket,
         }
         batching.log_long_sentences(log, self.source, self.stats, largest)
-
-    def _flat_chars(self, total_tokens: int) -> tuple[np.ndarray | None, np.ndarray]:
-        """Every token's character ids, (tokens, max_len) padded with 0, and their counts."""
-        if self.chars is None:
-            return None, np.zeros(0, dtype=np.int64)
-        width = self.chars.max_len
-        flat = np.zeros((max(total_tokens, 1), width), dtype=np.int64)
-        counts = np.zeros(max(total_tokens, 1), dtype=np.int64)
-        words = chain.from_iterable(self.chars.ids)
-        for i, ids in enumerate(words):
-            flat[i, : len(ids)] = ids
-            counts[i] = len(ids)
-        return flat, counts
-
-    def _with_chars(
-        self, batches: list[Any], chars: np.ndarray, longest: np.ndarray, length: int, rows: int
-    ) -> list[Any]:
-        """``batches`` (of ``rows`` rows each, the last maybe fewer) with their words'
-        characters as a second input, padded to the batch's longest word (rounded up to
-        CHAR_STEP, at most max_len)."""
-        assert self.chars is not None
-        for j, batch in enumerate(batches):
-            lo = j * rows
-            hi = lo + batch.data[0].shape[0]
-            longest_here = int(longest[lo:hi].max(initial=1))
-            width = min(self.chars.max_len, -(-max(longest_here, 1) // CHAR_STEP) * CHAR_STEP)
-            batch.data.append(mx.nd.array(chars[lo:hi, :, :width], dtype=np.float32))
-            described = batch.provide_data[0].shape[0]
-            batch.provide_data = [
-                *batch.provide_data,
-                self._char_desc(described, length, width),
-            ]
-        return batches
 
     def _epoch_batches(self, rng: np.random.Generator | None) -> list[Any]:
         batches = []
@@ -499,9 +412,8 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
                 desc_data=[self._desc(self.data_name, length)],
                 desc_label=[self._desc(self.label_name, length)],
             )
-            if packed_chars is not None:
-                rows = self.bucket_batch_sizes[length]
-                made = self._with_chars(made, *packed_chars, length, rows)
+            if packed_chars is not None and self.chars is not None:
+                made = self.chars.attach(made, *packed_chars, self.bucket_batch_sizes[length])
             batches += made
         return batches
 

@@ -283,6 +283,13 @@ def generate_text(opened: OpenedRun, options: DecodeOptions) -> GeneratedText:
             "--task generate needs the run's data iterator to have a vocabulary and a pad id "
             "(bucket_sentence and bptt_stream do).",
         )
+    if getattr(info, "char_vocab_size", None):
+        raise ConfigError(
+            "--task generate does not run character-aware language models (model.char_embed) "
+            "yet: each generated word's characters would have to be fed back.",
+            hint="Score or list next words (predict without --task), or generate with a model "
+            "trained with char_embed: 0.",
+        )
     tokens = vocab.tokens
     joiner = "" if getattr(data_iter, "level", "word") == "char" else " "
     prompts = read_prompts(data_iter, info.pad_id)

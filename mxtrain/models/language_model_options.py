@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mxtrain.errors import InvalidValue
+from mxtrain.models import char_options as chars
 from mxtrain.models.recurrent_options import (
     CELLS,
     PretrainedEmbedding,
@@ -76,6 +77,11 @@ class LmOptions(RecurrentOptions):
         "the output layer uses the embedding matrix as its weights (Press & Wolf "
         "2017: fewer parameters, often a lower perplexity); needs num_embed == num_hidden",
     )
+    char_embed: int = chars.char_embed_field()
+    char_filters: int = chars.char_filters_field()
+    char_kernel: int = chars.char_kernel_field()
+    char_max_len: int = chars.char_max_len_field()
+    word_embed: bool = chars.word_embed_field()
     pretrained_embedding: PretrainedEmbedding | None = pretrained_field()
 
     def validate(self) -> None:
@@ -98,6 +104,12 @@ class LmOptions(RecurrentOptions):
                 f"needs num_embed == num_hidden (the output layer reads num_hidden "
                 f"({self.num_hidden}) values per position and the embedding has "
                 f"{self.num_embed}); set both to the same size or tie_weights: false",
+            )
+        chars.check_char_options(self)
+        if self.tie_weights and not self.word_embed:
+            raise InvalidValue(
+                "tie_weights",
+                "needs the word embedding (word_embed: true): the output layer reads its matrix",
             )
 
     @property

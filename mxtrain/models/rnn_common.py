@@ -31,6 +31,7 @@ import mxnet as mx
 
 from mxtrain.data.base import DataInfo
 from mxtrain.errors import InvalidValue
+from mxtrain.models.char_words import char_word_vectors
 from mxtrain.models.language_model_options import LOSS_FORMULATIONS, LmOptions, check_sampled_count
 from mxtrain.models.recurrent_options import MODES
 from mxtrain.option_checks import check_choice
@@ -231,11 +232,14 @@ def build_rnn_lm(
             "set ignore_padding: false for data without padding",
         )
     pad_id = data_info.pad_id
+    char_vocab_size = char_inputs_size(model, options, data_info)
+    inputs = ("data", "chars") if char_vocab_size else ("data",)
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
         seq_len = check_bucket_key(model, bucket_key)
         embed_weight = mx.sym.Variable("embed_weight")
-        x, finals = _lm_hidden_states(options, embed_weight, seq_len, vocab_size, mode, stateful)
+        x = _lm_inputs(options, embed_weight, seq_len, vocab_size, char_vocab_size)
+        x, finals = _lm_hidden_states(options, x, seq_len, mode, stateful)
         label = mx.sym.reshape(mx.sym.Variable("softmax_label"), shape=(-1,))
         ignore_label = pad_id if options.ignore_padding else None
         if sampled:
@@ -249,9 +253,9 @@ def build_rnn_lm(
             )
         if not finals:
             out = heads[0] if len(heads) == 1 else mx.sym.Group(heads)
-            return out, ("data",), ("softmax_label",)
+            return out, inputs, ("softmax_label",)
         ends = [mx.sym.BlockGrad(final, name=f"{name}_last") for name, final in finals.items()]
-        return mx.sym.Group(heads + ends), ("data",), ("softmax_label",)
+        return mx.sym.Group(heads + ends), inputs, ("softmax_label",)
 
     stateful = bool(getattr(data_info, "stream", False))
     if options.sampled_softmax:
@@ -262,7 +266,8 @@ def build_rnn_lm(
             f"with tie_weights: true needs as many output classes as input tokens "
             f"(got {num_classes} and {vocab_size})",
         )
-    sym_gen.word_embedding = "embed_weight"  # type: ignore[attr-defined]
+    if options.word_embed:
+        sym_gen.word_embedding = "embed_weight"  # type: ignore[attr-defined]
     if stateful:
         names = state_input_names(mode, options.num_layers, options.fused, f"{mode}_")
         sym_gen.states = {n: f"{n}_last_output" for n in names}  # type: ignore[attr-defined]
@@ -283,23 +288,63 @@ def build_rnn_lm(
     return sym_gen
 
 
-def _lm_hidden_states(
+def char_inputs_size(model: str, options: Any, data_info: DataInfo) -> int | None:
+    """The character vocabulary's size when the options ask for character-aware words
+    (``char_embed``), else None; InvalidValue when the data carries no characters."""
+    if not getattr(options, "char_embed", 0):
+        return None
+    size = getattr(data_info, "char_vocab_size", None)
+    if not size:
+        raise InvalidValue(
+            "char_embed",
+            f"({model}) needs batches that carry each word's characters: the "
+            "tagged_sequences and bucket_sentence iterators give them when the model asks",
+        )
+    return int(size)
+
+
+def word_features(
+    options: Any, embedding: Any | None, seq_len: int, char_vocab_size: int | None
+) -> Any:
+    """(batch, time, width) features of the input words: the word ``embedding`` (None: not
+    used), the character-aware vectors of input ``chars`` (with ``char_vocab_size``), or
+    both concatenated."""
+    features = [] if embedding is None else [embedding]
+    if char_vocab_size:
+        chars = mx.sym.Variable("chars")
+        features.append(
+            char_word_vectors(
+                chars, seq_len, char_vocab_size, options.char_embed, options.char_filters,
+                options.char_kernel,
+            )
+        )  # fmt: skip
+    return features[0] if len(features) == 1 else mx.sym.concat(*features, dim=2)
+
+
+def _lm_inputs(
     options: LmOptions,
     embed_weight: Any,
     seq_len: int,
     vocab_size: int,
-    mode: str,
-    stateful: bool,
+    char_vocab_size: int | None,
+) -> Any:
+    embedding = None
+    if options.word_embed:
+        embedding = mx.sym.Embedding(
+            mx.sym.Variable("data"),
+            weight=embed_weight,
+            input_dim=vocab_size,
+            output_dim=options.num_embed,
+            name="embed",
+        )
+    return word_features(options, embedding, seq_len, char_vocab_size)
+
+
+def _lm_hidden_states(
+    options: LmOptions, x: Any, seq_len: int, mode: str, stateful: bool
 ) -> tuple[Any, dict[str, Any]]:
-    """A language model's graph from the token ids to the output layer's input, (batch *
-    time, num_hidden), and its recurrent final states (stateful streams only)."""
-    x = mx.sym.Embedding(
-        mx.sym.Variable("data"),
-        weight=embed_weight,
-        input_dim=vocab_size,
-        output_dim=options.num_embed,
-        name="embed",
-    )
+    """A language model's graph from its input features ``x`` to the output layer's input,
+    (batch * time, num_hidden), and its recurrent final states (stateful streams only)."""
     if options.dropout > 0:
         x = mx.sym.Dropout(x, p=options.dropout, name="embed_dropout")
     stack = RecurrentStack(

@@ -11,14 +11,14 @@ from typing import Any
 import mxnet as mx
 
 from mxtrain.data.base import DataInfo
-from mxtrain.errors import InvalidValue
-from mxtrain.models.char_words import char_word_vectors
 from mxtrain.models.rnn_common import (
     RecurrentStack,
     SymGen,
+    char_inputs_size,
     check_bucket_key,
     check_sizes,
     rnn_layers,
+    word_features,
 )
 from mxtrain.models.tagger_options import RnnTaggerOptions
 
@@ -46,28 +46,19 @@ def build_rnn_tagger(options: RnnTaggerOptions, data_info: DataInfo) -> SymGen:
         )
     directions = 2 if options.bidirectional else 1
     width = options.num_hidden * directions
-    char_vocab_size = _char_vocab_size(options, data_info)
+    char_vocab_size = char_inputs_size("rnn_tagger", options, data_info)
     inputs = ("data", "chars") if char_vocab_size else ("data",)
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
         seq_len = check_bucket_key("rnn_tagger", bucket_key)
         data = mx.sym.Variable("data")
         label = mx.sym.Variable("softmax_label")
-        features = []
+        embedding = None
         if options.word_embed:
-            features.append(
-                mx.sym.Embedding(
-                    data, input_dim=vocab_size, output_dim=options.num_embed, name="embed"
-                )
+            embedding = mx.sym.Embedding(
+                data, input_dim=vocab_size, output_dim=options.num_embed, name="embed"
             )
-        if char_vocab_size:
-            features.append(
-                char_word_vectors(
-                    mx.sym.Variable("chars"), seq_len, char_vocab_size, options.char_embed,
-                    options.char_filters, options.char_kernel,
-                )
-            )  # fmt: skip
-        x = features[0] if len(features) == 1 else mx.sym.concat(*features, dim=2)
+        x = word_features(options, embedding, seq_len, char_vocab_size)
         if options.dropout > 0:
             x = mx.sym.Dropout(x, p=options.dropout, name="embed_dropout")
         lengths = None
@@ -96,17 +87,3 @@ def build_rnn_tagger(options: RnnTaggerOptions, data_info: DataInfo) -> SymGen:
     if options.word_embed:
         sym_gen.word_embedding = "embed_weight"  # type: ignore[attr-defined]
     return sym_gen
-
-
-def _char_vocab_size(options: RnnTaggerOptions, data_info: DataInfo) -> int | None:
-    """The character vocabulary's size when the options ask for character-aware words."""
-    if not options.char_embed:
-        return None
-    size = getattr(data_info, "char_vocab_size", None)
-    if not size:
-        raise InvalidValue(
-            "char_embed",
-            "needs batches that carry each word's characters: the tagged_sequences iterator "
-            "gives them when the model asks",
-        )
-    return int(size)

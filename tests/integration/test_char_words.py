@@ -157,3 +157,64 @@ def test_impossible_character_options_are_named_at_their_line(
     code, output = invoke("check", str(config))
     assert code == ExitCode.CONFIG, output
     assert f"{config}:2: {message}" in output
+
+
+LM_CONFIG = """\
+experiment: {{name: {name}, seed: 3, runs_dir: {runs}}}
+model: {{name: lstm_lm, num_embed: 8, num_hidden: 12, num_layers: 1, char_embed: 6,
+        char_filters: 8, char_max_len: 5}}
+data:
+  train: {{iterator: {iterator}, source: train.txt, batch_size: 8}}
+  eval: {{iterator: {iterator}, source: valid.txt, batch_size: 8}}
+optimizer: {{name: adam, learning_rate: 0.01}}
+fit: {{num_epoch: {epochs}}}
+"""
+
+
+def lm_config(folder: Path, name: str, epochs: int, iterator: str = "bucket_sentence") -> Path:
+    from conftest import write_corpus
+
+    if not (folder / "train.txt").exists():
+        write_corpus(folder / "train.txt", 120, seed=1)
+        write_corpus(folder / "valid.txt", 30, seed=2)
+    path = folder / f"{name}.yaml"
+    path.write_text(
+        LM_CONFIG.format(name=name, runs=folder / "runs", epochs=epochs, iterator=iterator)
+    )
+    return path
+
+
+def test_a_character_aware_language_model_trains_resumes_scores_and_predicts(
+    tmp_path: Path,
+) -> None:
+    assert invoke("fit", str(lm_config(tmp_path, "straight", 2)))[0] == 0
+    assert invoke("fit", str(lm_config(tmp_path, "split", 1)))[0] == 0
+    code, output = invoke("resume", str(tmp_path / "runs/split"), "--set", "fit.num_epoch=2")
+    assert code == 0, output
+    a, b = (
+        mx.nd.load(str(tmp_path / f"runs/{n}/model-0002.params")) for n in ("straight", "split")
+    )
+    assert "arg:char_conv_weight" in a
+    for key in a:
+        np.testing.assert_array_equal(a[key].asnumpy(), b[key].asnumpy(), err_msg=key)
+    run = tmp_path / "runs/straight"
+    assert (run / "char_vocab.json").is_file()
+    code, output = invoke("score", str(run), "--json")
+    assert code == 0, output
+    assert json.loads(output.strip().splitlines()[-1])["metrics"]["perplexity"] > 1
+    source = tmp_path / "lines.txt"
+    source.write_text("the cat sat\nzebras ran far away\n", encoding="utf-8")  # "zebras": unseen
+    code, output = invoke("predict", "--checkpoint", str(run), "--input", str(source),
+                          "--output", str(tmp_path / "out.jsonl"))  # fmt: skip
+    assert code == 0, output
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert len(records) == 2
+    code, output = invoke("predict", "--checkpoint", str(run), "--input", str(source), "--output",
+                          str(tmp_path / "gen.jsonl"), "--task", "generate")  # fmt: skip
+    assert code == ExitCode.CONFIG and "character-aware language models" in output
+
+
+def test_streams_carry_no_characters_and_say_so(tmp_path: Path) -> None:
+    code, output = invoke("fit", str(lm_config(tmp_path, "stream", 1, iterator="bptt_stream")))
+    assert code == ExitCode.DATA, output
+    assert "read as streams (bptt_stream), whose batches carry no characters" in output
