@@ -1,12 +1,11 @@
 """A Gluon block on more than one device: two CPU contexts and a dist_sync job on loopback
 train it as one process does (within the rounding bound of the gradients' other summation
-order), and optimizer.lr_mult matches its Gluon parameter names."""
+order)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 from float_bounds import assert_params_close, mlp_chain_roundings
 from launch_helpers import load_params, mxtrain
@@ -62,21 +61,3 @@ def test_a_gluon_block_on_two_contexts_and_in_a_dist_sync_job_trains_as_one_proc
     for other in ("two", "dist"):
         assert_params_close(load_params(runs / other / "model-0002.params"), one, roundings=bound,
                             context=other)  # fmt: skip
-
-
-def test_lr_mult_zero_on_a_gluon_parameter_keeps_it_as_a_fixed_one_does(blobs: Path) -> None:
-    frozen = mxtrain(
-        "fit", write(blobs, "frozen", 16), "--set", "fit.fixed_params=['*dense0_weight']",
-        "--progress", "quiet",
-    )  # fmt: skip
-    assert frozen.returncode == 0, frozen.stdout + frozen.stderr
-    still = mxtrain(
-        "fit", write(blobs, "still", 16), "--set", "optimizer.lr_mult={'*dense0_weight': 0.0}",
-        "--progress", "quiet",
-    )  # fmt: skip
-    assert still.returncode == 0, still.stdout + still.stderr
-    a = load_params(blobs / "runs/frozen/model-0002.params")
-    b = load_params(blobs / "runs/still/model-0002.params")
-    assert a.keys() == b.keys()
-    for key in a:  # the same updates to every other parameter, none to the matched one
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
