@@ -15,7 +15,8 @@ echo "== mypy"
 echo "== pytest"
 # One pytest worker per usable core (nproc follows taskset; MXTRAIN_TEST_WORKERS overrides),
 # each test file on one worker so its module fixtures are built once.
-WORKERS="${MXTRAIN_TEST_WORKERS:-$(nproc)}"
+# (nproc also obeys OMP_NUM_THREADS, set to 1 above: ask it without)
+WORKERS="${MXTRAIN_TEST_WORKERS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}"
 PARALLEL=()
 if [ "$WORKERS" -gt 1 ]; then
   PARALLEL=(-n "$WORKERS" --dist loadfile)

@@ -102,3 +102,10 @@ def test_test_sh_installs_the_test_extras_and_passes_pytest_arguments(tmp_path: 
     # one worker per usable core: each test file runs whole on one of them
     _run(project, {**env, "MXTRAIN_TEST_WORKERS": "3"}, "scripts/test.sh", "-k", "config")
     assert _calls(tmp_path)[-1] == "python -m pytest -q -n 3 --dist loadfile -k config"
+    # by default one per usable core, whatever OMP_NUM_THREADS says (nproc obeys it)
+    _run(project, {**env, "OMP_NUM_THREADS": "1"}, "scripts/test.sh")
+    cores = len(os.sched_getaffinity(0))
+    expected = (
+        f"python -m pytest -q -n {cores} --dist loadfile" if cores > 1 else "python -m pytest -q"
+    )
+    assert _calls(tmp_path)[-1].strip() == expected
