@@ -59,7 +59,7 @@ from mxtrain.data.bucket_sentence_options import (
     TREEBANK_PREFIX,
     BucketSentenceOptions,
 )
-from mxtrain.data.char_inputs import CHAR_VOCAB_FILE, CharInputs, char_vocabulary, padded_chars
+from mxtrain.data.char_inputs import CHAR_VOCAB_FILE, CharInputs, char_inputs, padded_chars
 from mxtrain.data.text_files import read_data_text
 from mxtrain.data.vocab import UNK, Vocab
 from mxtrain.errors import DataError
@@ -92,7 +92,7 @@ def build_bucket_sentence_iter(
     else:
         tail = []
     encoded = [vocab.encode(tokens) + tail for tokens in sentences]
-    chars = _char_inputs(options, context, sentences, source)
+    chars = _char_inputs(options, context, sentences, source, len(tail))
 
     def from_lengths() -> list[int]:
         lengths = np.array([len(ids) - 1 for ids in encoded if len(ids) > 1], dtype=np.int64)
@@ -469,20 +469,17 @@ def _char_inputs(
     context: DataContext,
     sentences: list[list[str]],
     source: str,
+    tails: int,
 ) -> CharInputs | None:
-    """Each word's characters, when the model reads them (``context.char_max_len``)."""
-    if not context.char_max_len:
-        return None
-    if options.level != "word":
+    """Each word's characters, when the model reads them (``context.char_max_len``);
+    ``tails``: the ids after each sentence's words."""
+    if context.char_max_len and options.level != "word":
         raise DataError(
             f"The data {source} is read as characters (level: {options.level}); "
             "character-aware words need words (level: word).",
             hint="Set model.char_embed: 0 for a character-level model.",
         )
-    saved = context.artifact(CHAR_VOCAB_FILE)
-    words = (word for tokens in sentences for word in tokens)
-    char_vocab = char_vocabulary(context, words, source, saved)
-    return CharInputs.of(char_vocab, int(context.char_max_len), sentences)
+    return char_inputs(context, sentences, source, tails)
 
 
 def _padded_rows(
@@ -589,7 +586,6 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
         self.vocab = vocab
         self.pad_id = vocab.pad_id
         self.chars = chars
-        self.char_vocab = chars.vocab if chars is not None else None
         self.data_info = DataInfo(
             vocab_size=len(vocab),
             num_classes=len(vocab),
@@ -606,16 +602,13 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
         if chars is not None:
             rows = self.provide_data[0].shape[0]
             self.provide_data.append(chars.desc(rows, self.default_bucket_key, chars.max_len))
-        # the words' characters, as sentences' ids are flat (an all-padding row for each
-        # sentence's <eos> or <pad> tail)
-        self._tails = len(sentences[0]) - len(chars.ids[0]) if chars and sentences else 0
 
         self._pack(sentences, long_sentences)
         self.reset()
 
     def artifacts(self) -> dict[str, Callable[[Path], None]]:
         """Files to keep in the run folder besides vocab.json: ``{file name: save(path)}``."""
-        return {} if self.char_vocab is None else {CHAR_VOCAB_FILE: self.char_vocab.save}
+        return {} if self.chars is None else {CHAR_VOCAB_FILE: self.chars.vocab.save}
 
     def bucket_batch_size(self, length: int) -> int:
         """Sentences per batch in the bucket of ``length``.
@@ -672,7 +665,7 @@ class BucketSentenceIter(batching.PrebuiltBatchIter):
         }
         if self.buckets[-1] > largest:  # predict's buckets for long lines
             self._size_long_buckets(which, largest)
-        flat_chars = self.chars.flat(self._tails) if self.chars is not None else None
+        flat_chars = self.chars.flat() if self.chars is not None else None
         #: per packed bucket, with characters: (rows, length, max_len) ids, longest words
         self._packed_chars: list[tuple[np.ndarray, np.ndarray] | None] = []
         counts: dict[int, int] = {}

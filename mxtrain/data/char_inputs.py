@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import mxnet as mx
@@ -42,15 +41,14 @@ class CharInputs:
     vocab: Vocab
     max_len: int
     ids: list[list[list[int]]]
+    #: ids the iterator puts after each sentence's words (its ``<eos>``): no characters
+    tails: int = 0
 
-    @classmethod
-    def of(cls, vocab: Vocab, max_len: int, sentences: Iterable[Sequence[str]]) -> CharInputs:
-        """The character ids of ``sentences``' words as written, their first ``max_len``."""
-        return cls(vocab, max_len, [[vocab.encode(w[:max_len]) for w in s] for s in sentences])
-
-    def flat(self, tails: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    def flat(self) -> tuple[np.ndarray, np.ndarray]:
         """Every word's ids, (words, max_len) padded with 0, and their counts, in sentence
-        order; ``tails`` all-padding rows after each sentence (an iterator's ``<eos>``)."""
+        order, with an all-padding row for each of a sentence's ``tails``: the layout of the
+        iterator's flat word ids."""
+        tails = self.tails
         total = sum(len(s) + tails for s in self.ids)
         flat = np.zeros((max(total, 1), self.max_len), dtype=np.int64)
         counts = np.zeros(max(total, 1), dtype=np.int64)
@@ -93,15 +91,28 @@ def padded_chars(
     return chars, longest
 
 
-def char_vocabulary(
-    context: DataContext, words: Iterable[str], source: str, saved: Path | None
-) -> Vocab:
-    """The character vocabulary: the train iterator's, else the run folder's ``saved`` file,
-    else (training) built from ``words``."""
+def char_inputs(
+    context: DataContext, sentences: Sequence[Sequence[str]], source: str, tails: int = 0
+) -> CharInputs | None:
+    """The characters of ``sentences``' words as written (their first ``char_max_len``) when
+    the model reads them (``context.char_max_len``), else None; ``tails``: see CharInputs."""
+    if not context.char_max_len:
+        return None
+    max_len = int(context.char_max_len)
+    words = (word for sentence in sentences for word in sentence)
+    vocab = char_vocabulary(context, words, source)
+    ids = [[vocab.encode(word[:max_len]) for word in sentence] for sentence in sentences]
+    return CharInputs(vocab, max_len, ids, tails)
+
+
+def char_vocabulary(context: DataContext, words: Iterable[str], source: str) -> Vocab:
+    """The character vocabulary: the train iterator's, else the run folder's file, else
+    (training) built from ``words``."""
     if context.role != "train":
-        train_chars = getattr(context.train, "char_vocab", None)
-        if isinstance(train_chars, Vocab):
-            return train_chars
+        train_chars = getattr(context.train, "chars", None)
+        if isinstance(train_chars, CharInputs):
+            return train_chars.vocab
+    saved = context.artifact(CHAR_VOCAB_FILE)
     if saved is not None and saved.is_file():  # a resumed run, or its score and predict
         return Vocab.load(saved)
     if context.role == "train":

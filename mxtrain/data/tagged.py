@@ -36,7 +36,7 @@ import numpy as np
 from mxtrain.data import batching
 from mxtrain.data.base import TASK_TAG, DataContext, DataInfo
 from mxtrain.data.bucket_sentence import automatic_buckets
-from mxtrain.data.char_inputs import CHAR_VOCAB_FILE, CharInputs, char_vocabulary, padded_chars
+from mxtrain.data.char_inputs import CHAR_VOCAB_FILE, CharInputs, char_inputs, padded_chars
 from mxtrain.data.conll import TaggedSentence, read_conll
 from mxtrain.data.label_vocab import FILE_NAME as LABEL_VOCAB_FILE
 from mxtrain.data.label_vocab import LabelVocab
@@ -62,13 +62,8 @@ def build_tagged_iter(options: TaggedSequencesOptions, context: DataContext) -> 
 
     lower = options.lowercase
     token_ids = [vocab.encode(_lowered(s.tokens, lower)) for s in sentences]
-    chars = None
-    if context.char_max_len:
-        saved = context.artifact(CHAR_VOCAB_FILE)
-        words = (word for s in sentences for word in s.tokens)
-        char_vocab = char_vocabulary(context, words, source, saved)
-        # the words as written: case tells a tagger much
-        chars = CharInputs.of(char_vocab, int(context.char_max_len), (s.tokens for s in sentences))
+    # the words as written: case tells a tagger much
+    chars = char_inputs(context, [s.tokens for s in sentences], source)
     label_ids: list[list[int]] | None = None
     unknown: dict[str, int] = {}
     if not predict:
@@ -252,7 +247,6 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
         if label_vocab.pad_id != vocab.pad_id:
             raise ValueError("the token and label vocabularies must share the padding id")
         self.chars = chars
-        self.char_vocab = chars.vocab if chars is not None else None
         self.data_info = DataInfo(
             vocab_size=len(vocab),
             num_classes=len(label_vocab),
@@ -278,8 +272,8 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
     def artifacts(self) -> dict[str, Callable[[Path], None]]:
         """Files to keep in the run folder besides vocab.json: ``{file name: save(path)}``."""
         files: dict[str, Callable[[Path], None]] = {LABEL_VOCAB_FILE: self.label_vocab.save}
-        if self.char_vocab is not None:
-            files[CHAR_VOCAB_FILE] = self.char_vocab.save
+        if self.chars is not None:
+            files[CHAR_VOCAB_FILE] = self.chars.vocab.save
         return files
 
     def _desc(self, name: str, length: int) -> Any:
@@ -330,7 +324,7 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
             )
             for b, length in enumerate(self.buckets)
         }
-        flat_chars, flat_char_len = self.chars.flat() if self.chars is not None else (None, None)
+        flat_chars = self.chars.flat() if self.chars is not None else None
         self._packed: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         #: per packed bucket, with characters: (batch rows, length, max_len) ids and each
         #: row's longest word
@@ -363,10 +357,9 @@ class TaggedSequenceIter(batching.PrebuiltBatchIter):
             index = np.full(total, -1, dtype=np.int64)
             index[:n] = chunk_row[sel]
             self._packed.append((length, n, data, label, row_tokens, index))
-            if flat_chars is None or flat_char_len is None:
-                self._packed_chars.append(None)
-            else:
-                self._packed_chars.append(padded_chars(flat_chars, flat_char_len, idx, mask))
+            self._packed_chars.append(
+                None if flat_chars is None else padded_chars(*flat_chars, idx, mask)
+            )
 
         tokens = int(sum(p[4].sum() for p in self._packed))
         positions = sum(p[2].size for p in self._packed)

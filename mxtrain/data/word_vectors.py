@@ -62,7 +62,7 @@ def map_vectors(path: Path, vocab: Vocab) -> MappedVectors:
     A DataError names the file and line of anything that is not a vector line."""
     reserved = len(SPECIALS) + len(vocab.specials)
     ids = {token: i for i, token in enumerate(vocab.tokens) if i >= reserved}
-    variants: dict[str, tuple[int, np.ndarray]] = {}  # lowercase form -> first case variant
+    variants: dict[str, np.ndarray] = {}  # lowercase form -> its first case variant's vector
     lowercase = bool(vocab.lowercase)
     mapped: MappedVectors | None = None
     number = 0
@@ -74,15 +74,15 @@ def map_vectors(path: Path, vocab: Vocab) -> MappedVectors:
                 fields = _fields(line)
                 if mapped is None:
                     mapped = _first_line(path, number, fields)
-                    if mapped.dims and len(fields) == 2:
-                        continue  # the header
+                    if _is_header(fields):
+                        continue
                 word, vector = _vector(path, number, fields, mapped)
                 mapped.vectors_read += 1
                 wanted = ids.get(word)
                 if wanted is not None and wanted not in mapped.rows:
                     mapped.rows[wanted] = vector
                 elif lowercase and wanted is None:
-                    variants.setdefault(word.lower(), (number, vector))
+                    variants.setdefault(word.lower(), vector)
         except UnicodeDecodeError as exc:
             raise DataError(
                 f"The {WHAT} {path} is not UTF-8 text (byte {exc.start} of a read after line "
@@ -93,7 +93,7 @@ def map_vectors(path: Path, vocab: Vocab) -> MappedVectors:
         raise DataError(f"The {WHAT} {path} holds no vectors.", hint=_FORMAT_HINT)
     for word, i in ids.items():
         if i not in mapped.rows and word in variants:
-            mapped.rows[i] = variants[word][1]
+            mapped.rows[i] = variants[word]
     mapped.words = len(ids)
     return mapped
 

@@ -26,15 +26,13 @@ KEY = "model.pretrained_embedding"
 
 
 def load_pretrained_embedding(
-    module: BucketingModule, config: Config, data_iter: Any, parameter: str
-) -> dict[str, Any] | None:
-    """Fill the embedding ``parameter`` of ``module`` from the configured vectors, mapped
-    onto ``data_iter``'s vocabulary; returns what run.json keeps (None: not configured)."""
+    module: BucketingModule, config: Config, spec: Any, data_iter: Any, parameter: str
+) -> dict[str, Any]:
+    """Fill the embedding ``parameter`` of ``module`` from the vectors ``spec``
+    (``model.pretrained_embedding``) names, mapped onto ``data_iter``'s vocabulary; returns
+    what run.json keeps."""
     import mxnet as mx
 
-    spec = getattr(config.model.options, "pretrained_embedding", None)
-    if spec is None:
-        return None
     where = config.where("model", "pretrained_embedding", "source")
     vocab = getattr(data_iter, "vocab", None)
     if not isinstance(vocab, Vocab):

@@ -419,10 +419,11 @@ class StartingWeights:
 def _pretrained_embedding(
     config: Config, train_iter: mx.io.DataIter, model: TrainingModel
 ) -> dict[str, Any] | None:
-    if getattr(config.model.options, "pretrained_embedding", None) is None:
+    spec = getattr(config.model.options, "pretrained_embedding", None)
+    if spec is None:
         return None
     parameter = word_embedding(config, model.sym_gen)
-    return load_pretrained_embedding(model.module, config, train_iter, parameter)
+    return load_pretrained_embedding(model.module, config, spec, train_iter, parameter)
 
 
 def _tell_replaced_vectors(

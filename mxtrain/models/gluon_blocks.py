@@ -104,12 +104,12 @@ def block_sym_gen(
             hint="Use a built-in model for this task (e.g. rnn_seq2seq), or a sym_gen plugin.",
         )
     passes_key = _takes_bucket_key(block)
+    time_major = layout == "TN" and task in (TASK_LM, TASK_TAG)
     data_name = str(getattr(data_info, "data_name", "data"))
     label_name = str(getattr(data_info, "label_name", "softmax_label"))
 
     def sym_gen(bucket_key: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
         data = mx.sym.var(data_name)
-        time_major = layout == "TN" and task in (TASK_LM, TASK_TAG)
         x = mx.sym.swapaxes(data, dim1=0, dim2=1) if time_major else data
         out = _trace(block, model, (x, bucket_key) if passes_key else (x,))
         if time_major:
@@ -117,7 +117,6 @@ def block_sym_gen(
         label = mx.sym.var(label_name)
         return _loss_head(out, label, data_info, task), (data_name,), (label_name,)
 
-    sym_gen.block = block  # type: ignore[attr-defined]
     return sym_gen
 
 

@@ -101,3 +101,9 @@ def test_the_vectors_words_join_a_built_vocabulary_after_its_own(tmp_path: Path)
     vocab = Vocab.build([["cat", "the", "cat"]], max_size=4, extra=["the", "zebra", "<unk>"])
     # max_size keeps "cat" only; "the" then joins from the vectors; reserved tokens stay once
     assert vocab.tokens == ["<pad>", "<unk>", "<eos>", "cat", "the", "zebra"]
+
+
+def test_a_glove_file_of_one_number_vectors_has_no_header_line_to_skip(tmp_path: Path) -> None:
+    mapped = map_vectors(write(tmp_path, "the 0.5\ncat 2\n"), VOCAB)
+    assert mapped.dims == 1 and mapped.vectors_read == 2
+    np.testing.assert_array_equal(mapped.rows[3], np.float32([0.5]))
