@@ -11,6 +11,7 @@ stays bound (``fit.bucket_memory``).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -87,6 +88,25 @@ def _without_inference_fusion(off: bool) -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = saved
+
+
+def fc_weights_gating_bias(symbol: Any, fixed: frozenset[str]) -> set[str]:
+    """Fixed weights of FullyConnected layers whose bias is trained.
+
+    MXNet 1.9.1's oneDNN FullyConnected computes the bias gradient only together with the
+    weight's: with the weight's ``grad_req`` null, the bias gradient stays zero and the bias
+    silently never trains. Such weights are bound with a gradient buffer that no update
+    reads (:meth:`ParameterStore.collect` keeps no gradient for a fixed parameter).
+    """
+    nodes = json.loads(symbol.tojson())["nodes"]
+    gating = set()
+    for node in nodes:
+        if node["op"] != "FullyConnected" or len(node["inputs"]) < 3:
+            continue  # no_bias: nothing gated
+        weight, bias = (nodes[i]["name"] for i, *_ in node["inputs"][1:3])
+        if weight in fixed and bias not in fixed:
+            gating.add(weight)
+    return gating
 
 
 def _sliced(inputs: list[Any], sl: slice) -> dict[str, tuple[int, ...]]:
@@ -306,12 +326,17 @@ class BucketPool:
     def _grad_reqs(self, symbol: Any, data_names: Sequence[str]) -> dict[str, str]:
         req = self._grad_req
         base = req if isinstance(req, str) else "write"
+        fixed = self._store.fixed_set
+        gating = fc_weights_gating_bias(symbol, fixed) if self.for_training and fixed else set()
         reqs = {}
         for name in symbol.list_arguments():
             if not self.for_training:
                 reqs[name] = "null"
             elif name in self._store.names:
-                reqs[name] = "null" if name in self._store.fixed_set else base
+                if name in gating:
+                    reqs[name] = "write"  # a scratch buffer: "add" would grow it unbounded
+                else:
+                    reqs[name] = "null" if name in fixed else base
             elif name in data_names:
                 reqs[name] = base if self.inputs_need_grad else "null"
             else:
@@ -516,8 +541,9 @@ class BucketPool:
             if name in store.params:
                 args[name] = store.params[name][i]
                 g = store.grads[name]
-                if reqs[name] != "null" and g is not None:
-                    grads[name] = g[i]
+                if reqs[name] != "null":
+                    # a fixed weight computed only for its bias's sake has no stored gradient
+                    grads[name] = g[i] if g is not None else mx.nd.zeros(shape, ctx, dtype=dtype)
             else:
                 args[name] = mx.nd.zeros(shape, ctx=ctx, dtype=dtype)
                 if reqs[name] != "null":

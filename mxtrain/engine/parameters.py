@@ -148,7 +148,8 @@ class ParameterStore:
         self.grads = {}
         for n in self.names:
             g = [e.grad_dict.get(n) for e in execs]
-            self.grads[n] = None if g[0] is None else g
+            # a fixed parameter may have a buffer (see fc_weights_gating_bias): never updated
+            self.grads[n] = None if g[0] is None or n in self.fixed_set else g
         self.auxs = {n: [e.aux_dict[n] for e in execs] for n in self.aux_names}
 
     def make_staging(self) -> None:

@@ -215,10 +215,43 @@ def test_fixed_params_are_frozen() -> None:
     for name in mod.param_names:
         same = np.array_equal(after[name].asnumpy(), before[0][name].asnumpy())
         assert same == (name in frozen), name
-    # no gradient memory for frozen parameters, in any bucket
+    # no gradient memory for frozen parameters, in any bucket, except a fully connected
+    # layer's weight whose trained bias needs it (see the next test); none is stored
+    gating = {"lstm_l0_i2h_weight", "lstm_l0_h2h_weight"}
     for key in mod.bucket_keys:
         grad_dict = mod.pool.buckets[key].execs[0].grad_dict
-        assert all(grad_dict.get(n) is None for n in frozen)
+        assert all((grad_dict.get(n) is None) == (n not in gating) for n in frozen)
+    assert all(mod.grad_array(n) is None for n in frozen)
+
+
+@pytest.mark.parametrize("default_key", [12, 8], ids=["shared-memory", "own-memory-bucket"])
+def test_a_fixed_weight_does_not_freeze_its_layers_bias(default_key: int) -> None:
+    """MXNet 1.9.1's oneDNN FullyConnected skips the bias gradient when the weight has none:
+    fixing an LSTM's input weights must still train their biases. The reference trains every
+    parameter with the fixed weights' learning rate 0 (plain SGD: the weights stay put)."""
+    fixed = ["lstm_l0_i2h_weight", "lstm_l0_h2h_weight"]
+    batches = make_batches(6)
+    params = initial_params()
+    opt = {"learning_rate": 0.1}
+    ours = BucketingModule(lstm_sym_gen, default_key, mx.cpu(), fixed_param_patterns=fixed)
+    train(ours, batches, params, "local", "sgd", opt, default_key=default_key)
+    stock = mx.mod.BucketingModule(
+        lambda key: lstm_sym_gen(key), default_bucket_key=default_key, context=mx.cpu()
+    )
+    stock.bind(*shapes(default_key))
+    stock.set_params(*params)
+    stock.init_optimizer(kvstore="local", optimizer="sgd", optimizer_params=opt)
+    stock._curr_module._optimizer.set_lr_mult(dict.fromkeys(fixed, 0.0))
+    for batch in batches:
+        stock.forward(batch, is_train=True)
+        stock.backward()
+        stock.update()
+    got, want = ours.get_params()[0], stock.get_params()[0]
+    assert_params_close(got, want, **TOL)
+    for name in ("lstm_l0_i2h_bias", "lstm_l0_h2h_bias"):
+        assert not np.array_equal(got[name].asnumpy(), params[0][name].asnumpy()), name
+    for name in fixed:
+        np.testing.assert_array_equal(got[name].asnumpy(), params[0][name].asnumpy(), name)
 
 
 @pytest.mark.parametrize(
