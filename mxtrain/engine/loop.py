@@ -537,6 +537,10 @@ def _evaluate(
 ) -> tuple[dict[str, float], float]:
     """The evaluation's values: of one iterator by metric name, or of several named ones
     (a dict) as ``set.metric``, the extra (decoding) metrics belonging to the first set."""
+    # the training batches still queued finish first: their backward and update must not
+    # share the devices' buffers with an inference forward (on a loaded machine they did, and
+    # training's numbers depended on timing)
+    mx.nd.waitall()
     started = time.perf_counter()
     sets = eval_iter if isinstance(eval_iter, dict) else {"": eval_iter}
     values: dict[str, float] = {}
