@@ -21,4 +21,5 @@ PARALLEL=()
 if [ "$WORKERS" -gt 1 ]; then
   PARALLEL=(-n "$WORKERS" --dist loadfile)
 fi
-.venv/bin/python -m pytest -q "${PARALLEL[@]}" "$@"
+# --durations: the slowest tests in every log, so the suite's time is watched where it runs
+.venv/bin/python -m pytest -q --durations=15 "${PARALLEL[@]}" "$@"

@@ -21,6 +21,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import tempfile
 
 os.environ["MXTRAIN_CACHE_DIR"] = tempfile.mkdtemp(prefix="mxtrain-test-cache-")
+# every `auto` kernel choice takes its fallback: measuring costs child processes each time a
+# test trains a new shape, and a timing must not pick the numbers a test checks. The tests of
+# measuring itself take this away (tests/integration/test_kernel_choices.py).
+os.environ["MXTRAIN_MEASURE"] = "0"
 
 WORDS = [
     "the",

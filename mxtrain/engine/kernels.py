@@ -248,6 +248,15 @@ class Decision:
 #: how a user asks for a kept choice to be measured again
 MEASURE_AGAIN = "`mxtrain kernels --measure CONFIG`"
 
+#: ``MXTRAIN_MEASURE=0`` in the environment: no ``auto`` is measured or read from the cache;
+#: each takes its fallback (smoke runs and CI, where every job would start from a fresh cache)
+MEASURE_ENV = "MXTRAIN_MEASURE"
+
+
+def measuring_off() -> bool:
+    """Whether the environment turned measuring off (``MXTRAIN_MEASURE=0``)."""
+    return os.environ.get(MEASURE_ENV, "").strip().lower() in ("0", "off", "no", "false")
+
 
 def decide(
     cache: KernelCache,
@@ -267,8 +276,12 @@ def decide(
     measures again. A measurement taken under load is kept all the same, with a warning. A
     failed measurement keeps ``fallback`` (the failure is the machine's answer until the user
     measures again). A cache that cannot be written gives ``fallback`` without measuring:
-    a choice no later run could see would differ from run to run.
+    a choice no later run could see would differ from run to run. With measuring off
+    (:func:`measuring_off`) the cache is not read either: ``fallback``, whatever was kept.
     """
+    if measuring_off():
+        why = f"{MEASURE_ENV}=0 in the environment: not measured"
+        return Decision(fallback, {}, "fallback", why)
     try:
         with cache.locked():
             entry = cache.get(machine, key)

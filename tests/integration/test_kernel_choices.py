@@ -17,6 +17,12 @@ from mxtrain.engine import kernels
 MEASURED = ("context.large_buffers", "model.loss", "model.cell")
 
 
+@pytest.fixture(autouse=True)
+def measuring_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests measure: the suite's MXTRAIN_MEASURE=0 (tests/conftest.py) is taken away."""
+    monkeypatch.delenv(kernels.MEASURE_ENV, raising=False)
+
+
 def invoke(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
     return result.exit_code, result.output
@@ -327,3 +333,37 @@ def test_runs_starting_together_agree_on_one_measurement(tmp_path: Path) -> None
                 racer.kill()
     assert log.read_text().splitlines() == ["measured"]
     assert len(values) == 1 and values <= {"first", "second"}
+
+
+def test_measuring_off_takes_every_fallback_and_leaves_the_cache_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = kernels.KernelCache(tmp_path / "kernels.json")
+    monkeypatch.setattr(kernels, "busy_cpus", lambda: 0.0)
+    kept = kernels.decide(cache, "machine", "model.loss", lambda: {"log_softmax": 1.0}, "x")
+    assert (kept.source, kept.value) == ("measured", "log_softmax")
+    before = (tmp_path / "kernels.json").read_text()
+    monkeypatch.setenv(kernels.MEASURE_ENV, "0")
+
+    def refuse() -> dict[str, float]:
+        raise AssertionError("measured with MXTRAIN_MEASURE=0")
+
+    for key in ("model.loss", "model.cell"):  # kept or not: the fallback
+        off = kernels.decide(cache, "machine", key, refuse, "softmax")
+        assert (off.source, off.value, off.figures) == ("fallback", "softmax", {})
+        assert "MXTRAIN_MEASURE=0" in off.why
+    assert (tmp_path / "kernels.json").read_text() == before
+
+
+def test_a_run_with_measuring_off_records_its_fallbacks(
+    tiny_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MXTRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv(kernels.MEASURE_ENV, "0")
+    monkeypatch.setattr(kernel_choices, "measure_in_child", lambda request: pytest.fail("measured"))
+    run = fit(tiny_config, "off", "model.cell=auto")
+    choices = recorded(run)
+    for key in MEASURED:
+        assert choices[key]["source"] == "fallback", choices[key]
+        assert "MXTRAIN_MEASURE=0" in choices[key]["why"]
+    assert not (tmp_path / "cache" / "kernels.json").exists()

@@ -22,6 +22,12 @@ from mxtrain.engine import kernels
 AUTO = ("model.loss=auto", "model.cell=auto", "context.large_buffers=auto")
 
 
+@pytest.fixture(autouse=True)
+def measuring_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests measure: the suite's MXTRAIN_MEASURE=0 (tests/conftest.py) is taken away."""
+    monkeypatch.delenv(kernels.MEASURE_ENV, raising=False)
+
+
 def _fit_process(config: Path, name: str, cache: Path) -> None:
     """``mxtrain fit`` in a process of its own with OpenMP left to mxtrain (auto)."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
