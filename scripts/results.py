@@ -464,10 +464,11 @@ def notes(rows: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def by_epoch(rows: dict[str, dict[str, Any]]) -> list[str]:
+def by_epoch(rows: dict[str, dict[str, Any]], digits: int = 1) -> list[str]:
     lines = []
     for name, row in rows.items():
-        per_epoch = ", ".join(f"{e}: {v:.1f}" for e, v in sorted(row["valid_by_epoch"].items()))
+        epochs = sorted(row["valid_by_epoch"].items())
+        per_epoch = ", ".join(f"{e}: {v:.{digits}f}" for e, v in epochs)
         lines.append(f"- `{name}` ({row['status']}, mxtrain {row['mxtrain']}): {per_epoch}")
     return lines
 
@@ -559,9 +560,7 @@ def tagger_markdown(rows: dict[str, dict[str, Any]]) -> str:
     lines += ["", TAGGER_SPLIT_NOTE]
     lines += notes(rows)
     lines += ["", "### Dev accuracy by epoch", ""]
-    for name, row in rows.items():
-        per_epoch = ", ".join(f"{e}: {v:.4f}" for e, v in sorted(row["valid_by_epoch"].items()))
-        lines.append(f"- `{name}` ({row['status']}, mxtrain {row['mxtrain']}): {per_epoch}")
+    lines += by_epoch(rows, digits=4)
     return "\n".join(lines) + "\n"
 
 
