@@ -16,14 +16,15 @@ BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
 FIGURES = ("train_tokens_per_s", "score_tokens_per_s", "time_to_first_batch_s", "peak_rss_mb")
 
 
-def run_bench(tmp_path: Path, compare: str) -> tuple[dict, str, Path]:
+def run_bench(tmp_path: Path, compare: str, sentences: int = 300) -> tuple[dict, str, Path]:
     """scripts/bench.py on small settings for the ``compare`` comparisons: its JSON report,
     its markdown and the JSON's path."""
     out, md = tmp_path / "bench.json", tmp_path / "BENCHMARKS.md"
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--sentences", "300", "--batches", "4", "--warmup", "2",
-         "--batch-size", "8", "--repeats", "1", "--omp-threads", "1", "--char-lines", "60",
-         "--memory-counts", "1", "--memory-largest", "16", "--compare", compare,
+        [sys.executable, str(BENCH), "--sentences", str(sentences), "--batches", "4",
+         "--warmup", "2", "--batch-size", "8", "--repeats", "1", "--omp-threads", "1",
+         "--char-lines", "60", "--memory-counts", "1", "--memory-largest", "16",
+         "--compare", compare,
          "--json", str(out), "--markdown", str(md)],
         capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
     )  # fmt: skip

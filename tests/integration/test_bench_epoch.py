@@ -14,7 +14,8 @@ from test_bench import BENCH, run_bench
 
 
 def test_bench_runs_whole_epochs_quiet_and_loaded_and_the_memory_tables(tmp_path: Path) -> None:
-    report, text, _ = run_bench(tmp_path, "epoch,loaded,memory")
+    # 160 sentences: 20 batches of 8 an epoch, four epochs in all (two beside a busy process)
+    report, text, _ = run_bench(tmp_path, "epoch,loaded,memory", sentences=160)
     # a whole epoch each, the same number of batches on both sides' own iterators' data
     epoch = report["comparisons"]["epoch"]["rounds"][0]
     assert set(epoch) == {"epoch-stock-omp", "epoch-mxtrain"}

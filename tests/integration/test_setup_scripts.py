@@ -98,14 +98,18 @@ def test_test_sh_installs_the_test_extras_and_passes_pytest_arguments(tmp_path: 
     _run(project, {**env, "MXTRAIN_TEST_WORKERS": "1"}, "scripts/test.sh", "-k", "config")
     calls = _calls(tmp_path)
     assert f"python -m pip install --quiet -e {project}[test]" in calls
-    assert "python -m pytest -q -k config" in calls
+    assert "python -m pytest -q --durations=15 -k config" in calls
     # one worker per usable core: each test file runs whole on one of them
     _run(project, {**env, "MXTRAIN_TEST_WORKERS": "3"}, "scripts/test.sh", "-k", "config")
-    assert _calls(tmp_path)[-1] == "python -m pytest -q -n 3 --dist loadfile -k config"
+    assert _calls(tmp_path)[-1] == (
+        "python -m pytest -q --durations=15 -n 3 --dist loadfile -k config"
+    )
     # by default one per usable core, whatever OMP_NUM_THREADS says (nproc obeys it)
     _run(project, {**env, "OMP_NUM_THREADS": "1"}, "scripts/test.sh")
     cores = len(os.sched_getaffinity(0))
     expected = (
-        f"python -m pytest -q -n {cores} --dist loadfile" if cores > 1 else "python -m pytest -q"
+        f"python -m pytest -q --durations=15 -n {cores} --dist loadfile"
+        if cores > 1
+        else "python -m pytest -q --durations=15"
     )
     assert _calls(tmp_path)[-1].strip() == expected
