@@ -45,6 +45,9 @@ SymGen = Callable[[Any], tuple[Any, Sequence[str] | None, Sequence[str] | None]]
 #: every other batch and costs ~10% of the speed.
 AUTO_BUCKET_MEMORY = 5.0
 
+#: how the warning about a bucket bound with memory of its own begins (a filter may match it)
+LARGER_BUCKET_WARNING = "bucket %r %s the default bucket %r"
+
 #: context groups whose operators run on the CPU whatever the module's devices (operators that
 #: MXNet 1.9.1 has on CPU only, such as the sampled softmax's candidate sampler)
 HOST_GROUPS = ("mxtrain_host",)
@@ -107,6 +110,11 @@ def fc_weights_gating_bias(symbol: Any, fixed: frozenset[str]) -> set[str]:
         if weight in fixed and bias not in fixed:
             gating.add(weight)
     return gating
+
+
+def _described(descs: list[Any]) -> str:
+    """``data 64x72, softmax_label 64x72``: each input's name and shape."""
+    return ", ".join(f"{d.name} {'x'.join(str(n) for n in d.shape)}" for d in descs)
 
 
 def _sliced(inputs: list[Any], sl: slice) -> dict[str, tuple[int, ...]]:
@@ -406,13 +414,7 @@ class BucketPool:
         if not default:
             self._check_param_shapes(key, symbol, inputs, slices)
         if not shares and not self._warned_large:
-            self.logger.warning(
-                "bucket %r is larger than the default bucket %r: binding it with its own "
-                "memory. Make the default bucket the largest one (see largest_key()) so all "
-                "buckets share memory.",
-                key,
-                self.default_key,
-            )
+            self._warn_larger(key, inputs)
             self._warned_large = True
 
         with _without_inference_fusion(self._borrows_params):
@@ -497,6 +499,34 @@ class BucketPool:
         default_inputs = self.default.data_descs + (self.default.label_descs or [])
         return key_fits(key, self.default_key) and input_elements(inputs) <= input_elements(
             default_inputs
+        )
+
+    def _warn_larger(self, key: Any, inputs: list[Any]) -> None:
+        """Say once that a bucket gets memory of its own, and why: a longer key than the
+        default's, or (the key fits) inputs of more values, as a larger batch gives."""
+        if not key_fits(key, self.default_key):
+            verb, why = (
+                "is larger than",
+                "Make the default bucket the largest one (see largest_key())",
+            )
+        else:
+            assert self.default is not None
+            default_inputs = self.default.data_descs + (self.default.label_descs or [])
+            verb = "needs more input memory than"
+            why = (
+                f"Its inputs hold {input_elements(inputs):,} values against the default "
+                f"bucket's {input_elements(default_inputs):,} ({_described(inputs)} against "
+                f"{_described(default_inputs)}): a larger batch, such as an evaluation batch "
+                "size above the training one, or wider inputs. Give every batch at most the "
+                "default bucket's size"
+            )
+        self.logger.warning(
+            LARGER_BUCKET_WARNING + ": binding it with its own memory. %s so all buckets share "
+            "memory.",
+            key,
+            verb,
+            self.default_key,
+            why,
         )
 
     def _check_param_shapes(self, key: Any, symbol: Any, inputs: list[Any], slices: list) -> None:

@@ -299,6 +299,24 @@ def test_bucket_larger_than_default_gets_own_memory_and_trains(
         assert _ptr(big.execs[i].arg_dict["data"]) != _ptr(default.execs[i].arg_dict["data"])
 
 
+def test_a_larger_batch_of_a_shorter_bucket_is_explained(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Bucket 5 fits the default bucket 12's length; a batch of 16 rows needs more values than
+    the default's 4 rows: the warning says so instead of asking for a larger default key."""
+    ours = BucketingModule(lstm_sym_gen, 12, ONE, logger=logging.getLogger("test.bucketing"))
+    ours.bind(*shapes(12))
+    ours.set_params(*initial_params())
+    with caplog.at_level(logging.WARNING, logger="test.bucketing"):
+        ours.forward(make_batch(np.random.RandomState(0), 5, batch=16), is_train=False)
+    messages = [r.getMessage() for r in caplog.records]
+    (warning,) = [m for m in messages if "than the default bucket" in m]
+    assert warning.startswith("bucket 5 needs more input memory than the default bucket 12")
+    assert "160 values against the default bucket's 96" in warning, warning
+    assert "data 16x5, softmax_label 16x5 against data 4x12, softmax_label 4x12" in warning
+    assert "a larger batch" in warning and "largest_key" not in warning
+
+
 def _ptr(arr: Any) -> int | None:
     """Address of an NDArray's memory (NDArray handles differ even when memory is shared)."""
     arr.wait_to_read()
