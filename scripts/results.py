@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -295,18 +296,20 @@ def g2p_test_errors(
     return {"test_wer": float(metrics["wer"]), "test_per": float(metrics["per"])}
 
 
-def read_upos(path: Path) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+@cache
+def read_upos(path: Path) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]:
     """(forms, UPOS tags) of each sentence of a CoNLL-U file, as ``tagged_sequences`` reads
-    it."""
+    it; read once per file (every tagger row and the baseline use the same split)."""
     sys.path.insert(0, str(ROOT))
     from mxtrain.data.conll import parse_conll
     from mxtrain.data.tagged_options import TaggedSequencesOptions
 
     options = TaggedSequencesOptions(source=str(path), format="conllu")
     _, sentences = parse_conll(path.read_text(encoding="utf-8"), str(path), options)
-    return [(s.tokens, s.labels or ()) for s in sentences]
+    return tuple((s.tokens, s.labels or ()) for s in sentences)
 
 
+@cache
 def baseline_accuracy(data: Path) -> dict[str, float]:
     """Test accuracy (%) of the most-frequent-tag baseline, overall and on unseen words."""
     counts: dict[str, Counter[str]] = {}
@@ -631,7 +634,7 @@ def main(argv: list[str] | None = None) -> int:
         elif tagger:
             data = args.tagger_data or ROOT / tagger["data"]
             rows[name].update(tagger_test(folder, data))
-            rows[name]["baseline"] = baseline_accuracy(data)
+            rows[name]["baseline"] = dict(baseline_accuracy(data))  # (cached: a copy)
         elif g2p:
             data = args.g2p_data or ROOT / g2p["data"]
             rows[name].update(g2p_test_errors(folder, data, g2p["beam"]))
