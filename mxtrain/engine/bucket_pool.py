@@ -340,11 +340,10 @@ class BucketPool:
         for name in symbol.list_arguments():
             if not self.for_training:
                 reqs[name] = "null"
+            elif name in gating:
+                reqs[name] = "write"  # a scratch buffer: "add" would grow it unbounded
             elif name in self._store.names:
-                if name in gating:
-                    reqs[name] = "write"  # a scratch buffer: "add" would grow it unbounded
-                else:
-                    reqs[name] = "null" if name in fixed else base
+                reqs[name] = "null" if name in fixed else base
             elif name in data_names:
                 reqs[name] = base if self.inputs_need_grad else "null"
             else:
