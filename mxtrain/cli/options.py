@@ -77,6 +77,12 @@ def ensemble_option(help: str) -> Callable[[F], F]:
     return click.option("--ensemble", metavar="RUN[:EPOCH|:best|:TAG]", multiple=True, help=help)
 
 
+def rerank_option(help: str) -> Callable[[F], F]:
+    """``--rerank`` of predict and score: further seq2seq runs that score the beam's
+    candidates; ``help`` says what the command does with them."""
+    return click.option("--rerank", metavar="RUN[:EPOCH|:best|:TAG]", multiple=True, help=help)
+
+
 def length_penalty_option(ranks: str) -> Callable[[F], F]:
     """``--length-penalty`` of predict and score (None: the library's default, 1.0);
     ``ranks`` says what the penalty ranks for the command."""

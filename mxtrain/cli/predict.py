@@ -13,6 +13,7 @@ from mxtrain.cli.options import (
     ensemble_option,
     handle_errors,
     length_penalty_option,
+    rerank_option,
     set_option,
 )
 
@@ -170,6 +171,11 @@ score is log_prob divided by the GNMT length penalty. --task generate: {"line", 
     "seq2seq: decode together with this run too (repeatable): the mean of the models' "
     "probabilities at each step. The runs must share their vocabularies."
 )
+@rerank_option(
+    "seq2seq: score every candidate the beam finished with this run too (repeatable; e.g. a "
+    "right-to-left model, data reverse_target: true) and rank them by the mean of the "
+    "models' log-probabilities. Needs --beam-size > 1."
+)
 @set_option
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @handle_errors
@@ -194,6 +200,7 @@ def predict_command(
     top_p: float | None,
     seed: int | None,
     ensemble: tuple[str, ...],
+    rerank: tuple[str, ...],
     overrides: tuple[str, ...],
     force: bool,
 ) -> None:
@@ -243,6 +250,7 @@ def predict_command(
                 seed=seed,
             ),
             ensemble=ensemble,
+            rerank=rerank,
         )
     finally:
         reporter.close()

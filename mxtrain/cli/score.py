@@ -12,6 +12,7 @@ from mxtrain.cli.options import (
     ensemble_option,
     handle_errors,
     length_penalty_option,
+    rerank_option,
     set_option,
 )
 
@@ -90,6 +91,11 @@ Examples:
     "Decode together with this seq2seq run (repeatable): the mean of the models' "
     "probabilities at each step. Same vocabularies needed; the device metrics stay RUN's own."
 )
+@rerank_option(
+    "Score every candidate the beam finished with this seq2seq run too (repeatable; e.g. a "
+    "right-to-left model, data reverse_target: true) and rank them by the mean of the "
+    "models' log-probabilities. Needs a beam of 2 or more."
+)
 @set_option
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON line.")
 @handle_errors
@@ -104,6 +110,7 @@ def score_command(
     beam_size: int | None,
     length_penalty: float | None,
     ensemble: tuple[str, ...],
+    rerank: tuple[str, ...],
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -127,7 +134,8 @@ def score_command(
     the sources fit decoded are decoded (fit.decode_eval.max_sentences; change it with
     --set fit.decode_eval.max_sentences=null), with --data every one; "decoding" in
     the JSON line gives the beam and the number of sources. With --ensemble the decoding
-    metrics are those of the runs decoding together ("decoding": "ensemble" lists them).
+    metrics are those of the runs decoding together ("decoding": "ensemble" lists them);
+    with --rerank those of the beam's candidates reranked ("decoding": "rerank").
     """
     # deferred: import cost (`mxtrain --help` imports every command)
     from rich.console import Console
@@ -151,6 +159,7 @@ def score_command(
             beam_size=beam_size,
             ensemble=ensemble,
             length_penalty=length_penalty,
+            rerank=rerank,
         )
     finally:
         reporter.close()
@@ -163,6 +172,8 @@ def score_command(
             )
             if "ensemble" in report.decoding:
                 part += f" by an ensemble of {len(report.decoding['ensemble'])} models"
+            if "rerank" in report.decoding:
+                part += f", reranked with {len(report.decoding['rerank'])} more"
         click.echo(
             f"{report.run} epoch {report.epoch} on {report.data} "
             f"(checkpoint {report.checkpoint}{part})"

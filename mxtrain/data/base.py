@@ -47,6 +47,8 @@ class Seq2SeqInfo(DataInfo):
     ``<pad>`` is ``pad_id`` (0); the target vocabulary also holds ``bos_id`` (the decoder's
     first input) and ``eos_id`` (its last label). ``tokens`` says how lines were split
     (``"whitespace"`` or ``"chars"``), so that outputs are joined back the same way.
+    ``reverse_target``: the model reads and writes target sequences last token first (a
+    right-to-left model); its outputs are turned back into reading order as text.
     """
 
     task: str | None = TASK_SEQ2SEQ
@@ -54,6 +56,7 @@ class Seq2SeqInfo(DataInfo):
     bos_id: int = 3  # <bos>: the first extra special of the target vocabulary
     shared_vocab: bool = False
     tokens: str = "whitespace"
+    reverse_target: bool = False
 
 
 @dataclass(frozen=True)

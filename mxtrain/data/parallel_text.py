@@ -8,6 +8,8 @@ labels ``v1 .. vm <eos>``, all padded with ``<pad>`` (0) to the bucket ``(S, T)`
 it with the fewest positions (``s <= S``, ``m + 1 <= T``; see :mod:`mxtrain.data.pair_buckets`).
 Batches: data ``source`` (N, S) and ``target`` (N, T), label ``target_label`` (N, T),
 ``bucket_key`` ``(S, T)``; ``num_tokens`` counts real labels (target tokens and ``<eos>``).
+With ``reverse_target`` (a right-to-left model) each target's tokens are read last first,
+``v1`` being the line's last token; :meth:`ParallelTextIter.detokenize` turns them back.
 
 Batch sizes: ``batch_size`` pairs, or, when ``batch_tokens`` is set, target tokens per batch
 (:func:`~mxtrain.data.pair_buckets.bucket_rows`). ``last_batch``, sharding (``num_parts``,
@@ -131,6 +133,7 @@ def build_parallel_text_iter(
         if target is not None and context.role == "eval"
         else None,
         lowercase=options.lowercase,
+        reverse_target=options.reverse_target,
     )
     if context.role == "train" and options.buckets == "auto":  # explicit ones were chosen
         batching.warn_about_padding(
@@ -182,11 +185,13 @@ def read_pair(
         source_lines = source_lines[: options.max_pairs]
         target_lines = target_lines[: options.max_pairs]
     sides = []
-    for name, lines, other in (
-        (source_name, source_lines, target_name),
-        (target_name, target_lines, source_name),
+    for name, lines, other, reverse in (
+        (source_name, source_lines, target_name, False),
+        (target_name, target_lines, source_name, options.reverse_target),
     ):
         tokens = [tokenize(line, level, lower) for line in lines]
+        if reverse:  # a right-to-left model: the target's tokens last first
+            tokens = [t[::-1] for t in tokens]
         empty = next((i for i, t in enumerate(tokens) if not t), None)
         if empty is not None:
             raise DataError(
@@ -505,6 +510,7 @@ class ParallelTextIter(batching.PrebuiltBatchIter):
         skipped_long: int = 0,
         texts: tuple[Sequence[str], Sequence[str]] | None = None,
         lowercase: bool = False,
+        reverse_target: bool = False,
     ) -> None:
         super().__init__(batch_size)
         if num_parts < 1 or not 0 <= part_index < num_parts:
@@ -537,6 +543,7 @@ class ParallelTextIter(batching.PrebuiltBatchIter):
             bos_id=target_vocab.token_id(SPECIALS[0]),
             shared_vocab=shared_vocab,
             tokens=tokens,
+            reverse_target=reverse_target,
         )
         self._pack(source_ids, target_ids, np.asarray(keep, dtype=bool), skipped_long)
         self.provide_data = self._descs(self.default_bucket_key, self.batch_size)[0]
@@ -556,9 +563,10 @@ class ParallelTextIter(batching.PrebuiltBatchIter):
         return {TARGET_VOCAB_FILE: self.target_vocab.save}
 
     def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
-        """Target ids as text: up to the first ``<eos>``, without ``<pad>``/``<bos>``; tokens
-        joined with single spaces (``tokens: whitespace``) or nothing (``chars``, whose space
-        token restores the spaces between words)."""
+        """Target ids as text: up to the first ``<eos>``, without ``<pad>``/``<bos>``, in
+        reading order (``reverse_target`` turns them back); tokens joined with single spaces
+        (``tokens: whitespace``) or nothing (``chars``, whose space token restores the spaces
+        between words)."""
         skip = {self.data_info.pad_id, self.data_info.bos_id}
         kept: list[int] = []
         for value in ids:
@@ -567,6 +575,8 @@ class ParallelTextIter(batching.PrebuiltBatchIter):
                 break
             if i not in skip:
                 kept.append(i)
+        if self.data_info.reverse_target:
+            kept.reverse()
         return self._joined(self.target_vocab.decode(kept))
 
     def normalized(self, line: str) -> str:

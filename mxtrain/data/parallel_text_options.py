@@ -10,6 +10,7 @@ from mxtrain.data.bucket_sentence_options import DEFAULT_SPECIALS, LAST_BATCHES
 from mxtrain.errors import InvalidValue
 from mxtrain.option_checks import (
     MAX_SEQUENCE_LENGTH,
+    check_bool,
     check_choice,
     check_positive_int,
     check_sharding,
@@ -36,7 +37,12 @@ class ParallelTextOptions(shared.SourceOptions):
 
     #: keys data.eval shares with data.train: inherited when it does not set them, refused
     #: when it sets another value (both in the config loader)
-    must_match_train: ClassVar[tuple[str, ...]] = ("tokens", "lowercase", "shared_vocab")
+    must_match_train: ClassVar[tuple[str, ...]] = (
+        "tokens",
+        "lowercase",
+        "shared_vocab",
+        "reverse_target",
+    )
     #: other ways of sizing a batch that a --batch-size (pairs) replaces in score and predict
     batch_size_replaces: ClassVar[tuple[str, ...]] = ("batch_tokens",)
 
@@ -62,6 +68,12 @@ class ParallelTextOptions(shared.SourceOptions):
         False,
         "one vocabulary built from both sides (vocab.json) instead of one per side "
         "(vocab.json for the source, target_vocab.json for the target)",
+    )
+    reverse_target: bool = documented(
+        False,
+        "the model reads and writes each target sequence last token first: a right-to-left "
+        "model, e.g. to rerank a left-to-right model's outputs (predict and score --rerank); "
+        "its outputs are turned back, so outputs, references and metrics read left to right",
     )
     batch_size: int = shared.batch_size_field("pairs", "unless batch_tokens is set")
     batch_tokens: int | None = documented(
@@ -136,6 +148,7 @@ class ParallelTextOptions(shared.SourceOptions):
         if not isinstance(self.target, str) or not self.target.strip():
             raise InvalidValue("target", "must be the path of a text file, one sequence per line")
         check_choice("tokens", self.tokens, TOKENS)
+        check_bool("reverse_target", self.reverse_target)
         check_positive_int("batch_size", self.batch_size)
         shared.check_optional_positive_int("batch_tokens", self.batch_tokens)
         check_choice("last_batch", self.last_batch, LAST_BATCHES)

@@ -48,12 +48,14 @@ SOURCES_PER_BATCH = 64
 
 @dataclass(frozen=True)
 class FixedModel:
-    """A further model of an ensemble, with its own fixed parameters (``--ensemble``)."""
+    """A further model of an ensemble or a reranker, with its own fixed parameters
+    (``--ensemble``, ``--rerank``)."""
 
     sym_gen: Any
     arg_params: dict[str, Any]
     aux_params: dict[str, Any]
     name: str = "model"  # for messages: the model's name in its config
+    reverse_target: bool = False  # it reads and writes targets last token first
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,8 @@ class DecodingEvaluation:
     """The decoding metrics ``names`` of an eval iterator's pairs (``pairs()``, ``data_info``,
     ``detokenize``: a parallel_text eval iterator) under the parameters given, decoded with
     ``model_sym_gen``'s encoder and step graphs on ``context`` at ``beam_size``, together
-    with the ``ensemble`` models when given (the mean of their probabilities at each step).
+    with the ``ensemble`` models when given (the mean of their probabilities at each step),
+    the beam's candidates reranked with the ``rerankers`` when given.
 
     Each call binds the graphs afresh with the parameters it is given and releases them when
     it returns: nothing stays bound between evaluations, and the parameters may change
@@ -126,11 +129,12 @@ class DecodingEvaluation:
         max_sentences: int | None = None,
         model_name: str = "model",
         ensemble: Sequence[FixedModel] = (),
+        rerankers: Sequence[FixedModel] = (),
     ) -> None:
         check_decoder(model_sym_gen, model_name)
-        for member in ensemble:
+        for member in (*ensemble, *rerankers):
             check_decoder(member.sym_gen, member.name)
-        self.ensemble = list(ensemble)
+        self.ensemble, self.rerankers = list(ensemble), list(rerankers)
         if not (hasattr(data_iter, "pairs") and hasattr(data_iter, "detokenize")):
             raise ConfigError(
                 f"The decoding metrics {', '.join(names)} need the eval data's sources and "
@@ -153,22 +157,32 @@ class DecodingEvaluation:
             beam_size,
             f", by an ensemble of {len(self.ensemble) + 1} models" if self.ensemble else "",
         )
+        if self.rerankers:
+            log.info("the beam's candidates reranked with %d more models", len(self.rerankers))
 
     def outputs(self, arg_params: dict[str, Any], aux_params: dict[str, Any]) -> list[str]:
         """The best output of each source (``self.sources``' order) as text ('' for none)."""
         # deferred: the runner imports MXNet, which reads its thread settings when it loads
         from mxtrain.engine.graph_runner import GraphRunner
 
-        def bound(sym_gen: Any, args: dict[str, Any], auxs: dict[str, Any]) -> DecoderModel:
+        def bound(
+            sym_gen: Any, args: dict[str, Any], auxs: dict[str, Any], reverse: bool = False
+        ) -> DecoderModel:
             runner = GraphRunner(decoder_graphs(sym_gen), args, auxs, self.context)
-            return DecoderModel(runner, sym_gen)
+            return DecoderModel(runner, sym_gen, reverse_target=reverse)
 
-        models = [bound(self.sym_gen, arg_params, aux_params)]
-        models += [bound(m.sym_gen, m.arg_params, m.aux_params) for m in self.ensemble]
+        reverse = bool(getattr(self.info, "reverse_target", False))
+        models = [bound(self.sym_gen, arg_params, aux_params, reverse)]
+        models += [
+            bound(m.sym_gen, m.arg_params, m.aux_params, m.reverse_target) for m in self.ensemble
+        ]
+        rerankers = [
+            bound(m.sym_gen, m.arg_params, m.aux_params, m.reverse_target) for m in self.rerankers
+        ]
         texts = [""] * len(self.sources)
         pad = self.info.pad_id if self.info.pad_id is not None else 0
         for which, ids in padded_batches(self.sources, pad):
-            hyps = decode_sources(models, self.info, self.options, ids)
+            hyps = decode_sources(models, self.info, self.options, ids, rerankers=rerankers)
             for i, best in zip(which, hyps, strict=True):
                 texts[int(i)] = self.detokenize(list(best[0].tokens)) if best else ""
         return texts

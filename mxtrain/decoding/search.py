@@ -417,3 +417,25 @@ def decode(
 def rows_per_input(options: DecodeOptions) -> int:
     """How many model rows each input needs under ``options`` (its beam)."""
     return 1 if options.sample else options.beam_size
+
+
+def rerank(
+    candidates: Sequence[Hypothesis],
+    other_log_probs: Sequence[Sequence[float]],
+    *,
+    alpha: float,
+    nbest: int,
+) -> list[Hypothesis]:
+    """``candidates`` (one input's hypotheses) ranked again by the mean of their log
+    probability and those further models gave them (``other_log_probs[m][k]``: model ``m``'s
+    log probability of candidate ``k``, over the same positions), divided by the length
+    penalty: the ``nbest`` best, best first, each with that mean as its ``log_prob``. Ties
+    keep the candidates' order."""
+    models = 1 + len(other_log_probs)
+    ranked = []
+    for k, hyp in enumerate(candidates):
+        mean = (hyp.log_prob + sum(float(lp[k]) for lp in other_log_probs)) / models
+        score = mean / float(length_penalty(hyp.length, alpha))
+        ranked.append(Hypothesis(hyp.tokens, mean, score, hyp.ended))
+    order = sorted(range(len(ranked)), key=lambda k: (-ranked[k].score, k))
+    return [ranked[k] for k in order[:nbest]]

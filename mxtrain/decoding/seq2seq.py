@@ -20,7 +20,7 @@ states, all reordered together, so the beam search sees one model.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from mxtrain.decoding.search import (
     Hypothesis,
     decode,
     max_output_lengths,
+    rerank,
     rows_per_input,
 )
 from mxtrain.errors import ConfigError
@@ -46,6 +47,7 @@ class DecoderModel:
 
     runner: Any
     sym_gen: Any
+    reverse_target: bool = False  # it reads and writes targets last token first
 
 
 class EncoderDecoderSteps:
@@ -147,10 +149,13 @@ def decode_sources(
     options: DecodeOptions,
     source: Any,
     lines: Sequence[int] = (),
+    rerankers: Sequence[DecoderModel] = (),
 ) -> list[list[Hypothesis]]:
     """The hypotheses of each row of ``source`` (N, S), ids padded with ``info.pad_id`` (an
     NDArray or a NumPy array), best first, decoded by ``models`` (one, or an ensemble);
-    ``lines`` seed the sampler (one per row)."""
+    ``lines`` seed the sampler (one per row). With ``rerankers`` the beam's every finished
+    candidate is scored by each of them too and the candidates ranked by the mean of the
+    log probabilities (:func:`rerank_sources`)."""
     pad = info.pad_id if info.pad_id is not None else 0
     host = source if isinstance(source, np.ndarray) else source.asnumpy()
     lengths = (host != pad).sum(axis=1)
@@ -160,15 +165,95 @@ def decode_sources(
     rows = rows_per_input(options)
     members = [EncoderDecoderSteps(m.runner, m.sym_gen, source, rows, max_steps) for m in models]
     model = members[0] if len(members) == 1 else EnsembleSteps(members)
-    return decode(
+    searched = replace(options, nbest=options.beam_size) if rerankers else options
+    hypotheses = decode(
         model,
         np.full(host.shape[0], info.bos_id, dtype=np.int64),
         limits,
-        options,
+        searched,
         eos=info.eos_id,
         banned=(pad, info.bos_id),
         lines=list(lines),
     )
+    if not rerankers:
+        return hypotheses
+    return rerank_sources(rerankers, info, options, source, hypotheses, max_steps)
+
+
+def rerank_sources(
+    rerankers: Sequence[DecoderModel],
+    info: Any,
+    options: DecodeOptions,
+    source: Any,
+    hypotheses: list[list[Hypothesis]],
+    max_steps: int,
+) -> list[list[Hypothesis]]:
+    """Each row's ``hypotheses`` ranked again with the log probabilities ``rerankers`` give
+    them (teacher-forced: :func:`forced_log_probs`; a right-to-left reranker reads each
+    candidate last token first), ``options.nbest`` kept (:func:`~mxtrain.decoding.search.
+    rerank`)."""
+    rows = options.beam_size
+    candidates = [[h.tokens for h in hyps] for hyps in hypotheses]
+    ended = [[h.ended for h in hyps] for hyps in hypotheses]
+    scores = []
+    for reranker in rerankers:
+        flip = reranker.reverse_target != bool(getattr(info, "reverse_target", False))
+        theirs = [[t[::-1] for t in row] for row in candidates] if flip else candidates
+        scores.append(forced_log_probs(reranker, info, source, theirs, ended, rows, max_steps))
+    return [
+        rerank(
+            hyps,
+            [s[i] for s in scores],
+            alpha=options.length_penalty,
+            nbest=options.nbest,
+        )
+        if hyps
+        else hyps
+        for i, hyps in enumerate(hypotheses)
+    ]
+
+
+def forced_log_probs(
+    model: DecoderModel,
+    info: Any,
+    source: Any,
+    candidates: Sequence[Sequence[tuple[int, ...]]],
+    ended: Sequence[Sequence[bool]],
+    rows: int,
+    max_steps: int,
+) -> list[list[float]]:
+    """``model``'s log probability of each candidate output of each row of ``source``: the
+    sum of ln p of its tokens, and of ``<eos>`` after them where it ``ended``, each read
+    with the candidate's own earlier tokens as the decoder's inputs (teacher forcing). At
+    most ``rows`` candidates per row, each at most ``max_steps`` positions long (the beam's
+    own bounds: the step graphs decoding bound are reused)."""
+    # deferred: MXNet reads its thread settings when it loads (devices.configure_threads)
+    import mxnet as mx
+
+    inputs = len(candidates)
+    positions = max((len(c) + 1 for row in candidates for c in row), default=1)
+    positions = min(positions, max_steps)
+    # row r: the labels each position must score, <eos> after an ended candidate
+    labels = np.full((inputs * rows, positions), info.eos_id, dtype=np.int64)
+    counted = np.zeros(inputs * rows, dtype=np.int64)  # positions that count
+    for i, row in enumerate(candidates):
+        for k, tokens in enumerate(row[:rows]):
+            r = i * rows + k
+            labels[r, : len(tokens)] = tokens
+            counted[r] = len(tokens) + (1 if ended[i][k] else 0)
+    steps = EncoderDecoderSteps(model.runner, model.sym_gen, source, rows, max_steps)
+    total = np.zeros(inputs * rows, dtype=np.float64)
+    previous = np.full(inputs * rows, info.bos_id, dtype=np.int64)
+    for position in range(positions):
+        log_probs = steps.step(previous, position).log_probs
+        index = mx.nd.array(labels[:, position], ctx=log_probs.context)
+        picked = mx.nd.pick(log_probs, index, axis=1).asnumpy().astype(np.float64)
+        total += np.where(position < counted, picked, 0.0)
+        previous = labels[:, position]
+    return [
+        [float(total[i * rows + k]) for k in range(len(row[:rows]))]
+        for i, row in enumerate(candidates)
+    ]
 
 
 def check_decoder(sym_gen: Any, model: str) -> None:

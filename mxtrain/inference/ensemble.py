@@ -8,7 +8,13 @@ and target vocabularies token for token and its tokenization: the ensemble feeds
 the same source ids and scores the same output ids. Runs trained on the same data with the
 same vocabulary options (e.g. the seeds of one sweep) do; others can be made to by training
 them with ``data.train.vocab`` set to the first run's ``vocab.json``. The members' models may
-differ (layers, sizes, attention, even rnn_seq2seq beside transformer_seq2seq).
+differ (layers, sizes, attention, even rnn_seq2seq beside transformer_seq2seq), but not
+their target order: a right-to-left model (``reverse_target``) cannot average its next token
+with a left-to-right one's.
+
+``--rerank RUN`` opens further runs the same way (the same vocabularies and tokenization, any
+target order): they do not search, they score each finished candidate of the beam
+(:func:`mxtrain.decoding.seq2seq.rerank_sources`).
 """
 
 from __future__ import annotations
@@ -38,14 +44,16 @@ def open_members(
     data: str | os.PathLike[str] | None,
     target: str | os.PathLike[str] | None,
     role: str,
+    flag: str = "--ensemble",
 ) -> list[OpenedRun]:
     """The runs ``refs`` opened for decoding beside ``main`` (no module bound), each checked
     to share ``main``'s vocabularies and tokenization (a ConfigError naming both runs if
-    not)."""
+    not); an ``--ensemble`` member also its target order (``reverse_target``), which a
+    ``--rerank`` model may turn around."""
     if refs and getattr(main.data_iter.data_info, "task", None) != TASK_SEQ2SEQ:
         raise ConfigError(
-            f"--ensemble decodes seq2seq models together; {main.run.path} is not a seq2seq run.",
-            hint="Leave out --ensemble for this run.",
+            f"{flag} decodes with further seq2seq models; {main.run.path} is not a seq2seq run.",
+            hint=f"Leave out {flag} for this run.",
         )
     if data is None:  # the members read what main reads: their own eval files may be gone
         data, target = _default_files(main)
@@ -54,15 +62,46 @@ def open_members(
         member = open_run(
             ref, data=data, target=target, role=role, needs_module=lambda data_iter: False
         )
-        check_same_vocabularies(main, member)
+        check_same_vocabularies(main, member, flag)
+        if flag == "--ensemble":
+            check_same_order(main, member)
         members.append(member)
-    if members:
+    if members and flag == "--ensemble":
         log.info(
             "ensemble of %d models: %s",
             len(members) + 1,
             ", ".join(f"{m.run.path} ({describe(m)})" for m in [main, *members]),
         )
+    elif members:
+        log.info(
+            "reranking with %d further models: %s",
+            len(members),
+            ", ".join(f"{m.run.path} ({describe(m)}{_order(m)})" for m in members),
+        )
     return members
+
+
+def reverses_target(opened: OpenedRun) -> bool:
+    """Whether ``opened``'s model reads and writes targets last token first."""
+    return bool(getattr(opened.data_iter.data_info, "reverse_target", False))
+
+
+def _order(opened: OpenedRun) -> str:
+    return ", right to left" if reverses_target(opened) else ""
+
+
+def check_same_order(main: OpenedRun, member: OpenedRun) -> None:
+    """A ConfigError unless ``member`` writes targets in ``main``'s order: an ensemble
+    averages the two models' next token, which must be the same position."""
+    if reverses_target(main) != reverses_target(member):
+        right_to_left = member if reverses_target(member) else main
+        raise ConfigError(
+            f"--ensemble {member.run.path}: {right_to_left.run.path} writes targets right to "
+            "left (data reverse_target: true) and the other left to right, so their next "
+            "tokens cannot be averaged step by step.",
+            hint="Rerank with the other direction's model instead: --rerank RUN scores each "
+            "finished candidate with it.",
+        )
 
 
 def _default_files(main: OpenedRun) -> tuple[str | None, str | None]:
@@ -84,19 +123,19 @@ def describe(opened: OpenedRun) -> str:
     return opened.params_file.name
 
 
-def check_same_vocabularies(main: OpenedRun, member: OpenedRun) -> None:
+def check_same_vocabularies(main: OpenedRun, member: OpenedRun, flag: str = "--ensemble") -> None:
     """A ConfigError unless ``member`` reads text as ``main`` does: a seq2seq run with the
     same tokenization and the same source and target vocabularies, token for token."""
     main_info, info = main.data_iter.data_info, member.data_iter.data_info
     if getattr(info, "task", None) != TASK_SEQ2SEQ:
         raise ConfigError(
-            f"--ensemble {member.run.path}: not a seq2seq run (its data reports task "
+            f"{flag} {member.run.path}: not a seq2seq run (its data reports task "
             f"{getattr(info, 'task', None)!r}).",
             hint=ENSEMBLE_HINT,
         )
     if info.tokens != main_info.tokens:
         raise ConfigError(
-            f"--ensemble {member.run.path} splits text into {info.tokens!r} tokens, "
+            f"{flag} {member.run.path} splits text into {info.tokens!r} tokens, "
             f"{main.run.path} into {main_info.tokens!r}.",
             hint=ENSEMBLE_HINT,
         )
@@ -104,7 +143,7 @@ def check_same_vocabularies(main: OpenedRun, member: OpenedRun) -> None:
         ours, theirs = _tokens(main.data_iter, side), _tokens(member.data_iter, side)
         if ours != theirs:
             raise ConfigError(
-                f"--ensemble {member.run.path}: its {_side_name(side)} vocabulary differs from "
+                f"{flag} {member.run.path}: its {_side_name(side)} vocabulary differs from "
                 f"{main.run.path}'s ({_first_difference(ours, theirs)}).",
                 hint=ENSEMBLE_HINT,
             )

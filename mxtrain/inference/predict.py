@@ -151,6 +151,7 @@ def predict_run(
     task: str | None = None,
     decoding: DecodeFlags | None = None,
     ensemble: Sequence[str | os.PathLike[str]] = (),
+    rerank: Sequence[str | os.PathLike[str]] = (),
 ) -> PredictSummary:
     """Predict every line of the text file ``input`` and write one record per line to ``output``.
 
@@ -195,7 +196,8 @@ def predict_run(
     ``task="generate"`` makes a language model continue each line
     (:mod:`mxtrain.inference.generate`); ``decoding`` holds the flags of both
     (:func:`mxtrain.inference.decode.decode_options`). ``ensemble``: further seq2seq runs
-    decoding together with this one (:mod:`mxtrain.inference.ensemble`).
+    decoding together with this one; ``rerank``: further seq2seq runs scoring its candidates
+    (:mod:`mxtrain.inference.ensemble`).
     """
     started = time.perf_counter()
     _check_request(fmt, top_k, outputs)
@@ -215,11 +217,17 @@ def predict_run(
             outputs == "raw" or (not generate and _task(data_iter) != TASK_SEQ2SEQ)
         ),
     )
-    _check_ensemble(ensemble, outputs, generate)
+    _check_ensemble(ensemble, outputs, generate, "--ensemble")
+    _check_ensemble(rerank, outputs, generate, "--rerank")
     if outputs == "raw":
         return _predict_raw(opened, in_path, out_path, fmt, started)
     members = open_members(ensemble, opened, data=in_path, target=None, role="predict")
-    predictions = _predictions(opened, members, generate, top_k, decoding or DecodeFlags())
+    rerankers = open_members(
+        rerank, opened, data=in_path, target=None, role="predict", flag="--rerank"
+    )
+    predictions = _predictions(
+        opened, members, rerankers, generate, top_k, decoding or DecodeFlags()
+    )
     check_output(out_path, force)  # again: the file may have appeared meanwhile
     write_output(out_path, _writer(predictions, fmt))
     summary = _summarize(predictions, opened, in_path, out_path, fmt, started)
@@ -234,25 +242,31 @@ def predict_run(
 
 
 def _predictions(
-    opened: OpenedRun, members: list[OpenedRun], generate: bool, top_k: int, flags: DecodeFlags
+    opened: OpenedRun,
+    members: list[OpenedRun],
+    rerankers: list[OpenedRun],
+    generate: bool,
+    top_k: int,
+    flags: DecodeFlags,
 ) -> Predictions:
-    """The records of every input: decoded (seq2seq, with the ensemble ``members``; or
-    generated), else the model's task's predictions."""
+    """The records of every input: decoded (seq2seq, with the ensemble ``members`` and the
+    ``rerankers``; or generated), else the model's task's predictions."""
     task = _task(opened.data_iter)
-    if members:
-        return predict_seq2seq(opened, decode_options(flags, task, generate, top_k), members)
+    if members or rerankers:
+        options = decode_options(flags, task, generate, top_k)
+        return predict_seq2seq(opened, options, members, rerankers)
     if generate or task == TASK_SEQ2SEQ:
         return _decode(opened, task, generate, top_k, flags)
     decode_options(flags, task, generate, top_k)  # refuses decoding flags here
     return _predict(opened, task, top_k)
 
 
-def _check_ensemble(ensemble: Sequence[Any], outputs: str, generate: bool) -> None:
-    if ensemble and (outputs == "raw" or generate):
+def _check_ensemble(runs: Sequence[Any], outputs: str, generate: bool, flag: str) -> None:
+    if runs and (outputs == "raw" or generate):
         raise ConfigError(
-            "--ensemble decodes seq2seq models together; it does not apply to "
+            f"{flag} decodes with further seq2seq models; it does not apply to "
             f"{'--outputs raw' if outputs == 'raw' else '--task generate'}.",
-            hint="Leave out --ensemble.",
+            hint=f"Leave out {flag}.",
         )
 
 

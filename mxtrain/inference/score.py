@@ -21,12 +21,13 @@ from mxtrain.build import build_metric
 from mxtrain.config import Config
 from mxtrain.config.schema import SEQ2SEQ_HINT, decoding_model_problem
 from mxtrain.decoding.evaluation import DecodingEvaluation, FixedModel
-from mxtrain.decoding.search import DEFAULT_LENGTH_PENALTY
+from mxtrain.decoding.search import DEFAULT_LENGTH_PENALTY, DecodeOptions
 from mxtrain.errors import ConfigError
 from mxtrain.inference.decode import graphs_fit
-from mxtrain.inference.ensemble import describe, open_members
+from mxtrain.inference.ensemble import describe, open_members, reverses_target
 from mxtrain.inference.open import OpenedRun, open_run
 from mxtrain.inference.output import finite_or_none
+from mxtrain.inference.seq2seq import check_rerank
 from mxtrain.run.plugin_files import uses_kept_plugins
 from mxtrain.text_metrics import DECODING_METRICS
 
@@ -78,6 +79,7 @@ def score_checkpoint(
     beam_size: int | None = None,
     ensemble: Sequence[str | os.PathLike[str]] = (),
     length_penalty: float | None = None,
+    rerank: Sequence[str | os.PathLike[str]] = (),
 ) -> ScoreReport:
     """Score a run's checkpoint with its evaluation metrics (``fit.eval_metrics``, else
     ``fit.metrics``; see :func:`score_run`), the device metrics over the first
@@ -89,8 +91,9 @@ def score_checkpoint(
     it: as fit decoded). On ``data.eval`` they decode what fit decoded (the first
     ``fit.decode_eval.max_sentences`` distinct sources), on a ``data`` file every one.
     ``ensemble``: further seq2seq runs that decode together with this one
-    (:mod:`mxtrain.inference.ensemble`); the device metrics stay this checkpoint's own.
-    ``length_penalty``: the beam's GNMT alpha (default 1.0, as ``predict``).
+    (:mod:`mxtrain.inference.ensemble`); ``rerank``: further seq2seq runs scoring the beam's
+    candidates; the device metrics stay this checkpoint's own. ``length_penalty``: the
+    beam's GNMT alpha (default 1.0, as ``predict``).
     """
     started = time.perf_counter()
     unknown = [name for name in decoding_metrics if name not in DECODING_METRICS]
@@ -121,13 +124,15 @@ def score_checkpoint(
             hint="Add --metrics bleu (or chrf, wer, per) for a seq2seq run, or leave out "
             "--length-penalty.",
         )
-    if ensemble and not decoding_names:
-        raise ConfigError(
-            "--ensemble decodes with several models together, but no metric of decoded "
-            "output is asked for (the run's fit.eval_metrics lists none).",
-            hint="Add --metrics wer (or bleu, chrf, per).",
-        )
+    for flag, runs in (("--ensemble", ensemble), ("--rerank", rerank)):
+        if runs and not decoding_names:
+            raise ConfigError(
+                f"{flag} decodes with further models, but no metric of decoded output is "
+                "asked for (the run's fit.eval_metrics lists none).",
+                hint="Add --metrics wer (or bleu, chrf, per).",
+            )
     members = open_members(ensemble, opened, data=data, target=target, role="eval")
+    rerankers = open_members(rerank, opened, data=data, target=target, role="eval", flag="--rerank")
     data_info = opened.data_iter.data_info
     names = config.fit.device_evaluation_metrics  # decoding metrics are scored on decoded text
     metrics = MetricSet([build_metric(n, data_info, config.base_dir) for n in names])
@@ -144,8 +149,15 @@ def score_checkpoint(
     if decoding_names:
         beam = beam_size if beam_size is not None else config.fit.decoding.beam_size
         alpha = DEFAULT_LENGTH_PENALTY if length_penalty is None else length_penalty
+        check_rerank(DecodeOptions(beam_size=beam), len(rerankers))
         decoded, decoding = decoded_scores(
-            opened, decoding_names, beam, alpha, members, on_eval_data=data is None
+            opened,
+            decoding_names,
+            beam,
+            alpha,
+            members,
+            on_eval_data=data is None,
+            rerankers=rerankers,
         )
         values.update(decoded)
     chosen = opened.checkpoint
@@ -173,11 +185,19 @@ def decoded_scores(
     members: Sequence[OpenedRun],
     *,
     on_eval_data: bool,
+    rerankers: Sequence[OpenedRun] = (),
 ) -> tuple[dict[str, float], dict[str, Any]]:
-    """The decoding metrics ``names`` of ``opened`` (with the ensemble ``members``) and how
-    they were decoded: ``{"beam_size", "length_penalty", "sources"[, "ensemble"]}``."""
+    """The decoding metrics ``names`` of ``opened`` (with the ensemble ``members`` and the
+    ``rerankers``) and how they were decoded: ``{"beam_size", "length_penalty", "sources"[,
+    "ensemble"][, "rerank"]}``."""
     evaluation = decoding_evaluation(
-        opened, names, beam, on_eval_data=on_eval_data, ensemble=members, length_penalty=alpha
+        opened,
+        names,
+        beam,
+        on_eval_data=on_eval_data,
+        ensemble=members,
+        length_penalty=alpha,
+        rerankers=rerankers,
     )
     with graphs_fit(opened.params_file):
         values = evaluation.scores(*opened.params())
@@ -189,6 +209,15 @@ def decoded_scores(
     if members:
         decoding["ensemble"] = [
             {"run": str(m.run.path), "checkpoint": describe(m)} for m in (opened, *members)
+        ]
+    if rerankers:
+        decoding["rerank"] = [
+            {
+                "run": str(m.run.path),
+                "checkpoint": describe(m),
+                "reverse_target": reverses_target(m),
+            }
+            for m in rerankers
         ]
     return values, decoding
 
@@ -222,13 +251,25 @@ def decoding_evaluation(
     on_eval_data: bool,
     ensemble: Sequence[OpenedRun] = (),
     length_penalty: float = DEFAULT_LENGTH_PENALTY,
+    rerankers: Sequence[OpenedRun] = (),
 ) -> DecodingEvaluation:
     """The decoding metrics ``names`` of ``opened``'s eval iterator at ``beam_size``: on
     data.eval (``on_eval_data``) of its first ``fit.decode_eval.max_sentences`` distinct
     sources, as fit decoded them, else of every one; decoded together with the ``ensemble``
-    runs when given."""
+    runs when given, the candidates reranked with the ``rerankers``."""
     config = opened.config
-    fixed = [FixedModel(m.sym_gen(), *m.params(), name=m.config.model.name) for m in ensemble]
+
+    def fixed_models(runs: Sequence[OpenedRun]) -> list[FixedModel]:
+        return [
+            FixedModel(
+                m.sym_gen(),
+                *m.params(),
+                name=m.config.model.name,
+                reverse_target=reverses_target(m),
+            )
+            for m in runs
+        ]
+
     return DecodingEvaluation(
         opened.sym_gen(),
         opened.data_iter,
@@ -238,7 +279,8 @@ def decoding_evaluation(
         length_penalty=length_penalty,
         max_sentences=config.fit.decoding.max_sentences if on_eval_data else None,
         model_name=config.model.name,
-        ensemble=fixed,
+        ensemble=fixed_models(ensemble),
+        rerankers=fixed_models(rerankers),
     )
 
 

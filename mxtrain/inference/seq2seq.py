@@ -20,6 +20,7 @@ from mxtrain.decoding.search import DecodeOptions, Hypothesis
 from mxtrain.decoding.seq2seq import DecoderModel, check_decoder, decode_sources, decoder_graphs
 from mxtrain.errors import ConfigError
 from mxtrain.inference.decode import DecodedLines, batch_lines, graphs_fit
+from mxtrain.inference.ensemble import reverses_target
 from mxtrain.inference.open import OpenedRun
 from mxtrain.inference.output import finite_or_none
 
@@ -46,14 +47,17 @@ def decode_batches(
     options: DecodeOptions,
     detokenize: Any,
     count: int | None = None,
+    rerankers: Sequence[DecoderModel] = (),
 ) -> Seq2SeqPredictions:
     """Decode every batch (``data[0]``: sources (N, S) padded with ``info.pad_id``; ``index``:
-    each row's 0-based line, -1 for padding rows); results per line, ``count`` lines (default:
-    up to the last line seen)."""
+    each row's 0-based line, -1 for padding rows), the candidates reranked with ``rerankers``
+    when given; results per line, ``count`` lines (default: up to the last line seen)."""
     found: dict[int, list[Hypothesis]] = {}
     for batch in batches:
         lines = batch_lines(batch, "source")
-        hyps = decode_sources(models, info, options, batch.data[0], lines.tolist())
+        hyps = decode_sources(
+            models, info, options, batch.data[0], lines.tolist(), rerankers=rerankers
+        )
         for line, hyp in zip(lines, hyps, strict=True):
             if line >= 0:
                 found[int(line)] = hyp
@@ -64,10 +68,15 @@ def decode_batches(
 
 
 def predict_seq2seq(
-    opened: OpenedRun, options: DecodeOptions, ensemble: Sequence[OpenedRun] = ()
+    opened: OpenedRun,
+    options: DecodeOptions,
+    ensemble: Sequence[OpenedRun] = (),
+    rerank: Sequence[OpenedRun] = (),
 ) -> Seq2SeqPredictions:
     """Decode every line of ``opened``'s predict iterator with ``options``, together with the
-    ``ensemble`` runs when given (:mod:`mxtrain.inference.ensemble`)."""
+    ``ensemble`` runs when given, the candidates reranked with the ``rerank`` runs
+    (:mod:`mxtrain.inference.ensemble`)."""
+    check_rerank(options, len(rerank))
     data_iter = opened.data_iter
     info = data_iter.data_info
     detokenize = getattr(data_iter, "detokenize", None)
@@ -77,16 +86,31 @@ def predict_seq2seq(
             "outputs cannot be written as text."
         )
     models = [decoder_model(run, opened.contexts[0]) for run in (opened, *ensemble)]
+    rerankers = [decoder_model(run, opened.contexts[0]) for run in rerank]
     log.info(
-        "decoding on %s: %s%s",
+        "decoding on %s: %s%s%s",
         opened.contexts[0],
         "sampling" if options.sample else f"beam {options.beam_size}",
         f", ensemble of {len(models)} models" if len(models) > 1 else "",
+        f", reranked with {len(rerankers)} more" if rerankers else "",
     )
     data_iter.reset()
     count = getattr(data_iter, "num_sentences", None)
     with graphs_fit(opened.params_file):
-        return decode_batches(data_iter, models, info, options, detokenize, count=count)
+        return decode_batches(
+            data_iter, models, info, options, detokenize, count=count, rerankers=rerankers
+        )
+
+
+def check_rerank(options: DecodeOptions, rerankers: int) -> None:
+    """A ConfigError when ``rerankers`` further models are given to a search that leaves
+    them nothing to rank (greedy decoding, sampling)."""
+    if rerankers and (options.sample or options.beam_size < 2):
+        raise ConfigError(
+            "--rerank scores the candidates a beam search finished, but "
+            f"{'sampling draws one output' if options.sample else 'beam size 1 keeps one'}.",
+            hint="Give --beam-size 2 or more (e.g. 5), or leave out --rerank.",
+        )
 
 
 def decoder_model(opened: OpenedRun, context: Any) -> DecoderModel:
@@ -97,4 +121,5 @@ def decoder_model(opened: OpenedRun, context: Any) -> DecoderModel:
     sym_gen = opened.sym_gen()
     check_decoder(sym_gen, opened.config.model.name)
     args, auxs = opened.params()
-    return DecoderModel(GraphRunner(decoder_graphs(sym_gen), args, auxs, context), sym_gen)
+    runner = GraphRunner(decoder_graphs(sym_gen), args, auxs, context)
+    return DecoderModel(runner, sym_gen, reverse_target=reverses_target(opened))

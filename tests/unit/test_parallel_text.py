@@ -395,6 +395,32 @@ def test_detokenize_round_trips_whitespace_and_chars(tmp_path: Path) -> None:
     assert chars.detokenize([3, 2, *label]) == ""  # stops at the first <eos>
 
 
+def test_reverse_target_reads_each_target_last_token_first_and_writes_it_back(
+    tmp_path: Path,
+) -> None:
+    src, tgt = random_pairs(23, seed=4)
+    forward = build(tmp_path, src, tgt, batch_size=4, shuffle=False)
+    backward = build(tmp_path, src, tgt, batch_size=4, shuffle=False, reverse_target=True)
+    assert backward.data_info.reverse_target and not forward.data_info.reverse_target
+    # the same tokens and counts: the same vocabularies and buckets
+    assert backward.target_vocab.tokens == forward.target_vocab.tokens
+    assert backward.buckets == forward.buckets
+    ahead, behind = rows_of(forward), rows_of(backward)
+    for line, (source, decoder, label, key) in behind.items():
+        words = forward.target_vocab.encode(tgt[line].split())[::-1]
+        assert (source, key) == (ahead[line][0], ahead[line][3])
+        assert decoder == [3, *words] and label == [*words, 2]
+        assert backward.detokenize(label) == tgt[line]  # in reading order again
+    chars = build(tmp_path, ["a b"], ["hi yo"], tokens="chars", reverse_target=True)
+    label = rows_of(chars)[0][2]
+    assert chars.target_vocab.decode(label[:-1]) == list("oy ih")
+    assert chars.detokenize(label) == "hi yo"
+    # eval iterators keep the references as read, in reading order
+    evaluated = build(tmp_path, src, tgt, role="eval", reverse_target=True,
+                      context={"train": backward})  # fmt: skip
+    assert [p.target for p in evaluated.pairs()] == tgt
+
+
 def test_chars_tokens_count_characters_and_the_space(tmp_path: Path) -> None:
     it = build(tmp_path, ["ab c"], ["xy"], tokens="chars", shared_vocab=True)
     source, _decoder, label, key = rows_of(it)[0]
