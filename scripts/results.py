@@ -17,7 +17,10 @@ rate, and tested with ``mxtrain score RUN:best --data test.src --target test.tgt
 wer,per --beam-size 5`` on the split ``scripts/prepare_g2p.py`` writes. ``--ensemble
 NAME=FOLDER`` (repeatable) adds runs of the same config (other seeds) that decode together
 with NAME's run: each gets its own row, and the ensemble a row scored with ``mxtrain score
-RUN:best --ensemble OTHER:best ...``.
+RUN:best --ensemble OTHER:best ...``. ``--rerank NAME=FOLDER`` (repeatable) adds runs that
+rerank the beam's candidates (e.g. the config trained right to left, ``--set
+data.train.reverse_target=true``): each gets its own row, and the reranked decoding a row
+scored with ``mxtrain score RUN:best [--ensemble ...] --rerank OTHER:best ...``.
 
 Part-of-speech taggers (``TAGGERS``) are read by their dev accuracy and tested with ``mxtrain
 score RUN:best --data test.conllu`` and ``mxtrain predict`` (for the accuracy on words unseen
@@ -283,15 +286,21 @@ def test_perplexity(run: Path) -> float:
 
 
 def g2p_test_errors(
-    run: Path, data: Path, beam: int, ensemble: list[Path] | None = None
+    run: Path,
+    data: Path,
+    beam: int,
+    ensemble: list[Path] | None = None,
+    rerank: list[Path] | None = None,
 ) -> dict[str, float]:
     """Test WER and PER (%) of ``RUN:best`` (decoding together with ``ensemble``'s best
-    checkpoints when given): ``mxtrain score`` of the split's test files."""
+    checkpoints, its candidates reranked with ``rerank``'s, when given): ``mxtrain score`` of
+    the split's test files."""
     metrics = scored(
         run,
         *("--data", str(data / "test.src"), "--target", str(data / "test.tgt")),
         *("--metrics", "wer,per", "--beam-size", str(beam)),
         *[arg for member in ensemble or [] for arg in ("--ensemble", f"{member}:best")],
+        *[arg for member in rerank or [] for arg in ("--rerank", f"{member}:best")],
     )
     return {"test_wer": float(metrics["wer"]), "test_per": float(metrics["per"])}
 
@@ -382,7 +391,7 @@ def described_run(run: Path, shipped: Path, metric: str) -> dict[str, Any]:
 
 
 def ensemble_row(members: list[Path], shipped: Path, data: Path, beam: int) -> dict[str, Any]:
-    """The further runs of an ensemble, each summarized and tested alone."""
+    """The further runs of an ensemble (or rerankers), each summarized and tested alone."""
     summaries = []
     for member in members:
         summary = described_run(member, shipped, "wer")
@@ -445,13 +454,19 @@ def notes(rows: dict[str, dict[str, Any]]) -> list[str]:
             f"`{ALL_CONFIGS[name]['config']}` in: {', '.join(keys)}."
         )
     for name, row in rows.items():
-        for member in (row.get("ensemble") or {}).get("members", []):
-            keys = [k for k in member.get("config_changes") or [] if k != "experiment.seed"]
-            if keys:
-                lines.append(
-                    f"\nThe ensemble's run {member['run']} differs from "
-                    f"`{ALL_CONFIGS[name]['config']}` in more than its seed: {', '.join(keys)}."
-                )
+        for group, allowed in (("ensemble", ()), ("rerank", DIRECTION_KEYS)):
+            for member in (row.get(group) or {}).get("members", []):
+                keys = [
+                    k
+                    for k in member.get("config_changes") or []
+                    if k != "experiment.seed" and k not in allowed
+                ]
+                if keys:
+                    lines.append(
+                        f"\nThe {group} run {member['run']} differs from "
+                        f"`{ALL_CONFIGS[name]['config']}` in more than its seed"
+                        f"{' and direction' if allowed else ''}: {', '.join(keys)}."
+                    )
     for name, row in rows.items():
         if row.get("carried"):
             unchecked = (
@@ -465,6 +480,16 @@ def notes(rows: dict[str, dict[str, Any]]) -> list[str]:
                 f"machine that regenerated this file.{unchecked}"
             )
     return lines
+
+
+#: the keys a right-to-left run of a config changes
+DIRECTION_KEYS = ("data.train.reverse_target", "data.eval.reverse_target")
+
+
+def right_to_left(row: dict[str, Any]) -> bool:
+    """Whether the run of ``row`` writes targets right to left (data reverse_target)."""
+    train = ((row.get("config") or {}).get("data") or {}).get("train") or {}
+    return bool(train.get("reverse_target"))
 
 
 def by_epoch(rows: dict[str, dict[str, Any]], digits: int = 1) -> list[str]:
@@ -491,10 +516,15 @@ def g2p_markdown(rows: dict[str, dict[str, Any]]) -> str:
     ]
     for name, row in rows.items():
         paper = G2P[name]
-        ensemble = row.get("ensemble")
-        for member in [row, *(ensemble["members"] if ensemble else [])]:
+        ensemble, rerank = row.get("ensemble"), row.get("rerank")
+        others = [
+            *(ensemble["members"] if ensemble else []),
+            *(rerank["members"] if rerank else []),
+        ]
+        for member in [row, *others]:
             seed = (member.get("config") or {}).get("experiment", {}).get("seed")
-            label = f"`{paper['config']}`" + (f", seed {seed}" if ensemble else "")
+            label = f"`{paper['config']}`" + (f", seed {seed}" if others else "")
+            label += ", right to left" if right_to_left(member) else ""
             lines.append(
                 f"| {label} | {paper['source']} | {fmt(member['valid'])} "
                 f"({member['best_epoch']}) | {fmt(member.get('test_wer'))} / "
@@ -508,6 +538,21 @@ def g2p_markdown(rows: dict[str, dict[str, Any]]) -> str:
                 f"| the {len(runs)} above as an ensemble (`score --ensemble`) | mean of their "
                 f"probabilities at each step | - | **{fmt(ensemble.get('test_wer'))} / "
                 f"{fmt(ensemble.get('test_per'))}** | {paper['beam']} | - | "
+                f"{fmt(max(r['minutes'] for r in runs), 0)} (each run on one core; the recipe "
+                f"trains them side by side) | {row['cpu']}, {row['isa']}, {len(runs)} cores |"
+            )
+        if rerank:
+            runs = [row, *others]
+            searched = (
+                f"the first {1 + len(ensemble['members'])} as an ensemble"
+                if ensemble
+                else "the first"
+            )
+            lines.append(
+                f"| the {len(runs)} above: {searched} searching, every run scoring the beam's "
+                f"candidates (`score --rerank`) | mean of the runs' log-probabilities of each "
+                f"candidate | - | **{fmt(rerank.get('test_wer'))} / "
+                f"{fmt(rerank.get('test_per'))}** | {paper['beam']} | - | "
                 f"{fmt(max(r['minutes'] for r in runs), 0)} (each run on one core; the recipe "
                 f"trains them side by side) | {row['cpu']}, {row['isa']}, {len(runs)} cores |"
             )
@@ -595,6 +640,14 @@ def main(argv: list[str] | None = None) -> int:
         help="G2P: a further run of config NAME (another seed) decoding with NAME's run",
     )
     parser.add_argument(
+        "--rerank",
+        action="append",
+        default=[],
+        metavar="NAME=FOLDER",
+        help="G2P: a further run of config NAME (e.g. right to left) scoring the candidates of "
+        "NAME's run (and its --ensemble)",
+    )
+    parser.add_argument(
         "--drop-missing",
         action="store_true",
         help="leave out configs without a run folder instead of keeping their earlier rows",
@@ -609,11 +662,16 @@ def main(argv: list[str] | None = None) -> int:
             )
         folders[name] = Path(folder)
     ensembles: dict[str, list[Path]] = {}
-    for item in args.ensemble:
-        name, _, folder = item.partition("=")
-        if name not in G2P or not folder:
-            parser.error(f"--ensemble {item!r}: give NAME=FOLDER with NAME one of {', '.join(G2P)}")
-        ensembles.setdefault(name, []).append(Path(folder))
+    rerankers: dict[str, list[Path]] = {}
+    for flag, items, chosen in (
+        ("--ensemble", args.ensemble, ensembles),
+        ("--rerank", args.rerank, rerankers),
+    ):
+        for item in items:
+            name, _, folder = item.partition("=")
+            if name not in G2P or not folder:
+                parser.error(f"{flag} {item!r}: give NAME=FOLDER with NAME one of {', '.join(G2P)}")
+            chosen.setdefault(name, []).append(Path(folder))
     earlier = {} if args.drop_missing else previous_rows(args.output.with_suffix(".json"))
     rows: dict[str, dict[str, Any]] = {}
     for name, folder in folders.items():
@@ -642,6 +700,12 @@ def main(argv: list[str] | None = None) -> int:
             if members:
                 rows[name]["ensemble"] = ensemble_row(members, shipped, data, g2p["beam"])
                 rows[name]["ensemble"].update(g2p_test_errors(folder, data, g2p["beam"], members))
+            scorers = rerankers.get(name, [])
+            if scorers:
+                rows[name]["rerank"] = ensemble_row(scorers, shipped, data, g2p["beam"])
+                rows[name]["rerank"].update(
+                    g2p_test_errors(folder, data, g2p["beam"], members, scorers)
+                )
         else:
             rows[name]["test"] = test_perplexity(folder)
         print(f"{name}: {rows[name]}", file=sys.stderr)

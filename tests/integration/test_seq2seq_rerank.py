@@ -139,3 +139,28 @@ def test_rerank_and_direction_errors_are_clear(
     assert code != 0 and "reverse_target" in err and "Traceback" not in err
     code, _, err = invoke("check", workdir / "s2s.yaml", "--set", "data.train.reverse_target=yes")
     assert code != 0 and "reverse_target" in err and "Traceback" not in err
+
+
+def test_results_script_reports_a_reranked_row(
+    workdir: Path, forward: Path, backward: Path, tmp_path: Path
+) -> None:
+    """--rerank NAME=FOLDER: the right-to-left run gets its own row, labelled so, and the
+    reranked decoding one, whose figures are `score --rerank`'s."""
+    from test_seq2seq_decoding_metrics import results_script
+
+    row, text, split = results_script(workdir, forward, tmp_path, "--rerank",
+                                      f"g2p_cmudict={backward}")  # fmt: skip
+    (member,) = row["rerank"]["members"]
+    assert member["run"] == str(backward)
+    assert "right to left" in text and "(`score --rerank`)" in text
+    # the toy runs differ from the shipped config in much, but not in their direction
+    (note,) = [line for line in text.splitlines() if "The rerank run" in line]
+    assert "more than its seed and direction" in note and "reverse_target" not in note
+    code, out, err = invoke("score", f"{forward}:best", "--data", split / "test.src", "--target",
+                            split / "test.tgt", "--metrics", "wer,per", "--beam-size", 5,
+                            "--rerank", f"{backward}:best", "--json")  # fmt: skip
+    assert code == 0, err
+    report = json.loads(out)
+    assert row["rerank"]["test_wer"] == report["metrics"]["wer"]
+    assert row["rerank"]["test_per"] == report["metrics"]["per"]
+    assert f"**{row['rerank']['test_wer']:,.1f} / {row['rerank']['test_per']:,.1f}**" in text
