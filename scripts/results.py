@@ -18,7 +18,7 @@ wer,per --beam-size 5`` on the split ``scripts/prepare_g2p.py`` writes. ``--ense
 NAME=FOLDER`` (repeatable) adds runs of the same config (other seeds) that decode together
 with NAME's run: each gets its own row, and the ensemble a row scored with ``mxtrain score
 RUN:best --ensemble OTHER:best ...``. ``--rerank NAME=FOLDER`` (repeatable) adds runs that
-rerank the beam's candidates (e.g. the config trained right to left, ``--set
+search beside NAME's and score every candidate (e.g. the config trained right to left, ``--set
 data.train.reverse_target=true``): each gets its own row, and the reranked decoding a row
 scored with ``mxtrain score RUN:best [--ensemble ...] --rerank OTHER:best ...``.
 
@@ -543,15 +543,15 @@ def g2p_markdown(rows: dict[str, dict[str, Any]]) -> str:
             )
         if rerank:
             runs = [row, *others]
-            searched = (
-                f"the first {1 + len(ensemble['members'])} as an ensemble"
+            searching = (
+                f"the first {1 + len(ensemble['members'])} as an ensemble and each other run search"
                 if ensemble
-                else "the first"
+                else "each run searches"
             )
             lines.append(
-                f"| the {len(runs)} above: {searched} searching, every run scoring the beam's "
-                f"candidates (`score --rerank`) | mean of the runs' log-probabilities of each "
-                f"candidate | - | **{fmt(rerank.get('test_wer'))} / "
+                f"| the {len(runs)} above together (`score --rerank`) | {searching} (beam "
+                f"{paper['beam']}); every candidate kept is ranked by the mean of the runs' "
+                f"log-probabilities | - | **{fmt(rerank.get('test_wer'))} / "
                 f"{fmt(rerank.get('test_per'))}** | {paper['beam']} | - | "
                 f"{fmt(max(r['minutes'] for r in runs), 0)} (each run on one core; the recipe "
                 f"trains them side by side) | {row['cpu']}, {row['isa']}, {len(runs)} cores |"
@@ -644,8 +644,8 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="NAME=FOLDER",
-        help="G2P: a further run of config NAME (e.g. right to left) scoring the candidates of "
-        "NAME's run (and its --ensemble)",
+        help="G2P: a further run of config NAME (e.g. right to left) searching beside NAME's "
+        "run (and its --ensemble), every run scoring every candidate",
     )
     parser.add_argument(
         "--drop-missing",

@@ -172,9 +172,9 @@ score is log_prob divided by the GNMT length penalty. --task generate: {"line", 
     "probabilities at each step. The runs must share their vocabularies."
 )
 @rerank_option(
-    "seq2seq: score every candidate the beam finished with this run too (repeatable; e.g. a "
-    "right-to-left model, data reverse_target: true) and rank them by the mean of the "
-    "models' log-probabilities. Needs --beam-size > 1."
+    "seq2seq: this run searches too (repeatable; e.g. a right-to-left model, data "
+    "reverse_target: true); every candidate either beam kept is scored by every model and "
+    "they are ranked by the mean of the log-probabilities. Needs --beam-size > 1."
 )
 @set_option
 @click.option("--force", is_flag=True, help="Replace an existing output file.")

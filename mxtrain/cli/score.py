@@ -92,9 +92,9 @@ Examples:
     "probabilities at each step. Same vocabularies needed; the device metrics stay RUN's own."
 )
 @rerank_option(
-    "Score every candidate the beam finished with this seq2seq run too (repeatable; e.g. a "
-    "right-to-left model, data reverse_target: true) and rank them by the mean of the "
-    "models' log-probabilities. Needs a beam of 2 or more."
+    "This seq2seq run searches too (repeatable; e.g. a right-to-left model, data "
+    "reverse_target: true); every candidate either beam kept is scored by every model and "
+    "they are ranked by the mean of the log-probabilities. Needs a beam of 2 or more."
 )
 @set_option
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON line.")

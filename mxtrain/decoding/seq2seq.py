@@ -153,34 +153,59 @@ def decode_sources(
 ) -> list[list[Hypothesis]]:
     """The hypotheses of each row of ``source`` (N, S), ids padded with ``info.pad_id`` (an
     NDArray or a NumPy array), best first, decoded by ``models`` (one, or an ensemble);
-    ``lines`` seed the sampler (one per row). With ``rerankers`` the beam's every finished
-    candidate is scored by each of them too and the candidates ranked by the mean of the
-    log probabilities (:func:`rerank_sources`)."""
+    ``lines`` seed the sampler (one per row).
+
+    With ``rerankers`` each of them searches too, with the same beam; every candidate a
+    search kept (``beam_size`` each, duplicates once) is then scored by the models and by
+    each reranker (teacher-forced, :func:`forced_log_probs`) and ranked by the mean of those
+    log-probabilities (:func:`rerank_sources`). The pool holds what either direction found:
+    a right-to-left reranker's search finds endings the left-to-right beam dropped early."""
     pad = info.pad_id if info.pad_id is not None else 0
     host = source if isinstance(source, np.ndarray) else source.asnumpy()
     lengths = (host != pad).sum(axis=1)
     ratio = options.max_output_ratio, options.max_output_add
     max_steps = int(max_output_lengths([host.shape[1]], *ratio)[0])
     limits = max_output_lengths(lengths, *ratio)  # <= max_steps
-    rows = rows_per_input(options)
-    members = [EncoderDecoderSteps(m.runner, m.sym_gen, source, rows, max_steps) for m in models]
-    model = members[0] if len(members) == 1 else EnsembleSteps(members)
     searched = replace(options, nbest=options.beam_size) if rerankers else options
-    hypotheses = decode(
-        model,
-        np.full(host.shape[0], info.bos_id, dtype=np.int64),
-        limits,
-        searched,
-        eos=info.eos_id,
-        banned=(pad, info.bos_id),
-        lines=list(lines),
-    )
+
+    def search(searchers: Sequence[DecoderModel]) -> list[list[Hypothesis]]:
+        rows = rows_per_input(options)
+        steps = [
+            EncoderDecoderSteps(m.runner, m.sym_gen, source, rows, max_steps) for m in searchers
+        ]
+        return decode(
+            steps[0] if len(steps) == 1 else EnsembleSteps(steps),
+            np.full(host.shape[0], info.bos_id, dtype=np.int64),
+            limits,
+            searched,
+            eos=info.eos_id,
+            banned=(pad, info.bos_id),
+            lines=list(lines),
+        )
+
+    hypotheses = search(models)
     if not rerankers:
         return hypotheses
-    return rerank_sources(rerankers, info, options, source, hypotheses, max_steps)
+    ours = reverses(info)
+    for reranker in rerankers:
+        flip = reranker.reverse_target != ours
+        for row, theirs in zip(hypotheses, search([reranker]), strict=True):
+            known = {(h.tokens, h.ended) for h in row}
+            for h in theirs:
+                tokens = h.tokens[::-1] if flip else h.tokens
+                if (tokens, h.ended) not in known:
+                    known.add((tokens, h.ended))
+                    row.append(Hypothesis(tokens, float("nan"), float("nan"), h.ended))
+    return rerank_sources(models, rerankers, info, options, source, hypotheses, max_steps)
+
+
+def reverses(info: Any) -> bool:
+    """Whether the data of ``info`` is read right to left (``reverse_target``)."""
+    return bool(getattr(info, "reverse_target", False))
 
 
 def rerank_sources(
+    models: Sequence[DecoderModel],
     rerankers: Sequence[DecoderModel],
     info: Any,
     options: DecodeOptions,
@@ -191,15 +216,24 @@ def rerank_sources(
     """Each row's ``hypotheses`` ranked again with the log probabilities ``rerankers`` give
     them (teacher-forced: :func:`forced_log_probs`; a right-to-left reranker reads each
     candidate last token first), ``options.nbest`` kept (:func:`~mxtrain.decoding.search.
-    rerank`)."""
-    rows = options.beam_size
+    rerank`). With ``models`` (the searching model or ensemble) every candidate's own
+    log-probability is computed by them too (candidates the search did not find: a pool);
+    without, it is the hypothesis's ``log_prob``."""
+    rows = max((len(h) for h in hypotheses), default=1)
     candidates = [[h.tokens for h in hyps] for hyps in hypotheses]
     ended = [[h.ended for h in hyps] for hyps in hypotheses]
+    ours = reverses(info)
+    if models:
+        own = forced_log_probs(models, info, source, candidates, ended, rows, max_steps)
+        hypotheses = [
+            [replace(h, log_prob=lp) for h, lp in zip(hyps, row, strict=True)]
+            for hyps, row in zip(hypotheses, own, strict=True)
+        ]
     scores = []
     for reranker in rerankers:
-        flip = reranker.reverse_target != bool(getattr(info, "reverse_target", False))
+        flip = reranker.reverse_target != ours
         theirs = [[t[::-1] for t in row] for row in candidates] if flip else candidates
-        scores.append(forced_log_probs(reranker, info, source, theirs, ended, rows, max_steps))
+        scores.append(forced_log_probs([reranker], info, source, theirs, ended, rows, max_steps))
     return [
         rerank(
             hyps,
@@ -214,7 +248,7 @@ def rerank_sources(
 
 
 def forced_log_probs(
-    model: DecoderModel,
+    models: Sequence[DecoderModel],
     info: Any,
     source: Any,
     candidates: Sequence[Sequence[tuple[int, ...]]],
@@ -222,11 +256,12 @@ def forced_log_probs(
     rows: int,
     max_steps: int,
 ) -> list[list[float]]:
-    """``model``'s log probability of each candidate output of each row of ``source``: the
-    sum of ln p of its tokens, and of ``<eos>`` after them where it ``ended``, each read
-    with the candidate's own earlier tokens as the decoder's inputs (teacher forcing). At
-    most ``rows`` candidates per row, each at most ``max_steps`` positions long (the beam's
-    own bounds: the step graphs decoding bound are reused)."""
+    """The log probability ``models`` (one, or an ensemble: the mean of their probabilities
+    at each step) give each candidate output of each row of ``source``: the sum of ln p of
+    its tokens, and of ``<eos>`` after them where it ``ended``, each read with the
+    candidate's own earlier tokens as the decoder's inputs (teacher forcing). At most
+    ``rows`` candidates per row, each at most ``max_steps`` positions long (the beam's own
+    bounds: the step graphs decoding bound are reused when ``rows`` is the beam)."""
     # deferred: MXNet reads its thread settings when it loads (devices.configure_threads)
     import mxnet as mx
 
@@ -241,7 +276,8 @@ def forced_log_probs(
             r = i * rows + k
             labels[r, : len(tokens)] = tokens
             counted[r] = len(tokens) + (1 if ended[i][k] else 0)
-    steps = EncoderDecoderSteps(model.runner, model.sym_gen, source, rows, max_steps)
+    members = [EncoderDecoderSteps(m.runner, m.sym_gen, source, rows, max_steps) for m in models]
+    steps = members[0] if len(members) == 1 else EnsembleSteps(members)
     total = np.zeros(inputs * rows, dtype=np.float64)
     previous = np.full(inputs * rows, info.bos_id, dtype=np.int64)
     for position in range(positions):

@@ -13,8 +13,8 @@ their target order: a right-to-left model (``reverse_target``) cannot average it
 with a left-to-right one's.
 
 ``--rerank RUN`` opens further runs the same way (the same vocabularies and tokenization, any
-target order): they do not search, they score each finished candidate of the beam
-(:func:`mxtrain.decoding.seq2seq.rerank_sources`).
+target order): each searches on its own, and every model scores every candidate any search
+kept (:func:`mxtrain.decoding.seq2seq.decode_sources`).
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ def check_same_order(main: OpenedRun, member: OpenedRun) -> None:
             f"--ensemble {member.run.path}: {right_to_left.run.path} writes targets right to "
             "left (data reverse_target: true) and the other left to right, so their next "
             "tokens cannot be averaged step by step.",
-            hint="Rerank with the other direction's model instead: --rerank RUN scores each "
-            "finished candidate with it.",
+            hint="Rerank with the other direction's model instead: with --rerank RUN it "
+            "searches on its own and every model scores every candidate.",
         )
 
 

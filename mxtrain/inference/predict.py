@@ -196,7 +196,7 @@ def predict_run(
     ``task="generate"`` makes a language model continue each line
     (:mod:`mxtrain.inference.generate`); ``decoding`` holds the flags of both
     (:func:`mxtrain.inference.decode.decode_options`). ``ensemble``: further seq2seq runs
-    decoding together with this one; ``rerank``: further seq2seq runs scoring its candidates
+    decoding together with this one; ``rerank``: further seq2seq runs searching and scoring with it
     (:mod:`mxtrain.inference.ensemble`).
     """
     started = time.perf_counter()

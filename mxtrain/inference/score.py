@@ -91,9 +91,9 @@ def score_checkpoint(
     it: as fit decoded). On ``data.eval`` they decode what fit decoded (the first
     ``fit.decode_eval.max_sentences`` distinct sources), on a ``data`` file every one.
     ``ensemble``: further seq2seq runs that decode together with this one
-    (:mod:`mxtrain.inference.ensemble`); ``rerank``: further seq2seq runs scoring the beam's
-    candidates; the device metrics stay this checkpoint's own. ``length_penalty``: the
-    beam's GNMT alpha (default 1.0, as ``predict``).
+    (:mod:`mxtrain.inference.ensemble`); ``rerank``: further seq2seq runs that search too,
+    every candidate scored by every model; the device metrics stay this checkpoint's own.
+    ``length_penalty``: the beam's GNMT alpha (default 1.0, as ``predict``).
     """
     started = time.perf_counter()
     unknown = [name for name in decoding_metrics if name not in DECODING_METRICS]

@@ -152,7 +152,7 @@ def test_results_script_reports_a_reranked_row(
                                       f"g2p_cmudict={backward}")  # fmt: skip
     (member,) = row["rerank"]["members"]
     assert member["run"] == str(backward)
-    assert "right to left" in text and "(`score --rerank`)" in text
+    assert "right to left" in text and "together (`score --rerank`)" in text
     # the toy runs differ from the shipped config in much, but not in their direction
     (note,) = [line for line in text.splitlines() if "The rerank run" in line]
     assert "more than its seed and direction" in note and "reverse_target" not in note

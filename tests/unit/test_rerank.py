@@ -62,12 +62,12 @@ def info():
 
 
 def copy_log_prob(gain: float, source: list[int], output: list[int]) -> float:
-    """ln p of ``output`` under the copy model: position p predicts source[p] (<eos> past
-    the source's end) with logit ``gain``, every other token logit 0."""
+    """ln p of ``output`` under the copy model: position p predicts source[p] (<eos> from
+    the source's end on) with logit ``gain``, every other token logit 0."""
     norm = math.log(math.exp(gain) + V - 1)
-    wanted = [*[t for t in source if t], EOS]
+    wanted = [t for t in source if t]
     return sum(
-        (gain if p < len(wanted) and token == wanted[p] else 0.0) - norm
+        (gain if token == (wanted[p] if p < len(wanted) else EOS) else 0.0) - norm
         for p, token in enumerate(output)
     )
 
@@ -79,7 +79,7 @@ def test_forced_log_probs_sum_each_candidates_tokens_and_its_eos() -> None:
     source = np.array([[W, X, Y], [Z, 0, 0]], dtype=np.float32)
     candidates = [[(W, X, Y), (W, Z), (Y,)], [(Z,), (W, W, W, W)]]
     ended = [[True, True, False], [True, False]]
-    got = forced_log_probs(bound(gain), info(), source, candidates, ended, rows=3, max_steps=8)
+    got = forced_log_probs([bound(gain)], info(), source, candidates, ended, rows=3, max_steps=8)
     assert [len(row) for row in got] == [3, 2]  # a row's missing candidates are not scored
     for r, row in enumerate(candidates):
         src = [int(t) for t in source[r]]
@@ -99,7 +99,7 @@ def test_the_beams_own_candidates_score_their_log_prob_when_forced() -> None:
     hyps = decode_sources([model], info(), options, source)
     candidates = [[h.tokens for h in row] for row in hyps]
     ended = [[h.ended for h in row] for row in hyps]
-    got = forced_log_probs(model, info(), source, candidates, ended, rows=4, max_steps=16)
+    got = forced_log_probs([model], info(), source, candidates, ended, rows=4, max_steps=16)
     for row, scores in zip(hyps, got, strict=True):
         assert len(row) == 4
         for h, forced in zip(row, scores, strict=True):
@@ -119,17 +119,17 @@ def test_a_right_to_left_reranker_reads_each_candidate_backwards() -> None:
     beam = [[hyp(c, lp) for c, lp in zip(candidates, own, strict=True)]]
     options = DecodeOptions(beam_size=2, nbest=2, length_penalty=1.0)
     reranker = bound(other_gain, reverse=True)
-    ranked = rerank_sources([reranker], info(), options, source, beam, max_steps=8)[0]
+    ranked = rerank_sources([], [reranker], info(), options, source, beam, max_steps=8)[0]
     theirs = [copy_log_prob(other_gain, src, [*c[::-1], EOS]) for c in candidates]
     means = [(a + b) / 2 for a, b in zip(own, theirs, strict=True)]
     assert means[1] > means[0]  # what the test is about: the reranker turns the order
     assert [h.tokens for h in ranked] == [(Y, X, W), (W, X, Y)]
     assert [h.log_prob for h in ranked] == pytest.approx([means[1], means[0]], abs=1e-4)
     # read left to right, the same model agrees with the main one: the order stays
-    same_way = rerank_sources([bound(other_gain)], info(), options, source, beam, max_steps=8)
+    same_way = rerank_sources([], [bound(other_gain)], info(), options, source, beam, 8)
     assert [h.tokens for h in same_way[0]] == [(W, X, Y), (Y, X, W)]
     # nbest 1 keeps the best only
-    one = rerank_sources([reranker], info(), DecodeOptions(beam_size=2), source, beam, 8)
+    one = rerank_sources([], [reranker], info(), DecodeOptions(beam_size=2), source, beam, 8)
     assert [h.tokens for h in one[0]] == [(Y, X, W)]
 
 
@@ -151,3 +151,25 @@ def test_decode_sources_with_a_reranker_returns_the_nbest_asked() -> None:
         for h in b:
             match = [g for g in a if g.tokens == h.tokens]
             assert not match or abs(match[0].log_prob - h.log_prob) < 1e-5 * (h.length + 1)
+
+
+def test_a_pool_adds_the_rerankers_own_candidates_scored_by_every_model() -> None:
+    """The right-to-left copy model searches too; its best (the source backwards, read back:
+    Y X W) joins the main model's beam, and every candidate's log-probability is the mean of
+    each model's forced one."""
+    from mxtrain.decoding.seq2seq import decode_sources
+
+    main_gain, other_gain = 1.0, 6.0
+    source = np.array([[W, X, Y]], dtype=np.float32)
+    main, other = bound(main_gain), bound(other_gain, reverse=True)
+    options = DecodeOptions(beam_size=2, nbest=2)
+    searched = decode_sources([main], info(), options, source)[0]
+    assert (Y, X, W) not in [h.tokens for h in searched]  # the main beam misses it
+    pooled = decode_sources([main], info(), options, source, rerankers=[other])[0]
+    assert pooled[0].tokens == (Y, X, W)
+    src = [W, X, Y]
+    for h in pooled:
+        output = [*h.tokens, EOS]
+        mean = (copy_log_prob(main_gain, src, output) + copy_log_prob(other_gain, src,
+                [*h.tokens[::-1], EOS])) / 2  # fmt: skip
+        assert abs(h.log_prob - mean) < 1e-5 * (len(output) + 1)
