@@ -107,6 +107,11 @@ def test_score_and_predict_rerank_with_a_right_to_left_run(
     for r in reranked:
         first, second = r["nbest"]
         assert first["score"] >= second["score"] and r["output"] == first["output"]
+    # an ensemble searching beside the reranker: the ensemble of a run with itself scores
+    # as the run alone, so the pool's ranking is the same
+    doubled = predict(forward, source, tmp_path / "e.jsonl", "--beam-size", 3, "--nbest", 2,
+                      "--rerank", backward, "--ensemble", forward)  # fmt: skip
+    assert [r["output"] for r in doubled] == [r["output"] for r in reranked]
     # score's WER is that of predict's best outputs at the same beam
     outputs = predict(forward, source, tmp_path / "one.jsonl", "--beam-size", 3,
                       "--rerank", backward)  # fmt: skip
