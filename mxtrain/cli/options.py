@@ -71,16 +71,10 @@ def batch_size_override(reads: str, per_batch: str) -> Callable[[F], F]:
     )
 
 
-def ensemble_option(help: str) -> Callable[[F], F]:
-    """``--ensemble`` of predict and score: further seq2seq runs decoded together with the
-    checkpoint; ``help`` says what the command does with them."""
-    return click.option("--ensemble", metavar="RUN[:EPOCH|:best|:TAG]", multiple=True, help=help)
-
-
-def rerank_option(help: str) -> Callable[[F], F]:
-    """``--rerank`` of predict and score: further seq2seq runs that score the beam's
-    candidates; ``help`` says what the command does with them."""
-    return click.option("--rerank", metavar="RUN[:EPOCH|:best|:TAG]", multiple=True, help=help)
+def further_runs_option(flag: str, help: str) -> Callable[[F], F]:
+    """``--ensemble`` or ``--rerank`` of predict and score: further seq2seq runs decoding
+    beside the checkpoint; ``help`` says what the command does with them."""
+    return click.option(flag, metavar="RUN[:EPOCH|:best|:TAG]", multiple=True, help=help)
 
 
 def length_penalty_option(ranks: str) -> Callable[[F], F]:

@@ -10,10 +10,9 @@ import click
 from mxtrain.cli.options import (
     EPOCH,
     batch_size_override,
-    ensemble_option,
+    further_runs_option,
     handle_errors,
     length_penalty_option,
-    rerank_option,
     set_option,
 )
 
@@ -167,14 +166,16 @@ score is log_prob divided by the GNMT length penalty. --task generate: {"line", 
     int,
     "generate with sampling: the same seed gives the same text on the same machine (default 0).",
 )
-@ensemble_option(
+@further_runs_option(
+    "--ensemble",
     "seq2seq: decode together with this run too (repeatable): the mean of the models' "
-    "probabilities at each step. The runs must share their vocabularies."
+    "probabilities at each step. The runs must share their vocabularies.",
 )
-@rerank_option(
+@further_runs_option(
+    "--rerank",
     "seq2seq: this run searches too (repeatable; e.g. a right-to-left model, data "
     "reverse_target: true); every candidate either beam kept is scored by every model and "
-    "they are ranked by the mean of the log-probabilities. Needs --beam-size > 1."
+    "they are ranked by the mean of the log-probabilities. Needs --beam-size > 1.",
 )
 @set_option
 @click.option("--force", is_flag=True, help="Replace an existing output file.")

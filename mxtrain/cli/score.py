@@ -9,10 +9,9 @@ import click
 from mxtrain.cli.options import (
     EPOCH,
     batch_size_override,
-    ensemble_option,
+    further_runs_option,
     handle_errors,
     length_penalty_option,
-    rerank_option,
     set_option,
 )
 
@@ -87,14 +86,16 @@ Examples:
     "as fit decoded; `predict` searches 5 by default).",
 )
 @length_penalty_option("the beam's hypotheses for the decoding metrics")
-@ensemble_option(
+@further_runs_option(
+    "--ensemble",
     "Decode together with this seq2seq run (repeatable): the mean of the models' "
-    "probabilities at each step. Same vocabularies needed; the device metrics stay RUN's own."
+    "probabilities at each step. Same vocabularies needed; the device metrics stay RUN's own.",
 )
-@rerank_option(
+@further_runs_option(
+    "--rerank",
     "This seq2seq run searches too (repeatable; e.g. a right-to-left model, data "
     "reverse_target: true); every candidate either beam kept is scored by every model and "
-    "they are ranked by the mean of the log-probabilities. Needs a beam of 2 or more."
+    "they are ranked by the mean of the log-probabilities. Needs a beam of 2 or more.",
 )
 @set_option
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON line.")
@@ -135,7 +136,7 @@ def score_command(
     --set fit.decode_eval.max_sentences=null), with --data every one; "decoding" in
     the JSON line gives the beam and the number of sources. With --ensemble the decoding
     metrics are those of the runs decoding together ("decoding": "ensemble" lists them);
-    with --rerank those of the beam's candidates reranked ("decoding": "rerank").
+    with --rerank those of the pooled candidates reranked ("decoding": "rerank").
     """
     # deferred: import cost (`mxtrain --help` imports every command)
     from rich.console import Console

@@ -36,7 +36,13 @@ from typing import Any
 import numpy as np
 
 from mxtrain.decoding.search import DEFAULT_LENGTH_PENALTY, DecodeOptions
-from mxtrain.decoding.seq2seq import DecoderModel, check_decoder, decode_sources, decoder_graphs
+from mxtrain.decoding.seq2seq import (
+    DecoderModel,
+    check_decoder,
+    decode_sources,
+    decoder_graphs,
+    reverses,
+)
 from mxtrain.errors import ConfigError
 from mxtrain.text_metrics import decoding_scores
 
@@ -171,8 +177,7 @@ class DecodingEvaluation:
             runner = GraphRunner(decoder_graphs(sym_gen), args, auxs, self.context)
             return DecoderModel(runner, sym_gen, reverse_target=reverse)
 
-        reverse = bool(getattr(self.info, "reverse_target", False))
-        models = [bound(self.sym_gen, arg_params, aux_params, reverse)]
+        models = [bound(self.sym_gen, arg_params, aux_params, reverses(self.info))]
         models += [
             bound(m.sym_gen, m.arg_params, m.aux_params, m.reverse_target) for m in self.ensemble
         ]

@@ -213,22 +213,20 @@ def rerank_sources(
     hypotheses: list[list[Hypothesis]],
     max_steps: int,
 ) -> list[list[Hypothesis]]:
-    """Each row's ``hypotheses`` ranked again with the log probabilities ``rerankers`` give
-    them (teacher-forced: :func:`forced_log_probs`; a right-to-left reranker reads each
-    candidate last token first), ``options.nbest`` kept (:func:`~mxtrain.decoding.search.
-    rerank`). With ``models`` (the searching model or ensemble) every candidate's own
-    log-probability is computed by them too (candidates the search did not find: a pool);
-    without, it is the hypothesis's ``log_prob``."""
+    """Each row's ``hypotheses`` (a pool: some found by other searches) ranked by the mean of
+    the log probabilities ``models`` (the searching model or ensemble) and each of the
+    ``rerankers`` give them (teacher-forced: :func:`forced_log_probs`; a right-to-left
+    reranker reads each candidate last token first), ``options.nbest`` kept
+    (:func:`~mxtrain.decoding.search.rerank`)."""
     rows = max((len(h) for h in hypotheses), default=1)
     candidates = [[h.tokens for h in hyps] for hyps in hypotheses]
     ended = [[h.ended for h in hyps] for hyps in hypotheses]
     ours = reverses(info)
-    if models:
-        own = forced_log_probs(models, info, source, candidates, ended, rows, max_steps)
-        hypotheses = [
-            [replace(h, log_prob=lp) for h, lp in zip(hyps, row, strict=True)]
-            for hyps, row in zip(hypotheses, own, strict=True)
-        ]
+    own = forced_log_probs(models, info, source, candidates, ended, rows, max_steps)
+    hypotheses = [
+        [replace(h, log_prob=lp) for h, lp in zip(hyps, row, strict=True)]
+        for hyps, row in zip(hypotheses, own, strict=True)
+    ]
     scores = []
     for reranker in rerankers:
         flip = reranker.reverse_target != ours

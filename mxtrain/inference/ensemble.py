@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mxtrain.data.base import TASK_SEQ2SEQ
+from mxtrain.decoding.seq2seq import reverses
 from mxtrain.errors import ConfigError
 from mxtrain.inference.open import OpenedRun, open_run
 
@@ -83,7 +84,7 @@ def open_members(
 
 def reverses_target(opened: OpenedRun) -> bool:
     """Whether ``opened``'s model reads and writes targets last token first."""
-    return bool(getattr(opened.data_iter.data_info, "reverse_target", False))
+    return reverses(opened.data_iter.data_info)
 
 
 def _order(opened: OpenedRun) -> str:

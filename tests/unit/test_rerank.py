@@ -119,17 +119,18 @@ def test_a_right_to_left_reranker_reads_each_candidate_backwards() -> None:
     beam = [[hyp(c, lp) for c, lp in zip(candidates, own, strict=True)]]
     options = DecodeOptions(beam_size=2, nbest=2, length_penalty=1.0)
     reranker = bound(other_gain, reverse=True)
-    ranked = rerank_sources([], [reranker], info(), options, source, beam, max_steps=8)[0]
+    main = [bound(main_gain)]  # its forced log-probabilities are those of the beam above
+    ranked = rerank_sources(main, [reranker], info(), options, source, beam, max_steps=8)[0]
     theirs = [copy_log_prob(other_gain, src, [*c[::-1], EOS]) for c in candidates]
     means = [(a + b) / 2 for a, b in zip(own, theirs, strict=True)]
     assert means[1] > means[0]  # what the test is about: the reranker turns the order
     assert [h.tokens for h in ranked] == [(Y, X, W), (W, X, Y)]
     assert [h.log_prob for h in ranked] == pytest.approx([means[1], means[0]], abs=1e-4)
     # read left to right, the same model agrees with the main one: the order stays
-    same_way = rerank_sources([], [bound(other_gain)], info(), options, source, beam, 8)
+    same_way = rerank_sources(main, [bound(other_gain)], info(), options, source, beam, 8)
     assert [h.tokens for h in same_way[0]] == [(W, X, Y), (Y, X, W)]
     # nbest 1 keeps the best only
-    one = rerank_sources([], [reranker], info(), DecodeOptions(beam_size=2), source, beam, 8)
+    one = rerank_sources(main, [reranker], info(), DecodeOptions(beam_size=2), source, beam, 8)
     assert [h.tokens for h in one[0]] == [(Y, X, W)]
 
 
