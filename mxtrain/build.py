@@ -268,6 +268,13 @@ def build_module(
         sym_gen = getattr(sym_gen, "without_probabilities", lambda: sym_gen)()
     if variant:
         sym_gen = _training_variant(config, sym_gen, reads_loss)
+    softmax_head = None
+    if for_training and hasattr(sym_gen, "softmax_head_variant"):
+        # model.loss: one_pass: the graph ends at the logits, the module does the softmax
+        from mxtrain.engine.softmax_head import SoftmaxHeadSpec
+
+        sym_gen, head = sym_gen.softmax_head_variant(not reads_loss)
+        softmax_head = SoftmaxHeadSpec(**head)
     work_load = config.context.work_load
     with explained_model_errors(config, data_iter, data_where):
         check_graph_sizes(config, sym_gen, data_iter, data_where, for_training=for_training)
@@ -282,6 +289,7 @@ def build_module(
                 logger=logger,
                 bucket_memory=fit_cfg.bucket_memory,
                 states=getattr(sym_gen, "states", None),
+                softmax_head=softmax_head,
             )
             # Labels are bound for inference too: the loss layers take them.
             module.bind(

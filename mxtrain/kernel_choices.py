@@ -278,12 +278,46 @@ def _head_graph(
 def measure_loss(
     ctx: Any, rows: int, hidden: int, classes: int, *, probabilities: bool
 ) -> dict[str, float]:
-    """ms per forward+backward of output layer + loss for each formulation."""
+    """ms per forward+backward of output layer + loss for each formulation, and of the
+    output layer with the engine's one-pass softmax head (``one_pass``)."""
     graphs = {
         formulation: _head_graph(rows, hidden, classes, formulation, probabilities=probabilities)
         for formulation in LOSS_FORMULATIONS
     }
-    return kernels.measure_graphs(ctx, graphs, classes)
+    figures = kernels.measure_graphs(ctx, graphs, classes)
+    step = _one_pass_step(ctx, rows, hidden, classes, probabilities=probabilities)
+    figures["one_pass"] = round(kernels.median_ms(step), 2)
+    return figures
+
+
+def _one_pass_step(
+    ctx: Any, rows: int, hidden: int, classes: int, *, probabilities: bool
+) -> Callable[[], None]:
+    """The output layer's forward+backward with the one-pass head between them, as the
+    module runs it (the labels' host copy read once, as a batch brings it)."""
+    import mxnet as mx  # deferred: see the section comment
+
+    from mxtrain.engine.softmax_head import (  # deferred: see the section comment
+        SoftmaxGradientHead,
+        SoftmaxHeadSpec,
+    )
+
+    label = mx.sym.Variable("softmax_label")
+    logits = mx.sym.FullyConnected(mx.sym.Variable("x"), num_hidden=classes, name="pred")
+    symbol = mx.sym.Group([logits, mx.sym.BlockGrad(label)])
+    shapes = {"x": (rows, hidden), "softmax_label": (rows,)}
+    executor = kernels.bind_random(symbol, ctx, shapes, classes)
+    spec = SoftmaxHeadSpec("softmax_label", ignore_label=0, probabilities=probabilities)
+    head = SoftmaxGradientHead(spec, 1)
+    labels = executor.arg_dict["softmax_label"]
+    host = labels.asnumpy()
+
+    def step() -> None:
+        executor.forward(is_train=True)
+        head.forward(0, executor.outputs, labels, host, True)
+        executor.backward(out_grads=[head.gradient(0)])
+
+    return kernels.waited(step)
 
 
 def measure_cell(

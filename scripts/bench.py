@@ -712,7 +712,9 @@ def gemm_gflops(omp_threads: int) -> dict[str, float]:
 
 
 #: operators of the loss head (softmax / log_softmax / SoftmaxOutput and what picks the
-#: label's term out of them), of the output layer and of the recurrent layers
+#: label's term out of them), of the output layer and of the recurrent layers; the profiler
+#: lists copies (CopyCPU2CPU) without saying whose, so one_pass's copy of the gradient into
+#: the executor is left out with the others
 LOSS_HEAD_OPS = frozenset(
     {
         "softmax",
@@ -737,6 +739,12 @@ LOSS_HEAD_OPS = frozenset(
         "MakeLoss",
         "_backward_MakeLoss",
         "BlockGrad",
+        # model.loss: one_pass (the engine's head): the label's -1 and the ignored rows' zeros,
+        # and the copy MXNet makes of the logits' gradient the head hands its backward
+        "gather_nd",
+        "_scatter_set_nd",
+        "_contrib_index_copy",
+        "_identity_with_attr_like_rhs",
     }
 )
 #: profiler rows that are not operators' work

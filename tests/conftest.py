@@ -166,6 +166,55 @@ def assert_same_ending(straight: Path, resumed: Path) -> dict[str, Any]:
     return pa
 
 
+SMALL_STREAM_LM = """\
+experiment: {{name: {name}, seed: 3, runs_dir: {runs}}}
+model: {{name: lstm_lm, num_embed: 10, num_hidden: 10, num_layers: 1, dropout: 0.2, {model}}}
+data:
+  train: {{iterator: bptt_stream, source: train.txt, batch_size: 6, bptt: 7}}
+  eval: {{iterator: bptt_stream, source: valid.txt, batch_size: 4, bptt: 9}}
+optimizer: {{name: sgd, learning_rate: 1.0, clip_global_norm: 2.0}}
+initializer: {{name: uniform, scale: 0.1}}
+fit: {{num_epoch: 2, log_interval: 5, eval_interval: 9, metrics: [perplexity]}}
+"""
+
+
+def small_stream_lm(folder: Path, name: str, model: str) -> Path:
+    """``folder/NAME.yaml``: a 1 x 10 LSTM LM on generated bptt streams (train.txt, 150
+    sentences; valid.txt, 40), 2 epochs evaluated every 9 batches and at their ends, runs in
+    ``folder/runs``; ``model``: further keys of the model section (YAML flow pairs).
+    :func:`assert_score_repeats_last_evaluation` takes its sizes as ``STREAM_LM_SIZES``."""
+    write_corpus(folder / "train.txt", 150, seed=1)
+    write_corpus(folder / "valid.txt", 40, seed=2)
+    path = folder / f"{name}.yaml"
+    text = SMALL_STREAM_LM.format(name=name, runs=folder / "runs", model=model)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+#: what :func:`assert_score_repeats_last_evaluation` needs of :func:`small_stream_lm`'s runs
+STREAM_LM_SIZES = {"steps": 9, "batch": 4, "embed": 10, "hidden": 10, "layers": 1}
+
+
+def assert_score_repeats_last_evaluation(run: Path, **sizes: int) -> None:
+    """``mxtrain score RUN`` gives the perplexity of fit's last evaluation again, within
+    the rounding bound of the run's LM (``sizes``: float_bounds.rescored_rel's steps, batch,
+    embed, hidden and layers)."""
+    import json
+
+    from click.testing import CliRunner
+    from float_bounds import rescored_rel
+
+    from mxtrain.cli.main import cli
+    from mxtrain.run.folder import read_metrics
+
+    last = [r for r in read_metrics(run / "metrics.jsonl") if r["event"] == "epoch"][-1]
+    result = CliRunner().invoke(cli, ["score", str(run), "--json"])
+    assert result.exit_code == 0, result.output
+    scored = json.loads(result.output.strip().splitlines()[-1])["metrics"]["perplexity"]
+    logged = last["eval"]["perplexity"]
+    assert scored == pytest.approx(logged, rel=rescored_rel(run, logged, **sizes))
+
+
 @pytest.fixture(scope="session")
 def onnxruntime_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A python with onnxruntime, in an environment of its own (tests/onnx_helpers.py)."""

@@ -39,6 +39,7 @@ from mxtrain.engine.optimizer_setup import (
 from mxtrain.engine.optimizer_state import capture_optimizer_state, restore_optimizer_state
 from mxtrain.engine.parameters import ParameterStore, resolve_fixed
 from mxtrain.engine.shapes import ShapeList
+from mxtrain.engine.softmax_head import SoftmaxGradientHead, SoftmaxHeadSpec
 from mxtrain.engine.step import BatchStep, GradientClipper
 from mxtrain.run.checkpoint_state import ModuleCheckpoint
 from mxtrain.run.params import ParamShapes
@@ -94,6 +95,11 @@ class BucketingModule:
     recurrent state from one batch to the next
     (:class:`~mxtrain.engine.carried_states.CarriedStates`).
 
+    ``softmax_head`` says which output of the symbol holds logits that the module turns into
+    a softmax cross-entropy loss itself, writing the logits' gradient in one pass
+    (:mod:`mxtrain.engine.softmax_head`); the outputs then hold the loss (and the
+    probabilities) in place of the logits.
+
     Collaborators, for code that needs one job's details: ``pool``, ``store``, ``step``,
     ``carried`` and ``optimization`` (None before :meth:`init_optimizer`).
     """
@@ -110,6 +116,7 @@ class BucketingModule:
         logger: logging.Logger | None = None,
         bucket_memory: float | str | None = None,
         states: Mapping[str, str] | None = None,
+        softmax_head: SoftmaxHeadSpec | None = None,
     ) -> None:
         if default_bucket_key is None:
             raise ValueError("default_bucket_key is required")
@@ -149,7 +156,16 @@ class BucketingModule:
             bucket_memory=bound,
             strict_memory=strict_memory,
         )
-        self.step = BatchStep(contexts, self.store, self.carried, labels)
+        head = None
+        if softmax_head is not None:
+            if softmax_head.label not in labels:
+                raise ValueError(
+                    f"the softmax head's label {softmax_head.label!r} is not a label input: "
+                    f"{labels}"
+                )
+            head = SoftmaxGradientHead(softmax_head, len(contexts))
+            self._default_outputs = head.output_names(self._default_outputs)
+        self.step = BatchStep(contexts, self.store, self.carried, labels, head)
         self.optimization: Optimization | None = None
         self._clipper: GradientClipper | None = None
 
@@ -172,7 +188,7 @@ class BucketingModule:
     @property
     def output_names(self) -> list[str]:
         curr = self.pool.curr
-        return list(curr.output_names) if curr is not None else list(self._default_outputs)
+        return self.step.output_names(curr) if curr is not None else list(self._default_outputs)
 
     @property
     def optimizer(self) -> Any:

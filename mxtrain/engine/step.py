@@ -18,6 +18,7 @@ from mxtrain.engine.carried_states import CarriedStates
 from mxtrain.engine.optimizer_setup import Optimization
 from mxtrain.engine.parameters import ParameterStore
 from mxtrain.engine.shapes import batch_axis
+from mxtrain.engine.softmax_head import SoftmaxGradientHead
 
 __all__ = ["SQUARES_CHUNK", "BatchStep", "GradientClipper", "sum_of_squares"]
 
@@ -122,11 +123,15 @@ class BatchStep:
         store: ParameterStore,
         carried: CarriedStates,
         label_names: list[str],
+        head: SoftmaxGradientHead | None = None,
     ) -> None:
         self._contexts = contexts
         self._store = store
         self._carried = carried
         self._label_names = label_names
+        self._head = head
+        # the head's outputs of the last forward, per device (with a head)
+        self._head_outputs: list[list[Any]] = []
 
     def forward(self, bucket: Bucket, data_batch: Any, train: bool) -> None:
         """Copy the batch in (and the carried states) and run the bucket forward."""
@@ -138,11 +143,38 @@ class BatchStep:
             carried.load_into(bucket, bool(getattr(data_batch, "reset_states", False)))
         for ex in bucket.execs:
             ex.forward(is_train=train)
+        if self._head is not None:
+            self._head_outputs = self._run_head(self._head, bucket, data_batch, train)
         if carried:
             carried.keep_from(bucket)
 
+    @staticmethod
+    def _run_head(
+        head: SoftmaxGradientHead, bucket: Bucket, data_batch: Any, train: bool
+    ) -> list[list[Any]]:
+        """The head's work after the executors' forward, per device (its labels read from
+        the batch on the host, where the rows it touches at backward are found)."""
+        name = head.spec.label
+        if name not in bucket.label_names or not data_batch.label:
+            raise ValueError(f"the softmax head needs the label input {name!r} in every batch")
+        host = data_batch.label[bucket.label_names.index(name)]
+        if isinstance(host, NDArray):
+            host = host.asnumpy()
+        single = len(bucket.execs) == 1
+        outs = []
+        for k, ex in enumerate(bucket.execs):
+            mine = host if single else host[bucket.slices[k].start : bucket.slices[k].stop]
+            outs.append(head.forward(k, ex.outputs, ex.arg_dict[name], mine, train))
+        return outs
+
     def backward(self, bucket: Bucket, out_grads: Any) -> None:
         """Backward through ``bucket``; ``out_grads`` only for non-loss outputs."""
+        if self._head is not None:
+            if out_grads is not None:
+                raise ValueError("a module with a softmax head computes its own out_grads")
+            for k, ex in enumerate(bucket.execs):
+                ex.backward(out_grads=[self._head.gradient(k)])
+            return
         if out_grads is None:
             for ex in bucket.execs:
                 ex.backward()
@@ -207,12 +239,26 @@ class BatchStep:
                 out.append((indices, grads, weights))
         return out
 
-    @staticmethod
-    def outputs(bucket: Bucket, merge_multi_context: bool) -> list[Any]:
+    def _device_outputs(self, bucket: Bucket) -> list[list[Any]]:
+        """``[device][output]`` of the last forward: the executors', or the head's."""
+        if self._head is not None:
+            return self._head_outputs
+        return [ex.outputs for ex in bucket.execs]
+
+    def output_names(self, bucket: Bucket) -> list[str]:
+        """The names of :meth:`outputs`, in order."""
+        if self._head is not None:
+            return self._head.output_names(bucket.output_names)
+        return bucket.output_names
+
+    def outputs(self, bucket: Bucket, merge_multi_context: bool) -> list[Any]:
         """Outputs of the last forward: merged over devices, or ``[output][device]``."""
-        per_dev = [[ex.outputs[i] for ex in bucket.execs] for i in range(len(bucket.output_names))]
+        by_device = self._device_outputs(bucket)
+        per_dev = [[outs[i] for outs in by_device] for i in range(len(by_device[0]))]
         if merge_multi_context:
-            return _merge(per_dev, bucket.output_axes)
+            # every output of a head has its rows on axis 0, as the logits had
+            axes = bucket.output_axes if self._head is None else [0] * len(per_dev)
+            return _merge(per_dev, axes)
         return per_dev
 
     @staticmethod
@@ -230,7 +276,9 @@ class BatchStep:
         has_dict = hasattr(eval_metric, "update_dict")
         axes = [batch_axis(d.layout) for d in bucket.label_descs or []]
         single = len(bucket.execs) == 1
-        for k, ex in enumerate(bucket.execs):
+        by_device = self._device_outputs(bucket)
+        output_names = self.output_names(bucket)
+        for k in range(len(bucket.execs)):
             if pre_sliced:
                 mine = list(labels[k])
             elif single:
@@ -246,12 +294,12 @@ class BatchStep:
                         mine.append(mx.nd.slice_axis(label, axis=axis, begin=sl.start, end=sl.stop))
                     else:
                         mine.append(label)
-            preds = ex.outputs
+            preds = by_device[k]
             if has_dict:
                 names = bucket.label_names or self._label_names
                 eval_metric.update_dict(
                     OrderedDict(zip(names, mine, strict=False)),
-                    OrderedDict(zip(bucket.output_names, preds, strict=True)),
+                    OrderedDict(zip(output_names, preds, strict=True)),
                 )
             else:
                 eval_metric.update(mine, preds)

@@ -23,15 +23,22 @@ from mxtrain.models.recurrent_options import (
 from mxtrain.option_checks import check_choice, documented
 
 #: the loss formulations a language model can train on; ``auto`` is measured per machine
-#: (mxtrain.engine.kernels) among LOSS_FORMULATIONS; ``nll`` is the old name of log_softmax
-LOSSES = ("auto", "softmax", "log_softmax", "softmax_output", "nll")
+#: (mxtrain.engine.kernels) among LOSS_FORMULATIONS; ``nll`` is the old name of log_softmax;
+#: ``one_pass`` trains on a graph that ends at the logits, the engine's softmax head doing the
+#: rest (mxtrain.engine.softmax_head), and evaluates with the ``softmax`` graph
+LOSSES = ("auto", "softmax", "log_softmax", "softmax_output", "one_pass", "nll")
 LOSS_FORMULATIONS = ("softmax", "log_softmax", "softmax_output")
+#: the graph formulation ``one_pass`` builds where the graph itself computes the loss
+#: (score, predict, export): the same ops as the head's forward
+ONE_PASS_GRAPH = "softmax"
 #: what an unresolved ``auto`` builds (a library call that skipped the measurement)
 UNMEASURED_LOSS = "softmax"
 LOSS_DOC = (
     "how the softmax loss is computed (all give the same gradients, softmax - onehot, to float "
     "rounding): softmax: -log(pick(softmax)); log_softmax (old name nll): -pick(log_softmax); "
-    "softmax_output: MXNet's classic SoftmaxOutput layer; auto: the fastest on this machine, "
+    "softmax_output: MXNet's classic SoftmaxOutput layer; one_pass: training ends the graph at "
+    "the logits and mxtrain writes softmax - onehot into their gradient in one pass (score, "
+    "predict and export use the softmax graph); auto: the fastest on this machine, "
     "measured once per CPU and kept, so runs on one machine round alike (the run folder's "
     "kernels.json says which and why; `mxtrain kernels --measure` measures again)"
 )
@@ -68,8 +75,8 @@ class LmOptions(RecurrentOptions):
     ignore_padding: bool = documented(
         True, "padding positions get no gradient (SoftmaxOutput ignore_label = pad id)"
     )
-    loss: Literal["auto", "softmax", "log_softmax", "softmax_output", "nll"] = documented(
-        "auto", LOSS_DOC
+    loss: Literal["auto", "softmax", "log_softmax", "softmax_output", "one_pass", "nll"] = (
+        documented("auto", LOSS_DOC)
     )
     sampled_softmax: int = documented(0, SAMPLED_SOFTMAX_DOC)
     tie_weights: bool = documented(
@@ -124,6 +131,8 @@ class LmOptions(RecurrentOptions):
         unresolved ``auto`` as UNMEASURED_LOSS."""
         if self.loss == "nll":
             return "log_softmax"
+        if self.loss == "one_pass":
+            return ONE_PASS_GRAPH
         return UNMEASURED_LOSS if self.loss == "auto" else self.loss
 
 

@@ -202,6 +202,7 @@ def build_rnn_lm(
     mode: str,
     probabilities: bool = True,
     sampled: bool = False,
+    logits_only: bool = False,
 ) -> SymGen:
     """``sym_gen`` of a language model: embedding -> N-layer RNN (``mode``) -> FC -> softmax.
 
@@ -223,6 +224,12 @@ def build_rnn_lm(
     When the data is a stream (``data_info.stream``: each batch continues the rows of the one
     before), the recurrent layers' begin states are inputs and their final states extra
     outputs after the others; ``sym_gen.states`` maps one to the other for the module.
+
+    With ``loss: one_pass``, ``sym_gen.softmax_head_variant(probabilities)`` returns the
+    training graph (``logits_only``: its first output the (batch * time, num_classes)
+    logits, ``pred_output``, its second the labels, so that they stay an input) and what
+    the module's softmax head needs to know (label input, ignored label, whether the metrics
+    read the probabilities).
     """
     vocab_size, num_classes = check_sizes(model, data_info)
     if options.ignore_padding and data_info.pad_id is None:
@@ -248,9 +255,14 @@ def build_rnn_lm(
         else:
             tied = {"weight": embed_weight} if options.tie_weights else {}
             x = mx.sym.FullyConnected(x, num_hidden=num_classes, name="pred", **tied)
-            heads = loss_heads(
-                x, label, options.loss_formulation, ignore_label, probabilities=probabilities
-            )
+            if logits_only:
+                # the label's only use in this graph: it stays an input the batches fill
+                # (the module's softmax head reads it there); a copy of (rows,) values
+                heads = [x, mx.sym.BlockGrad(label, name="label_passthrough")]
+            else:
+                heads = loss_heads(
+                    x, label, options.loss_formulation, ignore_label, probabilities=probabilities
+                )
         if not finals:
             out = heads[0] if len(heads) == 1 else mx.sym.Group(heads)
             return out, inputs, ("softmax_label",)
@@ -277,6 +289,18 @@ def build_rnn_lm(
             return build_rnn_lm(options, data_info, model=model, mode=mode, probabilities=False)
 
         sym_gen.without_probabilities = without_probabilities  # type: ignore[attr-defined]
+    if options.loss == "one_pass" and not options.sampled_softmax and not logits_only:
+
+        def softmax_head_variant(probabilities: bool) -> tuple[SymGen, dict[str, Any]]:
+            logits = build_rnn_lm(options, data_info, model=model, mode=mode, logits_only=True)
+            head = {
+                "label": "softmax_label",
+                "ignore_label": pad_id if options.ignore_padding else None,
+                "probabilities": probabilities,
+            }
+            return logits, head
+
+        sym_gen.softmax_head_variant = softmax_head_variant  # type: ignore[attr-defined]
     if options.sampled_softmax and not sampled:
 
         def training_variant() -> SymGen:

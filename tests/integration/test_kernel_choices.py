@@ -55,7 +55,12 @@ def test_auto_is_measured_once_cached_and_recorded(
         figures = choices[key]["figures_ms"]
         assert choices[key]["value"] == min(figures, key=figures.get)
         assert all(ms > 0 for ms in figures.values())
-    assert set(choices["model.loss"]["figures_ms"]) == {"softmax", "log_softmax", "softmax_output"}
+    assert set(choices["model.loss"]["figures_ms"]) == {
+        "softmax",
+        "log_softmax",
+        "softmax_output",
+        "one_pass",
+    }
     assert set(choices["model.cell"]["figures_ms"]) == {"fused", "unfused"}
     assert set(choices["context.large_buffers"]["figures_ms"]) == {"reuse", "release"}
     machine = json.loads((first / "kernels.json").read_text())["machine"]

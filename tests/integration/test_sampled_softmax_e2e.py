@@ -11,23 +11,15 @@ import mxnet as mx
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import assert_same_ending, newest_checkpoint, write_corpus
-from float_bounds import rescored_rel
+from conftest import (
+    STREAM_LM_SIZES,
+    assert_same_ending,
+    assert_score_repeats_last_evaluation,
+    newest_checkpoint,
+    small_stream_lm,
+)
 
 from mxtrain.cli.main import cli
-from mxtrain.run.folder import read_metrics
-
-CONFIG = """\
-experiment: {{name: sampled, seed: 3, runs_dir: {runs}}}
-model: {{name: lstm_lm, num_embed: 10, num_hidden: 10, num_layers: 1, dropout: 0.2,
-        tie_weights: {tie}, sampled_softmax: {sampled}}}
-data:
-  train: {{iterator: bptt_stream, source: train.txt, batch_size: 6, bptt: 7}}
-  eval: {{iterator: bptt_stream, source: valid.txt, batch_size: 4, bptt: 9}}
-optimizer: {{name: sgd, learning_rate: 1.0, clip_global_norm: 2.0}}
-initializer: {{name: uniform, scale: 0.1}}
-fit: {{num_epoch: 2, log_interval: 5, eval_interval: 9, metrics: [perplexity]}}
-"""
 
 
 def invoke(*args: str) -> tuple[int, str]:
@@ -36,14 +28,8 @@ def invoke(*args: str) -> tuple[int, str]:
 
 
 def make_config(folder: Path, *, sampled: int = 8, tie: bool = False) -> Path:
-    write_corpus(folder / "train.txt", 150, seed=1)
-    write_corpus(folder / "valid.txt", 40, seed=2)
-    path = folder / "sampled.yaml"
-    path.write_text(
-        CONFIG.format(runs=folder / "runs", sampled=sampled, tie=str(tie).lower()),
-        encoding="utf-8",
-    )
-    return path
+    model = f"tie_weights: {str(tie).lower()}, sampled_softmax: {sampled}"
+    return small_stream_lm(folder, "sampled", model)
 
 
 def fit(config: Path, name: str, *overrides: str) -> tuple[Path, str]:
@@ -69,16 +55,10 @@ def test_trains_sampled_and_evaluates_with_the_full_softmax(tmp_path: Path, tie:
     ops = {node["op"] for node in graph["nodes"]}
     names = {node["name"] for node in graph["nodes"]}
     assert "pred" in names and "pred_sampled" not in names and "_random_uniform" not in ops
-    # fit's evaluation is the full softmax's perplexity: score computes it again
-    last = [r for r in read_metrics(run / "metrics.jsonl") if r["event"] == "epoch"][-1]
-    code, out = invoke("score", str(run), "--json")
-    assert code == 0, out
-    scored = json.loads(out.strip().splitlines()[-1])["metrics"]["perplexity"]
-    # (eval_interval evaluates inside the epochs too: the evaluations read the live weights)
-    logged = last["eval"]["perplexity"]  # fit's evaluation module: fusion off, see rescored_rel
-    assert scored == pytest.approx(
-        logged, rel=rescored_rel(run, logged, steps=9, batch=4, embed=10, hidden=10, layers=1)
-    )
+    # fit's evaluation is the full softmax's perplexity: score computes it again (eval_interval
+    # evaluates inside the epochs too: the evaluations read the live weights; fit's evaluation
+    # module runs with fusion off, see rescored_rel)
+    assert_score_repeats_last_evaluation(run, **STREAM_LM_SIZES)
     code, out = invoke("export", str(run), "--output", str(tmp_path / "exported"))
     assert code == 0, out
 
