@@ -858,11 +858,14 @@ def child_result(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
     return json.loads(line[7:])
 
 
-def sampled_softmax_table(args: argparse.Namespace) -> dict[str, Any]:
-    """scripts/bench_sampled_softmax.py at 50k and 100k words, in a child process."""
+def sampled_softmax_table(args: argparse.Namespace, *, sparse: bool = False) -> dict[str, Any]:
+    """scripts/bench_sampled_softmax.py at 50k and 100k words, in a child process; ``sparse``:
+    at 100k words with Adam, the sampled softmax alone and with model.sparse_embedding."""
     script = str(ROOT / "scripts" / "bench_sampled_softmax.py")
     argv = [sys.executable, script, "--omp-threads", str(args.omp_threads)]
     argv += ["--seed", str(args.seed)]
+    if sparse:
+        argv += ["--vocab", "100000", "--sparse-embedding", "--set", "optimizer.name=adam"]
     return child_result(argv, dict(os.environ, OMP_NUM_THREADS=str(args.omp_threads)))
 
 
@@ -1035,6 +1038,7 @@ def main() -> None:
                 continue
             if name == SAMPLED:
                 report["sampled_softmax"] = sampled_softmax_table(args)
+                report["sparse_embedding"] = sampled_softmax_table(args, sparse=True)
                 continue
             sides = COMPARISONS[name]
             rounds = []

@@ -579,6 +579,7 @@ def render(report: dict[str, Any]) -> str:
         out.append("")
     out += _limit_sections(report)
     out += _sampled_section(report)
+    out += _sparse_section(report)
     if report.get("seq2seq", {}).get("table"):
         out += [seq2seq_markdown(report["seq2seq"]).rstrip("\n"), ""]
     for key in ("operator_shares", "operator_shares_avx2"):
@@ -611,6 +612,46 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _sparse_section(report: dict[str, Any]) -> list[str]:
+    """The sampled softmax with and without the row_sparse input embedding (bench.py
+    --compare sampled, scripts/bench_sampled_softmax.py --sparse-embedding)."""
+    sparse = report.get("sparse_embedding")
+    if not sparse:
+        return []
+    out = [
+        "## Large vocabularies: sparse embedding gradients",
+        "",
+        f"`mxtrain fit` of {sparse['model']}, {sparse['batches']} training batches per run, "
+        f"{sparse['omp_threads']} OpenMP threads on the {report['machine']['cpu']} "
+        f"({report['machine']['isa']}): the sampled softmax alone and with "
+        "`model.sparse_embedding: true` (the input embedding's and the output layer's weight "
+        "gradients row_sparse, their updates lazy), sides alternating in fresh processes. What "
+        "stays dense: the output bias (vocabulary values) and the recurrent layers.",
+        "",
+    ]
+    heads = ("sampled tok/s", "+ sparse embedding tok/s")
+    sides = ("sampled_tokens_per_s", "sampled_sparse_tokens_per_s", "sparse_speedup")
+    return [*out, *_speed_table(sparse["rows"], heads, sides), ""]
+
+
+def _speed_table(
+    rows: list[dict[str, Any]], heads: tuple[str, str], keys: tuple[str, str, str]
+) -> list[str]:
+    """A Markdown table per vocabulary: the medians of two sides' tokens/s (``keys``: their
+    rounds and the ratio) under ``heads``."""
+    out = [
+        f"| vocabulary | sampled words | {heads[0]} | {heads[1]} | speed-up |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        before, after = (statistics.median(row[key]) for key in keys[:2])
+        out.append(
+            f"| {row['vocab']:,} | {row['samples']:,} | {before:,.0f} | {after:,.0f} | "
+            f"{row[keys[2]]:.2f}x |"
+        )
+    return out
+
+
 def _sampled_section(report: dict[str, Any]) -> list[str]:
     """The sampled softmax's training speed against the full softmax's (bench.py --compare
     sampled, scripts/bench_sampled_softmax.py)."""
@@ -627,16 +668,11 @@ def _sampled_section(report: dict[str, Any]) -> list[str]:
         "`auto` chose) against `model.sampled_softmax`, sides alternating in fresh processes "
         "(`scripts/bench_sampled_softmax.py`; tokens/s of the whole run, binding included):",
         "",
-        "| vocabulary | sampled words | full softmax tok/s | sampled tok/s | speed-up |",
-        "|---:|---:|---:|---:|---:|",
     ]
-    for row in sampled["rows"]:
-        full = statistics.median(row["full_tokens_per_s"])
-        fast = statistics.median(row["sampled_tokens_per_s"])
-        out.append(
-            f"| {row['vocab']:,} | {row['samples']:,} | {full:,.0f} | {fast:,.0f} | "
-            f"{row['speedup']:.2f}x |"
-        )
+    heads = ("full softmax tok/s", "sampled tok/s")
+    out += _speed_table(
+        sampled["rows"], heads, ("full_tokens_per_s", "sampled_tokens_per_s", "speedup")
+    )
     out += [
         "",
         "Rounds: "

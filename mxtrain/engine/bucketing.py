@@ -269,9 +269,11 @@ class BucketingModule:
 
     def grad_array(self, name: str, device: int = 0) -> Any:
         """The live gradient array of ``name`` on one device, or None for a fixed parameter."""
-        self._require(params=True)
-        grads = self.store.grads.get(name)
-        return None if grads is None else grads[device]
+        bucket = self._require(params=True)
+        if self.store.grads.get(name) is None:
+            return None
+        index = self.store.names.index(name)
+        return self.store.bucket_grads(bucket.execs, [index])[0][device]  # type: ignore[index]
 
     def _require(self, params: bool = True, optimizer: bool = False) -> Bucket:
         curr = self.pool.curr

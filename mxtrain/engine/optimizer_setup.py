@@ -217,6 +217,11 @@ def create_optimization(
     lr_by_name = resolve_multipliers(store.names, lr_mult or {}, "lr_mult")
     wd_by_name = resolve_multipliers(store.names, wd_mult or {}, "wd_mult")
     kv, on_kv = _create_kvstore(kvstore, update_on_kvstore, ndev, store)
+    if kv is not None and store.sparse_grads:
+        raise ValueError(
+            f"row_sparse gradients ({', '.join(sorted(store.sparse_grads))}) train on one "
+            "device without a kvstore: the module's kvstore calls sum dense gradients only"
+        )
 
     if kv is not None and "dist" in kv.type and "_sync" in kv.type:
         batch_size *= kv.num_workers

@@ -135,6 +135,7 @@ class ParameterStore:
         """Forget the arrays (a new bind collects them again)."""
         self.params: dict[str, list[Any]] = {}
         self.grads: dict[str, list[Any] | None] = {}
+        self.sparse_grads: frozenset[str] = frozenset()
         self.auxs: dict[str, list[Any]] = {}
         self.arg_cpu: dict[str, Any] = {}
         self.aux_cpu: dict[str, Any] = {}
@@ -151,6 +152,23 @@ class ParameterStore:
             # a fixed parameter may have a buffer (see fc_weights_gating_bias): never updated
             self.grads[n] = None if g[0] is None or n in self.fixed_set else g
         self.auxs = {n: [e.aux_dict[n] for e in execs] for n in self.aux_names}
+        # row_sparse gradients (an Embedding's sparse_grad) are the one kind MXNet never
+        # shares between executors: each bucket writes its own, read from the bucket that ran
+        self.sparse_grads = frozenset(
+            n for n, g in self.grads.items() if g is not None and g[0].stype == "row_sparse"
+        )
+
+    def bucket_grads(self, execs: list[Any], indices: Sequence[int]) -> list[list[Any] | None]:
+        """The per-device gradients of the parameters at ``indices`` of :attr:`names` as
+        the executors ``execs`` (a bucket's) write them: the shared arrays, and the bucket's
+        own row_sparse ones."""
+        grads = self.grad_arrays(indices)
+        if not self.sparse_grads:
+            return grads
+        return [
+            [e.grad_dict[self.names[i]] for e in execs] if self.names[i] in self.sparse_grads else g
+            for i, g in zip(indices, grads, strict=True)
+        ]
 
     def make_staging(self) -> None:
         """CPU staging copies, as MXNet's module keeps them: initialization fills these in

@@ -42,6 +42,14 @@ LOSS_DOC = (
     "measured once per CPU and kept, so runs on one machine round alike (the run folder's "
     "kernels.json says which and why; `mxtrain kernels --measure` measures again)"
 )
+SPARSE_EMBEDDING_DOC = (
+    "true: the input word embedding's gradient holds only the rows of the batch's words "
+    "(row_sparse), and with sampled_softmax the output layer's weight gradient only the "
+    "labels' and sampled words' rows; the optimizer updates only those rows "
+    "(optimizer.lazy_update; sgd, adam, adagrad or ftrl). For large vocabularies; needs "
+    "tie_weights: false and one device. Plain sgd (no momentum, no weight decay) trains as "
+    "with dense gradients; adam's lazy updates leave the moments of absent rows alone"
+)
 SAMPLED_SOFTMAX_DOC = (
     "0: train with the full softmax; N: train with a sampled softmax over each position's label "
     "and N words drawn per batch (log-uniform: word ids are in frequency order), the opt-in "
@@ -84,6 +92,7 @@ class LmOptions(RecurrentOptions):
         "the output layer uses the embedding matrix as its weights (Press & Wolf "
         "2017: fewer parameters, often a lower perplexity); needs num_embed == num_hidden",
     )
+    sparse_embedding: bool = documented(False, SPARSE_EMBEDDING_DOC)
     char_embed: int = chars.char_embed_field()
     char_filters: int = chars.char_filters_field()
     char_kernel: int = chars.char_kernel_field()
@@ -113,6 +122,21 @@ class LmOptions(RecurrentOptions):
                 f"{self.num_embed}); set both to the same size or tie_weights: false",
             )
         chars.check_char_options(self)
+        if not isinstance(self.sparse_embedding, bool):
+            raise InvalidValue(
+                "sparse_embedding", f"must be true or false, not {self.sparse_embedding!r}"
+            )
+        if self.sparse_embedding and self.tie_weights:
+            raise InvalidValue(
+                "sparse_embedding",
+                "cannot be true with tie_weights: true: the output layer's gradient of the "
+                "shared matrix is dense in every row; set tie_weights: false",
+            )
+        if self.sparse_embedding and not self.word_embed:
+            raise InvalidValue(
+                "sparse_embedding",
+                "needs the word embedding (word_embed: true), which it makes sparse",
+            )
         if self.tie_weights and not self.word_embed:
             raise InvalidValue(
                 "tie_weights",

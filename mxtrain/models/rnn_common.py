@@ -360,6 +360,7 @@ def _lm_inputs(
             input_dim=vocab_size,
             output_dim=options.num_embed,
             name="embed",
+            sparse_grad=options.sparse_embedding,
         )
     return word_features(options, embedding, seq_len, char_vocab_size)
 
@@ -405,6 +406,7 @@ def _sampled_lm_nll(
         tries,
         num_sampled=options.sampled_softmax,
         num_classes=num_classes,
+        sparse_rows=options.num_hidden if options.sparse_embedding else None,
     )
 
 
@@ -468,10 +470,15 @@ def sampled_softmax_nll(
     *,
     num_sampled: int,
     num_classes: int,
+    sparse_rows: int | None = None,
 ) -> Any:
     """Each row's sampled-softmax loss (N,): -log of the label's share of a softmax over the
     label and the candidate words (Jean et al. 2015; the technique of MXNet's large-vocabulary
     LM example and TensorFlow's ``sampled_softmax_loss``).
+
+    ``sparse_rows`` (the weight's width): the weight's rows are gathered by an Embedding with
+    ``sparse_grad``, so its gradient holds only the labels' and candidates' rows (row_sparse)
+    instead of a dense vocabulary x width array; the values are the same as ``take``'s.
 
     ``hidden`` (N, H) is the output layer's input, ``weight`` (V, H) and ``bias`` (V,) its
     parameters, ``label`` (N,) and ``candidates`` (K = ``num_sampled``,) distinct word ids
@@ -481,7 +488,15 @@ def sampled_softmax_nll(
     equal to the row's label is masked out. The output layer
     is computed only for the K candidates and the N labels: (K + N) x H instead of V x H.
     """
-    label_logit = mx.sym.sum(hidden * mx.sym.take(weight, label), axis=1) + mx.sym.take(bias, label)
+
+    def rows(ids: Any) -> Any:
+        if sparse_rows is None:
+            return mx.sym.take(weight, ids)
+        return mx.sym.Embedding(
+            ids, weight=weight, input_dim=num_classes, output_dim=sparse_rows, sparse_grad=True
+        )
+
+    label_logit = mx.sym.sum(hidden * rows(label), axis=1) + mx.sym.take(bias, label)
     label_logit = label_logit - log_expected_count(label, tries, num_classes)
     # the correction goes into the candidates' bias: (K,) values, not a pass over (N, K)
     sampled_bias = mx.sym.take(bias, candidates) - log_expected_count(
@@ -489,7 +504,7 @@ def sampled_softmax_nll(
     )
     sampled_logits = mx.sym.FullyConnected(
         hidden,
-        weight=mx.sym.take(weight, candidates),
+        weight=rows(candidates),
         bias=sampled_bias,
         num_hidden=num_sampled,
         name="pred_sampled",

@@ -101,7 +101,7 @@ def test_bench_sampled_softmax_measures_both_sides(tmp_path: Path) -> None:
         [sys.executable, str(script), "--vocab", "300", "--samples", "32", "--batches", "2",
          "--repeats", "1", "--tokens", "3000", "--omp-threads", "1", "--json", str(out),
          "--set", "model.num_embed=16", "--set", "model.num_hidden=16",
-         "--set", "data.train.batch_size=4"],
+         "--set", "data.train.batch_size=4", "--sparse-embedding"],
         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -109,12 +109,15 @@ def test_bench_sampled_softmax_measures_both_sides(tmp_path: Path) -> None:
     assert row["vocab"] == 300 and row["samples"] == 32
     assert row["full_tokens_per_s"][0] > 0 and row["sampled_tokens_per_s"][0] > 0
     assert row["speedup"] > 0
+    assert row["sampled_sparse_tokens_per_s"][0] > 0 and row["sparse_speedup"] > 0
     # the section BENCHMARKS.md gets, rendered from that report
     machine = {"cpu": "test CPU", "isa": "AVX2"}
-    report = {"sampled_softmax": json.loads(out.read_text()), "machine": machine}
+    measured = json.loads(out.read_text())
+    report = {"sampled_softmax": measured, "sparse_embedding": measured, "machine": machine}
     render = (
         "import json, sys; sys.path.insert(0, sys.argv[1]); from bench_report import "
-        "_sampled_section; print('\\n'.join(_sampled_section(json.loads(sys.argv[2]))))"
+        "_sampled_section, _sparse_section; r = json.loads(sys.argv[2]); "
+        "print('\\n'.join(_sampled_section(r) + _sparse_section(r)))"
     )
     shown = subprocess.run(
         [sys.executable, "-c", render, str(BENCH.parent), json.dumps(report)],
@@ -122,3 +125,4 @@ def test_bench_sampled_softmax_measures_both_sides(tmp_path: Path) -> None:
     )  # fmt: skip
     assert "| 300 | 32 |" in shown.stdout and "## Large vocabularies" in shown.stdout
     assert "test CPU (AVX2)" in shown.stdout
+    assert "## Large vocabularies: sparse embedding gradients" in shown.stdout

@@ -60,7 +60,10 @@ def _inputs(seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def test_loss_and_gradients_match_the_definition() -> None:
+@pytest.mark.parametrize("sparse", [False, True])
+def test_loss_and_gradients_match_the_definition(sparse: bool) -> None:
+    """Also with the weight's rows gathered for a row_sparse gradient (sparse_embedding):
+    the same loss, and the same gradient once made dense."""
     values = _inputs()
     names = ("h", "w", "b", "label", "candidates")
     symbols = {n: mx.sym.Variable(n) for n in names}
@@ -73,14 +76,19 @@ def test_loss_and_gradients_match_the_definition() -> None:
         mx.sym.full((1,), TRIES),
         num_sampled=K,
         num_classes=V,
+        sparse_rows=H if sparse else None,
     )
     loss = mx.sym.MakeLoss(nll)
     args = {n: mx.nd.array(values[n]) for n in names}
-    grads = {n: mx.nd.zeros_like(args[n]) for n in ("h", "w", "b")}
-    req = {n: ("write" if n in grads else "null") for n in names}
-    executor = loss.bind(mx.cpu(), args, args_grad=grads, grad_req=req)
+    shapes = {n: values[n].shape for n in names}
+    req = {n: ("write" if n in ("h", "w", "b") else "null") for n in names}
+    executor = loss.simple_bind(mx.cpu(), grad_req=req, **shapes)
+    for name, value in args.items():
+        executor.arg_dict[name][:] = value
     out = executor.forward(is_train=True)[0].asnumpy()
     executor.backward()
+    assert executor.grad_dict["w"].stype == ("row_sparse" if sparse else "default")
+    grads = {n: executor.grad_dict[n].tostype("default") for n in ("h", "w", "b")}
     reference = _reference(*(values[n].astype("f8") for n in names))
     np.testing.assert_allclose(out, reference, rtol=1e-5, atol=1e-5)
 
