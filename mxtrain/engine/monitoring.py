@@ -127,6 +127,8 @@ class ParameterMonitor:
                 continue
             weight = module.param_array(name)
             grad = module.grad_array(name)
+            if grad is not None and grad.stype == "row_sparse":
+                grad = grad.data  # the stored rows: the others are 0 (model.sparse_embedding)
             row: dict[str, Any] = {"epoch": epoch, "batch": batch, "param": name}
             row["weight_norm"] = _norm(weight)
             if grad is not None:

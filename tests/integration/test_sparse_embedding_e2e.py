@@ -37,12 +37,15 @@ def newest_params(run: Path) -> dict[str, np.ndarray]:
 def test_plain_sgd_trains_exactly_as_the_dense_gradient(tmp_path: Path) -> None:
     """Plain SGD (no momentum, no weight decay) changes only the rows with a gradient either
     way, and clipping scales both alike: the same parameters bit for bit."""
-    sparse = fit(small_stream_lm(tmp_path, "sparse", "sparse_embedding: true"), "sparse")
+    monitor = "fit.monitor={pattern: embed, interval: 5}"  # reads the gradient it may
+    sparse = fit(small_stream_lm(tmp_path, "sparse", "sparse_embedding: true"), "sparse", monitor)
     dense = fit(small_stream_lm(tmp_path, "dense", "sparse_embedding: false"), "dense")
     a, b = newest_params(sparse), newest_params(dense)
     assert sorted(a) == sorted(b)
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    log = (sparse / "train.log").read_text()
+    assert "embed_weight: |w|=" in log and "|g|=" in log
 
 
 def test_with_the_sampled_softmax_one_sgd_step_equals_the_dense_one(tmp_path: Path) -> None:
