@@ -618,12 +618,14 @@ def _sparse_section(report: dict[str, Any]) -> list[str]:
     sparse = report.get("sparse_embedding")
     if not sparse:
         return []
-    out = [
-        "## Large vocabularies: sparse embedding gradients",
-        "",
+    m = sparse.get("machine") or report["machine"]  # measured apart: its own machine line
+    out = ["## Large vocabularies: sparse embedding gradients", ""]
+    if "command" in sparse:
+        out += [f"Measured {sparse['date']} with `{sparse['command']}`.", ""]
+    out += [
         f"`mxtrain fit` of {sparse['model']}, {sparse['batches']} training batches per run, "
-        f"{sparse['omp_threads']} OpenMP threads on the {report['machine']['cpu']} "
-        f"({report['machine']['isa']}): the sampled softmax alone and with "
+        f"{sparse['omp_threads']} OpenMP threads on the {m['cpu']} "
+        f"({m['isa']}): the sampled softmax alone and with "
         "`model.sparse_embedding: true` (the input embedding's and the output layer's weight "
         "gradients row_sparse, their updates lazy), sides alternating in fresh processes. What "
         "stays dense: the output bias (vocabulary values) and the recurrent layers.",

@@ -19,11 +19,16 @@ output bias's gradient and update (vocabulary values) and the recurrent layers.
     python scripts/bench_sampled_softmax.py --vocab 50000,100000 --samples 4096 --json out.json
     python scripts/bench_sampled_softmax.py --vocab 100000 --sparse-embedding \
         --set optimizer.name=adam
+
+``--merge-into BENCHMARKS.json`` keeps the sparse comparison under ``sparse_embedding`` of
+that scripts/bench.py report, with its own date, command and machine line; then
+``python scripts/bench.py --render BENCHMARKS.json --markdown BENCHMARKS.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import statistics
@@ -133,9 +138,17 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--json", help="write the report here")
     parser.add_argument(
+        "--merge-into",
+        metavar="JSON",
+        help="with --sparse-embedding: keep the report under 'sparse_embedding' of this "
+        "scripts/bench.py report (BENCHMARKS.json)",
+    )
+    parser.add_argument(
         "--set", action="append", default=[], help="extra `mxtrain fit --set` items (both sides)"
     )
     args = parser.parse_args(argv)
+    if args.merge_into and not args.sparse_embedding:
+        parser.error("--merge-into keeps the sparse comparison: add --sparse-embedding")
     args.vocab = [int(v) for v in args.vocab.split(",") if v.strip()]
     return args
 
@@ -143,6 +156,15 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 def main() -> None:
     args = arguments()
     report = measure(args)
+    if args.merge_into:
+        from bench import machine  # scripts/bench.py: CPU, instruction set and versions
+
+        report["command"] = "python scripts/bench_sampled_softmax.py " + " ".join(sys.argv[1:])
+        report["date"] = dt.datetime.now().isoformat(timespec="seconds")
+        report["machine"] = machine()
+        merged = json.loads(Path(args.merge_into).read_text())
+        merged["sparse_embedding"] = report
+        Path(args.merge_into).write_text(json.dumps(merged, indent=2) + "\n")
     for row in report["rows"]:
         print(
             f"vocab {row['vocab']:,}: full {statistics.median(row['full_tokens_per_s']):,.0f} "
