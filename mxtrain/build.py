@@ -268,8 +268,6 @@ def build_module(
         sym_gen = getattr(sym_gen, "without_probabilities", lambda: sym_gen)()
     if variant:
         sym_gen = _training_variant(config, sym_gen, reads_loss)
-    if for_training:
-        check_sparse_embedding(config, len(contexts))
     softmax_head = None
     if for_training and hasattr(sym_gen, "softmax_head_variant"):
         # model.loss: one_pass: the graph ends at the logits, the module does the softmax
@@ -374,41 +372,6 @@ def check_graph_sizes(
         f"batch of {data_where}, {', '.join(f'{n} {s}' for n, s in shapes.items())}).",
         hint=f"Reduce {', '.join(keys)}." if keys else "Reduce the model's or the batch's sizes.",
     )
-
-
-#: the optimizers MXNet 1.9.1 updates row by row from a row_sparse gradient
-SPARSE_OPTIMIZERS = ("sgd", "adam", "adagrad", "ftrl")
-
-
-def check_sparse_embedding(config: Config, devices: int) -> None:
-    """Refuse ``model.sparse_embedding: true`` where its row_sparse gradient cannot train:
-    several devices or processes (the kvstore calls sum dense gradients), accumulated
-    gradients (MXNet cannot add row_sparse ones) or an optimizer without sparse updates."""
-    if not getattr(config.model.options, "sparse_embedding", False):
-        return
-    where = config.where("model", "sparse_embedding")
-    problem, hint = "", ""
-    kv_type = config.kvstore.type
-    if devices > 1:
-        problem = f"trains on one device; context names {devices}"
-        hint = "Set context.count (or ids) to one device, or sparse_embedding: false."
-    elif kv_type.startswith("dist") or kv_type == "horovod":
-        problem = f"trains in one process; kvstore.type is {kv_type}"
-        hint = "Use sparse_embedding: false for distributed training."
-    elif config.fit.grad_accumulation > 1:
-        problem = (
-            f"cannot add gradients over batches (fit.grad_accumulation is "
-            f"{config.fit.grad_accumulation}): MXNet refuses to accumulate row_sparse ones"
-        )
-        hint = "Set fit.grad_accumulation: 1, or sparse_embedding: false."
-    elif config.optimizer.name not in SPARSE_OPTIMIZERS:
-        problem = (
-            f"needs an optimizer that updates rows of a row_sparse gradient "
-            f"({', '.join(SPARSE_OPTIMIZERS)}), not {config.optimizer.name}"
-        )
-        hint = "Choose one of those optimizers, or sparse_embedding: false."
-    if problem:
-        raise ConfigError(f"{where}: sparse_embedding: true {problem}.", hint=hint)
 
 
 def _training_variant(config: Config, sym_gen: Any, metrics_read_the_loss: bool) -> Any:

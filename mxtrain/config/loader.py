@@ -84,6 +84,7 @@ from mxtrain.config.yaml_tree import (
     compose_yaml,
 )
 from mxtrain.errors import ConfigError, InvalidValue
+from mxtrain.models.language_model_options import SPARSE_OPTIMIZERS
 from mxtrain.registry import CALLBACKS, ITERATORS, METRICS, MODELS, Registry
 from mxtrain.text_metrics import is_decoding_metric
 
@@ -835,6 +836,38 @@ class _Builder:
                     raise ConfigError(f"{where}: {exc.message}", hint=exc.hint) from None
         return fit
 
+    def _check_sparse_embedding(self, config: Config) -> None:
+        """``model.sparse_embedding: true`` where its row_sparse gradients cannot train:
+        several devices or processes (the module's kvstore calls sum dense gradients),
+        accumulated gradients (MXNet cannot add row_sparse ones), optimizers without sparse
+        updates."""
+        if not getattr(config.model.options, "sparse_embedding", False):
+            return
+        context, kv_type = config.context, config.kvstore.type
+        devices = len(context.ids) if context.ids else (context.count or 1)
+        accumulation = config.fit.grad_accumulation
+        if devices > 1:
+            problem = f"trains on one device; context names {devices}"
+            hint = "Set context.count (or ids) to one device, or sparse_embedding: false."
+        elif kv_type.startswith("dist") or kv_type == "horovod":
+            problem = f"trains in one process; kvstore.type is {kv_type}"
+            hint = "Use sparse_embedding: false for distributed training."
+        elif accumulation > 1:
+            problem = (
+                f"cannot add gradients over batches (fit.grad_accumulation is {accumulation}): "
+                "MXNet refuses to accumulate row_sparse ones"
+            )
+            hint = "Set fit.grad_accumulation: 1, or sparse_embedding: false."
+        elif config.optimizer.name not in SPARSE_OPTIMIZERS:
+            problem = (
+                "needs an optimizer that updates rows of a row_sparse gradient "
+                f"({', '.join(SPARSE_OPTIMIZERS)}), not {config.optimizer.name}"
+            )
+            hint = "Choose one of those optimizers, or sparse_embedding: false."
+        else:
+            return
+        self.fail(("model", "sparse_embedding"), f"sparse_embedding: true {problem}", hint)
+
     def cross_check(self, config: Config) -> None:
         """Rules that involve more than one section (or key); fit relies on them too."""
         problem = gradient_compression_problem(config.kvstore.type)
@@ -883,6 +916,7 @@ class _Builder:
                     hint="Set kvstore.update_on_kvstore: false (with dist_sync rather than "
                     f"dist_async), or remove {'.'.join(path)}.",
                 )
+        self._check_sparse_embedding(config)
         for i, name in enumerate(config.fit.eval_metrics or ()):
             problem = decoding_model_problem(name, config.model.name)
             if problem is not None:

@@ -108,11 +108,13 @@ def test_mid_epoch_resume_with_lazy_adam_is_bit_identical(tmp_path: Path) -> Non
 def test_settings_that_cannot_train_are_refused_at_the_key(
     tmp_path: Path, override: str, expected: str
 ) -> None:
+    """`check` says it before `fit` reads any data, with the key's line."""
     config = small_stream_lm(tmp_path, "bad", "sparse_embedding: true")
-    result = CliRunner().invoke(cli, ["fit", str(config), "--set", override])
-    assert result.exit_code != 0
-    assert expected in result.output and "sparse_embedding" in result.output
-    assert "bad.yaml:" in result.output and "Traceback" not in result.output
+    for command in ("check", "fit"):
+        result = CliRunner().invoke(cli, [command, str(config), "--set", override])
+        assert result.exit_code == 2, result.output
+        assert expected in result.output and "sparse_embedding" in result.output
+        assert "bad.yaml:2:" in result.output and "Traceback" not in result.output
 
 
 def test_tied_weights_are_refused_at_the_key(tmp_path: Path) -> None:
