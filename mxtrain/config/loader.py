@@ -44,6 +44,7 @@ from mxtrain.config.schema import (
     SECTIONS,
     SEQ2SEQ_HINT,
     SHARDING_HINT,
+    SPARSE_OPTIMIZERS,
     CallbackSection,
     CheckpointSection,
     ComponentSection,
@@ -84,7 +85,6 @@ from mxtrain.config.yaml_tree import (
     compose_yaml,
 )
 from mxtrain.errors import ConfigError, InvalidValue
-from mxtrain.models.language_model_options import SPARSE_OPTIMIZERS
 from mxtrain.registry import CALLBACKS, ITERATORS, METRICS, MODELS, Registry
 from mxtrain.text_metrics import is_decoding_metric
 

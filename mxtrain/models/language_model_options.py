@@ -42,8 +42,6 @@ LOSS_DOC = (
     "measured once per CPU and kept, so runs on one machine round alike (the run folder's "
     "kernels.json says which and why; `mxtrain kernels --measure` measures again)"
 )
-#: the optimizers MXNet 1.9.1 updates row by row from a row_sparse gradient (sparse_embedding)
-SPARSE_OPTIMIZERS = ("sgd", "adam", "adagrad", "ftrl")
 SPARSE_EMBEDDING_DOC = (
     "true: the input word embedding's gradient holds only the rows of the batch's words "
     "(row_sparse), and with sampled_softmax the output layer's weight gradient only the "
