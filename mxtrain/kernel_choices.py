@@ -301,13 +301,16 @@ def _one_pass_step(
         SoftmaxGradientHead,
         SoftmaxHeadSpec,
     )
+    from mxtrain.models.rnn_common import PROBABILITY_FLOOR  # deferred: see the section comment
 
     label = mx.sym.Variable("softmax_label")
     logits = mx.sym.FullyConnected(mx.sym.Variable("x"), num_hidden=classes, name="pred")
     symbol = mx.sym.Group([logits, mx.sym.BlockGrad(label)])
     shapes = {"x": (rows, hidden), "softmax_label": (rows,)}
     executor = kernels.bind_random(symbol, ctx, shapes, classes)
-    spec = SoftmaxHeadSpec("softmax_label", ignore_label=0, probabilities=probabilities)
+    spec = SoftmaxHeadSpec(
+        "softmax_label", PROBABILITY_FLOOR, ignore_label=0, probabilities=probabilities
+    )
     head = SoftmaxGradientHead(spec, 1)
     labels = executor.arg_dict["softmax_label"]
     host = labels.asnumpy()

@@ -8,7 +8,8 @@ vectorized CPU kernel (MXNet 1.9.1's ``log_softmax`` backward on AVX2, ``Softmax
 backward). Here the model's training graph ends at the logits, and per batch:
 
 1. ``softmax(logits)`` is written straight into a buffer that becomes the logits' gradient;
-2. the loss of each row, ``-log(max(p[label], floor))`` (0 on ignored rows), and, when the
+2. the loss of each row, ``-log(max(p[label], floor))`` (0 on ignored rows; the floor is
+   the model's, as its graph formulation uses it), and, when the
    metrics need them, a copy of the probabilities are taken from it;
 3. at backward, 1 is subtracted at each row's label and the ignored rows are set to 0 (both
    touch only those elements: the row indices come from the batch's labels on the host), and
@@ -28,21 +29,19 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
-__all__ = ["PROBABILITY_FLOOR", "SoftmaxGradientHead", "SoftmaxHeadSpec"]
-
-#: the loss of a row is -log(max(p, PROBABILITY_FLOOR)): finite when p underflows to 0 (the
-#: floor the graph formulations and the perplexity metric use)
-PROBABILITY_FLOOR = 1e-10
+__all__ = ["SoftmaxGradientHead", "SoftmaxHeadSpec"]
 
 
 @dataclass(frozen=True)
 class SoftmaxHeadSpec:
     """Where the head reads: output ``output`` of the symbol holds (rows, classes) logits,
-    label input ``label`` (any shape with ``rows`` values, row-major) their labels;
+    label input ``label`` (any shape with ``rows`` values, row-major) their labels; a row's
+    loss is ``-log(max(p, probability_floor))`` (finite when p underflows to 0);
     ``ignore_label`` rows get no gradient and a loss of 0; ``probabilities``: the head's
     outputs start with the probabilities (metrics that read them), else with the loss."""
 
     label: str
+    probability_floor: float
     ignore_label: int | None = None
     probabilities: bool = False
     output: int = 0
@@ -89,8 +88,8 @@ class SoftmaxGradientHead:
         self, k: int, outputs: Sequence[Any], label: Any, host_label: Any, train: bool
     ) -> list[Any]:
         """Device ``k``'s outputs for the metrics from the executor's ``outputs`` and its
-        ``label`` input (on the device) and the same labels on the host (numpy, or an
-        NDArray); ``train`` keeps what :meth:`gradient` needs."""
+        ``label`` input (on the device) and the same labels on the host (numpy);
+        ``train`` keeps what :meth:`gradient` needs."""
         spec = self.spec
         logits = outputs[spec.output]
         rows, classes = logits.shape
@@ -98,7 +97,7 @@ class SoftmaxGradientHead:
         mx.nd.softmax(logits, axis=-1, out=probs)
         label = label.reshape((-1,))
         picked = mx.nd.pick(probs, label, axis=-1)
-        nll = -mx.nd.log(mx.nd.maximum(picked, PROBABILITY_FLOOR))
+        nll = -mx.nd.log(mx.nd.maximum(picked, spec.probability_floor))
         if spec.ignore_label is not None:
             nll = nll * (label != spec.ignore_label)
         head = [probs.copy() if train else probs, nll] if spec.probabilities else [nll]
@@ -106,8 +105,7 @@ class SoftmaxGradientHead:
         return [*outputs[: spec.output], *head, *outputs[spec.output + 1 :]]
 
     def _plan(self, probs: Any, host_label: Any) -> _Pending:
-        labels = host_label.asnumpy() if isinstance(host_label, mx.nd.NDArray) else host_label
-        labels = np.asarray(labels).reshape(-1).astype(np.int64)
+        labels = np.asarray(host_label).reshape(-1).astype(np.int64)
         if labels.size != probs.shape[0]:
             raise ValueError(
                 f"the softmax head has {probs.shape[0]} rows of logits but {labels.size} labels"

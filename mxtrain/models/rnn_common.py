@@ -296,6 +296,7 @@ def build_rnn_lm(
             head = {
                 "label": "softmax_label",
                 "ignore_label": pad_id if options.ignore_padding else None,
+                "probability_floor": PROBABILITY_FLOOR,
                 "probabilities": probabilities,
             }
             return logits, head

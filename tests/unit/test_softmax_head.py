@@ -13,6 +13,7 @@ from mxtrain.engine.bucketing import BucketingModule
 from mxtrain.engine.softmax_head import SoftmaxGradientHead, SoftmaxHeadSpec
 from mxtrain.models.language_model_options import LstmLmOptions
 from mxtrain.models.language_models import build_lstm_lm
+from mxtrain.models.rnn_common import PROBABILITY_FLOOR
 
 INFO = DataInfo(vocab_size=11, num_classes=11, pad_id=0)
 SMALL = {"num_embed": 6, "num_hidden": 5, "num_layers": 2}
@@ -92,7 +93,8 @@ def test_gradient_is_softmax_minus_onehot_with_ignored_rows_zero() -> None:
     the probabilities (taken before backward) untouched by it."""
     logits = mx.nd.array([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0], [3.0, 0.0, 0.0]])
     labels = np.array([2, 0, 1], dtype=np.float32)  # row 1's label is the ignored 0
-    head = SoftmaxGradientHead(SoftmaxHeadSpec("y", ignore_label=0, probabilities=True), 1)
+    spec = SoftmaxHeadSpec("y", PROBABILITY_FLOOR, ignore_label=0, probabilities=True)
+    head = SoftmaxGradientHead(spec, 1)
     probs, nll = head.forward(0, [logits], mx.nd.array(labels), labels, train=True)
     grad = head.gradient(0).asnumpy()
     z = logits.asnumpy().astype(np.float64)
@@ -111,7 +113,7 @@ def test_gradient_is_softmax_minus_onehot_with_ignored_rows_zero() -> None:
 
 
 def test_every_row_ignored_gives_a_zero_gradient_and_a_module_refuses_out_grads() -> None:
-    head = SoftmaxGradientHead(SoftmaxHeadSpec("y", ignore_label=4), 1)
+    head = SoftmaxGradientHead(SoftmaxHeadSpec("y", PROBABILITY_FLOOR, ignore_label=4), 1)
     labels = np.full(3, 4, dtype=np.float32)
     (nll,) = head.forward(0, [mx.nd.ones((3, 5))], mx.nd.array(labels), labels, train=True)
     assert not nll.asnumpy().any()
