@@ -81,14 +81,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         for vocab in args.vocab:
             corpus = folder / f"zipf{vocab}.txt"
             write_zipf_corpus(corpus, vocab, args.tokens, args.seed)
-            batches = [f"fit.max_batches_per_epoch={args.batches}", *args.set]
+            every_side = list(args.set)
             sides = {"full": ["model.sampled_softmax=0"]}
             sides["sampled"] = [f"model.sampled_softmax={args.samples}"]
             if args.sparse_embedding:
                 sides["sampled_sparse"] = [*sides["sampled"], "model.sparse_embedding=true"]
-                batches.append("model.tie_weights=false")
+                every_side.append("model.tie_weights=false")
+            batches = [f"fit.max_batches_per_epoch={args.batches}", *every_side]
             for sets in sides.values():  # kernel choices measured and cached first
-                warm = [*sets, *batches[1:], "fit.max_batches_per_epoch=2"]
+                warm = [*sets, *every_side, "fit.max_batches_per_epoch=2"]
                 fit_tokens_per_s(corpus, folder, "warm", warm, env)
             figures: dict[str, list[float]] = {side: [] for side in sides}
             for round_ in range(args.repeats):

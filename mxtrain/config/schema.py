@@ -914,10 +914,10 @@ OPTIMIZERS: Mapping[str, OptimizerSpec] = MappingProxyType(
     }
 )
 #: the optimizers mxtrain trains with (the others say why not when named)
+SUPPORTED_OPTIMIZERS = tuple(sorted(n for n, spec in OPTIMIZERS.items() if spec.refusal is None))
 #: the optimizers MXNet 1.9.1 updates row by row from a row_sparse gradient (the LMs'
 #: model.sparse_embedding)
 SPARSE_OPTIMIZERS = ("sgd", "adam", "adagrad", "ftrl")
-SUPPORTED_OPTIMIZERS = tuple(sorted(n for n, spec in OPTIMIZERS.items() if spec.refusal is None))
 
 
 @dataclass(frozen=True)
