@@ -1469,7 +1469,10 @@ class FitSection:
         "input positions: beyond it the least used are unbound and rebound when needed "
         "(each bucket keeps memory of its own, e.g. a fused RNN's workspace, so memory "
         "would grow with their number); auto: 5, which keeps the shipped configs' "
-        "buckets all bound; 1.0: the tightest bound (rebinds cost time); null: no bound",
+        "buckets all bound, or less where the memory available at start cannot take it "
+        "(the largest bound whose estimate fits in 80% of it); 1.0: the tightest bound "
+        "(rebinds cost time); null: no bound. fit logs the estimated peak before the "
+        "first batch and warns when it exceeds the available memory",
     )
 
     @property

@@ -22,7 +22,6 @@ eval, score and predict reuse so that their files may use fewer features than th
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from mxtrain.data.arrays import (
 from mxtrain.data.base import DataContext, resolve_source
 from mxtrain.data.sparse_image_options import LibsvmOptions
 from mxtrain.errors import DataError
+from mxtrain.memory_plan import available_memory
 from mxtrain.user_files import RELATIVE_TO_CONFIG, open_file
 
 # The largest feature index a file may hold: MXNet (built without large-tensor support) sizes
@@ -321,25 +321,10 @@ def _refuse_stray_index(sparse: SparseRows, source: str, zero_based: bool) -> No
     )
 
 
-def _available_memory_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux), else free physical pages; None if unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def _refuse_unfittable_batch(batch_size: int, num_features: int, source: str) -> None:
     """DataError when dense batches of this width cannot fit in the available memory."""
     batch_bytes = batch_size * num_features * np.dtype(np.float32).itemsize
-    available = _available_memory_bytes()
+    available = available_memory()
     if available is None or batch_bytes * DENSE_BATCH_COPIES <= available:
         return
     raise DataError(

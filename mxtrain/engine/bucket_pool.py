@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -32,7 +33,15 @@ from mxtrain.engine.shapes import (
     to_descs,
 )
 
-__all__ = ["AUTO_BUCKET_MEMORY", "HOST_GROUPS", "Bucket", "BucketPool", "Targets", "call_sym_gen"]
+__all__ = [
+    "AUTO_BUCKET_MEMORY",
+    "HOST_GROUPS",
+    "Bucket",
+    "BucketPool",
+    "Targets",
+    "call_sym_gen",
+    "planned_pool_bytes",
+]
 
 #: ``sym_gen(bucket_key) -> (symbol, data_names, label_names)``, called in a fresh NameManager
 SymGen = Callable[[Any], tuple[Any, Sequence[str] | None, Sequence[str] | None]]
@@ -63,6 +72,17 @@ def call_sym_gen(
     in every bucket."""
     with mx.name.NameManager():
         return sym_gen(key)
+
+
+#: how MXNet 1.9.1's ``Executor.debug_str()`` ends: the memory its plan allocated, in MiB
+_PLANNED = re.compile(r"^Total (\d+) MB allocated", re.MULTILINE)
+
+
+def planned_pool_bytes(executor: Any) -> int:
+    """Bytes of the memory pool MXNet planned for ``executor``'s intermediate results
+    (rounded down to MiB as MXNet reports it; 0 where it does not say)."""
+    found = _PLANNED.search(executor.debug_str())
+    return int(found.group(1)) * 2**20 if found else 0
 
 
 def _host_groups(symbol: Any) -> dict[str, Any] | None:
@@ -330,6 +350,23 @@ class BucketPool:
             # the default bucket is bound on first use and can be unbound like any other
             self._budget = int(self._bucket_memory * bucket.elements)
         self.binded = True
+
+    def set_bound(self, bucket_memory: float | None, *, strict: bool) -> None:
+        """Bound the buckets bound at once to ``bucket_memory`` times the default bucket's
+        input positions (None: no bound) from the next bucket bound on."""
+        self._bucket_memory = bucket_memory
+        self._strict_memory = strict
+        self._bound_told = False
+        if self.default is None:
+            return
+        if bucket_memory is None:
+            self._budget = None
+            self.buckets.setdefault(self.default_key, self.default)
+            return
+        self._budget = int(bucket_memory * self.default.elements)
+        if self.buckets.get(self.default_key) is self.default:
+            # the first executors hold the store and the pool; under a bound they never run
+            del self.buckets[self.default_key]
 
     def _grad_reqs(self, symbol: Any, data_names: Sequence[str]) -> dict[str, str]:
         req = self._grad_req

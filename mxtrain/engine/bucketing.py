@@ -29,14 +29,25 @@ from typing import Any
 
 import mxnet as mx
 
-from mxtrain.engine.bucket_pool import AUTO_BUCKET_MEMORY, Bucket, BucketPool, SymGen, call_sym_gen
+from mxtrain.engine.bucket_pool import (
+    AUTO_BUCKET_MEMORY,
+    Bucket,
+    BucketPool,
+    SymGen,
+    call_sym_gen,
+    planned_pool_bytes,
+)
 from mxtrain.engine.carried_states import CarriedStates
 from mxtrain.engine.optimizer_setup import (
     Optimization,
     create_optimization,
     wait_before_freeing_kvstore,
 )
-from mxtrain.engine.optimizer_state import capture_optimizer_state, restore_optimizer_state
+from mxtrain.engine.optimizer_state import (
+    capture_optimizer_state,
+    optimizer_state_arrays,
+    restore_optimizer_state,
+)
 from mxtrain.engine.parameters import ParameterStore, resolve_fixed
 from mxtrain.engine.shapes import ShapeList
 from mxtrain.engine.softmax_head import SoftmaxGradientHead, SoftmaxHeadSpec
@@ -236,6 +247,29 @@ class BucketingModule:
     def bound_positions(self) -> int:
         """Input positions (batch x length) of every bucket bound now."""
         return self.pool.bound_positions
+
+    def pending_bytes(self) -> int:
+        """Memory the module has allocated or will allocate that the first batches write:
+        the default bucket's executors' memory pool (as MXNet planned it), the gradients and
+        the optimizer state (created at the first update)."""
+        default = self._require(params=False)
+        pooled = sum(planned_pool_bytes(e) for e in default.execs)
+        trained = [
+            arrays[0]
+            for name, arrays in self.store.params.items()
+            if name not in self.store.fixed_set
+        ]
+        values = sum(int(a.size) for a in trained) * len(self._contexts)
+        state_arrays = 0
+        if self.optimization is not None and self.optimization.optimizer is not None:
+            state_arrays = optimizer_state_arrays(self.optimization.optimizer)
+        return pooled + values * (1 + state_arrays) * 4
+
+    def set_bucket_memory(self, factor: float | None, *, strict: bool) -> None:
+        """Bound the buckets bound at once to ``factor`` times the largest bucket's input
+        positions from now on (None: no bound); ``strict``: freed executor memory leaves
+        the process at once (:class:`BucketPool`)."""
+        self.pool.set_bound(_check_bucket_memory(factor), strict=strict)
 
     @property
     def kvstore(self) -> Any:

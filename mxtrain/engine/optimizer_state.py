@@ -18,7 +18,12 @@ import numpy as np
 from mxtrain.engine.optimizer_setup import Optimization
 from mxtrain.engine.parameters import ParameterStore
 
-__all__ = ["OPTIMIZER_STATE_FORMAT", "capture_optimizer_state", "restore_optimizer_state"]
+__all__ = [
+    "OPTIMIZER_STATE_FORMAT",
+    "capture_optimizer_state",
+    "optimizer_state_arrays",
+    "restore_optimizer_state",
+]
 
 NDArray = mx.nd.NDArray
 
@@ -118,6 +123,25 @@ def _key_owner(opt: Optimization, store: ParameterStore, ndev: int, key: Any) ->
         if i < len(store.names):
             return store.names[i], k
     raise ValueError(f"optimizer key {key!r} does not belong to any parameter of the module")
+
+
+def optimizer_state_arrays(optimizer: Any) -> int:
+    """How many arrays of a parameter's size ``optimizer`` keeps per parameter (Adam 2,
+    SGD with momentum 1), counted on a one-value stand-in; 0 where it cannot say."""
+    probe = mx.nd.zeros((1,))
+    try:
+        state = optimizer.create_state_multi_precision(0, probe)
+    except Exception:  # an optimizer that needs more than a plain float32 array to say
+        return 0
+
+    def count(item: Any) -> int:
+        if isinstance(item, NDArray):
+            return 1
+        if isinstance(item, list | tuple):
+            return sum(count(i) for i in item)
+        return 0
+
+    return count(state)
 
 
 def capture_optimizer_state(

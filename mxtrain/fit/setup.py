@@ -48,6 +48,7 @@ from mxtrain.devices import (
 from mxtrain.distributed import Coordinator, is_distributed
 from mxtrain.engine.kernels import Choice
 from mxtrain.fit.callbacks import CallbackRunner
+from mxtrain.fit.memory import plan_memory
 from mxtrain.fit.pretrained import (
     check_words_added,
     load_pretrained_embedding,
@@ -160,6 +161,7 @@ def prepare_training(
     model, eval_module, starting = build_model(config, train_iter, eval_iter, worker, restart)
     module = model.module
     coordinator = init_optimizer(module, config, train_iter, worker)
+    plan_memory(config, module, train_iter, worker.contexts)
     if module.fixed_param_names:
         log.info("fixed parameters: %s", ", ".join(module.fixed_param_names))
     arg_params, _ = module.get_params()

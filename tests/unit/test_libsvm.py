@@ -220,7 +220,7 @@ def test_inferred_width_from_a_stray_index_is_refused(tmp_path: Path) -> None:
 def test_dense_batches_that_cannot_fit_are_refused(tmp_path: Path, monkeypatch) -> None:
     import mxtrain.data.libsvm as module
 
-    monkeypatch.setattr(module, "_available_memory_bytes", lambda: 2**30)
+    monkeypatch.setattr(module, "available_memory", lambda: 2**30)
     with pytest.raises(DataError) as caught:
         libsvm(tmp_path, num_features=2_000_000, batch_size=64)
     message = str(caught.value)
