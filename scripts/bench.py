@@ -41,13 +41,14 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,20 @@ COMPARISONS = {
     "char": ("char-stock", "char-mxtrain"),
     # the full epoch again, each side beside a CPU-bound process (busy_neighbour)
     "loaded": ("loaded-epoch-stock-omp", "loaded-epoch-mxtrain"),
+    # where the full epoch's peak memory goes: mxtrain with its own choices, and with the
+    # two choices that hold memory for speed set back to what stock does (VARIANTS)
+    "rss": (
+        "epoch-stock-omp",
+        "epoch-mxtrain+release+softmax",
+        "epoch-mxtrain+release",
+        "epoch-mxtrain+softmax",
+        "epoch-mxtrain",
+    ),
+}
+#: ``epoch-mxtrain+NAME``: the full epoch with these config values
+VARIANTS = {
+    "release": "context.large_buffers=release",
+    "softmax": "model.loss=softmax",
 }
 #: a side run beside a busy process: ``loaded-`` and the side's own name
 LOADED = "loaded-"
@@ -95,6 +110,25 @@ def process_age() -> float:
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def kernel_choices_of(run: Path) -> dict[str, str]:
+    """The kernel choices fit made for the run (its train.log): ``{key: value}``."""
+    text = (run / "train.log").read_text(encoding="utf-8")
+    return dict(re.findall(r"kernel choice ([a-z_.]+)=(\S+)", text))
+
+
+def memory_estimate(run: Path) -> dict[str, Any]:
+    """What fit estimated before its first batch (its train.log): the peak in MB and the
+    bucket bound it applied."""
+    text = (run / "train.log").read_text(encoding="utf-8")
+    found = re.search(r"memory estimate: peak ([0-9.,]+) (GiB|MiB).*? under ([^,]+), ", text)
+    if found is None:
+        return {}
+    scale = 1024 if found.group(2) == "GiB" else 1
+    mib = float(found.group(1).replace(",", "")) * scale
+    # in the unit peak_rss_mb uses (ru_maxrss / 1024: MiB)
+    return {"estimated_peak_mb": mib, "bucket_bound": found.group(3)}
 
 
 # ----------------------------------------------------------------------------- data
@@ -337,11 +371,17 @@ def run_stock(
 
 
 def run_mxtrain(
-    args: argparse.Namespace, train_src: str, eval_src: str, *, full_epoch: bool = False
+    args: argparse.Namespace,
+    train_src: str,
+    eval_src: str,
+    *,
+    full_epoch: bool = False,
+    overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
     """``mxtrain fit`` / ``score`` / ``predict`` on the default config, through the library.
     ``full_epoch``: one whole epoch, timed as the epoch record reports it (from the epoch's
-    start, every bucket's binding and the iterator included); no score or predict."""
+    start, every bucket's binding and the iterator included), its kernel choices and fit's
+    memory estimate recorded; no score or predict. ``overrides``: further config values."""
     from mxtrain.config import load_config
     from mxtrain.fit.new_run import fit_experiment
     from mxtrain.fit.run_hooks import RunHook
@@ -350,7 +390,7 @@ def run_mxtrain(
     from mxtrain.reporting import Reporter
 
     folder = Path(args.workdir)
-    overrides = [
+    settings = [
         f"data.train.source={train_src}",
         f"data.eval.source={eval_src}",
         f"data.train.max_vocab={args.vocab}",
@@ -362,13 +402,13 @@ def run_mxtrain(
         "fit.eval_max_batches=1",
     ]
     if full_epoch:
-        overrides += ["fit.max_batches_per_epoch=null", "fit.log_interval=1000000"]
+        settings += ["fit.max_batches_per_epoch=null", "fit.log_interval=1000000"]
     else:
-        overrides += [
+        settings += [
             f"fit.max_batches_per_epoch={args.warmup + args.batches}",
             f"fit.log_interval={args.warmup}",
         ]
-    config = load_config(DEFAULT_CONFIG, overrides)
+    config = load_config(DEFAULT_CONFIG, [*settings, *overrides])
     marks: dict[str, Any] = {"intervals": []}
 
     class Marks(RunHook):
@@ -395,6 +435,8 @@ def run_mxtrain(
     }
     if full_epoch:
         result["train_batches"] = epoch["batch"]
+        result.update(memory_estimate(summary.run.path))
+        result["choices"] = kernel_choices_of(summary.run.path)
         return result
     report = score_checkpoint(summary.run.path)
     tokens = _eval_tokens(args, train_src, eval_src)
@@ -582,6 +624,7 @@ def run_char(args: argparse.Namespace, side: str) -> dict[str, Any]:
         "train_perplexity": epoch["train"]["perplexity"],
         "train_batches": epoch["batch"],
         "peak_rss_mb": peak_rss_mb(),  # training's: score and predict come after
+        **memory_estimate(summary.run.path),
     }
     held_out = corpus["held-out"]
     predicted = predict_run(summary.run.path, held_out, folder / f"char-{os.getpid()}.jsonl")
@@ -618,8 +661,15 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     train_src, eval_src = write_corpus(args, Path(args.workdir))
     if args.worker in ("stock", "stock-omp", "epoch-stock-omp"):
         result = run_stock(args, train_src, eval_src, full_epoch=args.worker.startswith("epoch"))
-    elif args.worker in ("mxtrain", "epoch-mxtrain"):
-        result = run_mxtrain(args, train_src, eval_src, full_epoch=args.worker == "epoch-mxtrain")
+    elif args.worker in ("mxtrain", "epoch-mxtrain") or args.worker.startswith("epoch-mxtrain+"):
+        variants = args.worker.split("+")[1:]
+        result = run_mxtrain(
+            args,
+            train_src,
+            eval_src,
+            full_epoch=args.worker.startswith("epoch-mxtrain"),
+            overrides=[VARIANTS[v] for v in variants],
+        )
     else:
         result = run_engine(args, args.worker, train_src, eval_src)
     result["peak_rss_mb"] = peak_rss_mb()
@@ -962,7 +1012,8 @@ def main() -> None:
         default="epoch,loaded,tool,engine,char,memory",
         help="comma-separated: epoch (full epoch), loaded (the full epoch beside a CPU-bound "
         "process), tool, engine (100-odd batch windows), char "
-        "(heavy-tailed char LM), memory (peak RSS against the bucket count), output (the output "
+        "(heavy-tailed char LM), rss (where the full epoch's peak RSS goes), memory (peak RSS "
+        "against the bucket count), output (the output "
         "layer against the GEMM peak), profile (operator shares), sampled (sampled softmax "
         "against the full one at 50k and 100k words)",
     )

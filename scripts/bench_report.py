@@ -248,8 +248,8 @@ def _char_section(report: dict[str, Any]) -> list[str]:
     out += [
         "| round | buckets | padding (quantile-8) | train tokens/s | score tokens/s | "
         "predict tokens/s | predict cost / score cost per token | peak RSS train / after "
-        "predict, MB |",
-        "|---:|---:|---|---:|---:|---:|---:|---|",
+        "predict, MB | fit's estimate before the first batch, MB (bound) |",
+        "|---:|---:|---|---:|---:|---:|---:|---|---|",
     ]
     for i, r in enumerate(ours, 1):
         out.append(
@@ -258,7 +258,12 @@ def _char_section(report: dict[str, Any]) -> list[str]:
             f"{r['train_tokens_per_s']:,.0f} | {r['score_tokens_per_s']:,.0f} | "
             f"{r['predict_tokens_per_s']:,.0f} | "
             f"{r['score_tokens_per_s'] / r['predict_tokens_per_s']:.2f} | "
-            f"{r['peak_rss_mb']:,.0f} / {r['peak_rss_after_predict_mb']:,.0f} |"
+            f"{r['peak_rss_mb']:,.0f} / {r['peak_rss_after_predict_mb']:,.0f} | "
+            + (
+                f"{r['estimated_peak_mb']:,.0f} ({r['bucket_bound']}) |"
+                if "estimated_peak_mb" in r
+                else "- |"
+            )
         )
     out += [
         "",
@@ -266,6 +271,9 @@ def _char_section(report: dict[str, Any]) -> list[str]:
         f"({ours[0]['held_out_lines']} lines, {ours[0]['held_out_longer']} longer than the "
         "largest training bucket: predict groups those into extra buckets within the largest "
         "bucket's positions; score splits them). Their times include opening the run folder.",
+        "The estimate is what `fit` logs before its first batch (docs/speed.md); `auto`'s "
+        "bound is 5 where that fits in 80% of the memory available at start, less where it "
+        "does not.",
         "",
     ]
     return out
@@ -408,6 +416,9 @@ def _comparison_sections(report: dict[str, Any]) -> list[str]:
     """One section per paired comparison: its table and each round's figures."""
     out: list[str] = []
     for name, comparison in report["comparisons"].items():
+        if name == "rss":
+            out += _rss_section(report)
+            continue
         tables = comparison["tables"]
         for theirs, table in tables.items():
             ours = list(comparison["rounds"][0])[-1]
@@ -520,6 +531,60 @@ def _limit_sections(report: dict[str, Any]) -> list[str]:
             "keeps `fc`: `fc_3d` measures the same within noise, `dot_t` is far slower.",
             "",
         ]
+    return out
+
+
+#: what each side of the ``rss`` comparison changes, for its table
+_RSS_SIDES = {
+    "epoch-stock-omp": "stock `BucketingModule.fit` (as in `epoch`)",
+    "epoch-mxtrain+release+softmax": "mxtrain, `large_buffers: release` and `model.loss: softmax`",
+    "epoch-mxtrain+release": "mxtrain, `large_buffers: release`",
+    "epoch-mxtrain+softmax": "mxtrain, `model.loss: softmax`",
+    "epoch-mxtrain": "mxtrain as `auto` chose",
+}
+
+
+def _rss_section(report: dict[str, Any]) -> list[str]:
+    """Where the full epoch's peak RSS goes: stock, mxtrain with its choices, and with the
+    two choices that keep memory for speed set back."""
+    rounds = report["comparisons"]["rss"]["rounds"]
+    stock = "epoch-stock-omp"
+
+    def median(values: list[float]) -> float:
+        return statistics.median(values)
+
+    out = [
+        "## Memory: where the full epoch's peak goes",
+        "",
+        "The `epoch` comparison's sides again (one whole epoch each, the same data), with "
+        "mxtrain's two memory-for-speed choices forced either way: `context.large_buffers: "
+        "reuse` keeps freed memory in the process (glibc: no mmap, no trimming), and "
+        "`model.loss: one_pass` hands the logits' gradient to backward, which MXNet copies "
+        "into an array every bound bucket allocates of its own (batch x length x vocabulary "
+        "floats). Medians over the rounds; ratios per round against stock, then the median.",
+        "",
+        "| side | peak RSS, MB | x stock | training tokens/s x stock | fit's estimate, MB | "
+        "choices |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for side in rounds[0]:
+        rss = [r[side]["peak_rss_mb"] for r in rounds]
+        speed = [r[side]["train_tokens_per_s"] / r[stock]["train_tokens_per_s"] for r in rounds]
+        share = [r[side]["peak_rss_mb"] / r[stock]["peak_rss_mb"] for r in rounds]
+        estimates = [r[side]["estimated_peak_mb"] for r in rounds if "estimated_peak_mb" in r[side]]
+        choices = rounds[0][side].get("choices", {})
+        shown = ", ".join(
+            f"{k.split('.')[-1]} {v}"
+            for k, v in choices.items()
+            if k in ("model.loss", "context.large_buffers")
+        )
+        out.append(
+            f"| {_RSS_SIDES.get(side, side)} | {median(rss):,.0f} | {median(share):.2f} | "
+            f"{median(speed):.2f} | "
+            + (f"{median(estimates):,.0f}" if estimates else "-")
+            + f" | {shown or '-'} |"
+        )
+    out.append("")
     return out
 
 

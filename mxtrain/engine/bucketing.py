@@ -168,7 +168,9 @@ class BucketingModule:
             strict_memory=strict_memory,
         )
         head = None
+        self._softmax_output: int | None = None
         if softmax_head is not None:
+            self._softmax_output = softmax_head.output
             if softmax_head.label not in labels:
                 raise ValueError(
                     f"the softmax head's label {softmax_head.label!r} is not a label input: "
@@ -264,6 +266,15 @@ class BucketingModule:
         if self.optimization is not None and self.optimization.optimizer is not None:
             state_arrays = optimizer_state_arrays(self.optimization.optimizer)
         return pooled + values * (1 + state_arrays) * 4
+
+    def output_gradient_bytes(self) -> int:
+        """Memory every bound bucket of the largest size keeps for the gradients handed to
+        its outputs (``softmax_head``'s logits: MXNet copies them into arrays each executor
+        allocates of its own); 0 without a head. Smaller buckets keep it in proportion."""
+        if self._softmax_output is None:
+            return 0
+        default = self._require(params=False)
+        return sum(int(e.outputs[self._softmax_output].size) * 4 for e in default.execs)
 
     def set_bucket_memory(self, factor: float | None, *, strict: bool) -> None:
         """Bound the buckets bound at once to ``factor`` times the largest bucket's input

@@ -55,6 +55,7 @@ def memory_plan(module: Any, train_iter: Any, devices: int) -> MemoryPlan:
     descs = [*train_iter.provide_data, *(getattr(train_iter, "provide_label", None) or [])]
     shapes = {d.name: tuple(d.shape) for d in descs}
     workspace, weights = bucket_kept_bytes(module.pool.default_symbol, shapes)
+    workspace += module.output_gradient_bytes()
     default = key_positions(train_iter.default_bucket_key)
     keys = list(getattr(train_iter, "buckets", None) or [train_iter.default_bucket_key])
     return MemoryPlan(

@@ -21,6 +21,10 @@ def test_bench_runs_whole_epochs_quiet_and_loaded_and_the_memory_tables(tmp_path
     assert set(epoch) == {"epoch-stock-omp", "epoch-mxtrain"}
     for figures in epoch.values():
         assert figures["train_tokens_per_s"] > 0 and figures["train_batches"] > 0
+    # mxtrain's side keeps what fit estimated before its first batch, and its choices
+    ours = epoch["epoch-mxtrain"]
+    assert ours["estimated_peak_mb"] > 0 and ours["bucket_bound"].startswith("bucket_memory")
+    assert {"model.loss", "context.large_buffers"} <= set(ours["choices"])
     # the full epoch beside a busy process, both sides in the same conditions
     loaded = report["comparisons"]["loaded"]["rounds"][0]
     assert set(loaded) == {"loaded-epoch-stock-omp", "loaded-epoch-mxtrain"}
@@ -52,3 +56,28 @@ def test_bench_memory_runs_every_side_and_reports_the_cap(tmp_path: Path) -> Non
     three = report["rows"][1]["sides"]
     assert three["mxtrain-capped"]["rebinds"] > 0 and three["mxtrain"]["rebinds"] == 0
     assert "| 3 |" in md.read_text()
+
+
+def test_the_rss_section_tells_each_sides_peak_against_stock() -> None:
+    """The ``rss`` comparison's table, from a report of known figures."""
+    sys.path.insert(0, str(BENCH.parent))
+    from bench_report import _rss_section
+
+    def side(rss: float, speed: float, **more) -> dict:
+        return {"peak_rss_mb": rss, "train_tokens_per_s": speed, **more}
+
+    rounds = [
+        {
+            "epoch-stock-omp": side(900, 100),
+            "epoch-mxtrain+release+softmax": side(945, 120, estimated_peak_mb=930),
+            "epoch-mxtrain": side(
+                1800, 150, estimated_peak_mb=1200,
+                choices={"model.loss": "one_pass", "context.large_buffers": "reuse"},
+            ),
+        }
+        for _ in range(3)
+    ]  # fmt: skip
+    text = "\n".join(_rss_section({"comparisons": {"rss": {"rounds": rounds}}}))
+    assert "| stock `BucketingModule.fit` (as in `epoch`) | 900 | 1.00 | 1.00 | - | - |" in text
+    assert "| 945 | 1.05 | 1.20 | 930 | - |" in text
+    assert "| mxtrain as `auto` chose | 1,800 | 2.00 | 1.50 | 1,200 | loss one_pass, " in text

@@ -124,3 +124,13 @@ def test_every_row_ignored_gives_a_zero_gradient_and_a_module_refuses_out_grads(
     module.forward(batch, is_train=True)
     with pytest.raises(ValueError, match="out_grads"):
         module.backward(out_grads=[mx.nd.ones((BATCH * STEPS, 11))])
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_each_bucket_keeps_a_logits_gradient_the_memory_estimate_counts(devices: int) -> None:
+    """MXNet copies a gradient handed to backward into arrays each executor allocates of its
+    own: a logits-sized array per bound bucket with the head, none without it."""
+    contexts = [mx.cpu(i) for i in range(devices)]
+    with_head = _module("one_pass", False, contexts, probabilities=False)
+    assert with_head.output_gradient_bytes() == BATCH * STEPS * INFO.num_classes * 4
+    assert _module("softmax", False, contexts, probabilities=False).output_gradient_bytes() == 0
