@@ -284,6 +284,7 @@ class BucketPool:
         label_names: list[str],
         state_names: Sequence[str],
         logger: logging.Logger,
+        extra_inputs: Sequence[str] = (),
         bucket_memory: float | None,
         strict_memory: bool,
     ) -> None:
@@ -293,6 +294,9 @@ class BucketPool:
         self._work_load = work_load
         self._store = store
         self._state_names = list(state_names)
+        #: inputs neither data, labels nor states that every bucket shares (a softmax head's
+        #: gradient input): views of the default bucket's arrays, like the data
+        self._extra_inputs = list(extra_inputs)
         self.logger = logger
         self._bucket_memory = bucket_memory
         self._strict_memory = strict_memory
@@ -434,7 +438,7 @@ class BucketPool:
         )
         inputs = data + (labels or [])
         batch_size, slices = self._decide_slices(key, inputs)
-        names = set(d.name for d in inputs) | set(self._state_names)
+        names = set(d.name for d in inputs) | set(self._state_names) | set(self._extra_inputs)
         params = [a for a in args if a not in names and a not in (label_names or [])]
         if not default:
             extra = [p for p in params if p not in store.params]
@@ -484,6 +488,7 @@ class BucketPool:
         execs = []
         for i, ctx in enumerate(self._contexts):
             shapes = _sliced(inputs, slices[i])
+            shapes.update(self._extra_input_shapes(symbol, shapes))
             if default:
                 ex = symbol.simple_bind(
                     ctx=ctx,
@@ -512,6 +517,17 @@ class BucketPool:
                 ex = self._bind_own_memory(symbol, i, shapes, types, reqs, host_groups)
             execs.append(ex)
         return execs
+
+    def _extra_input_shapes(
+        self, symbol: Any, shapes: Mapping[str, Any]
+    ) -> dict[str, tuple[int, ...]]:
+        """The shapes of the extra inputs as the graph infers them from ``shapes``: given
+        to simple_bind, which otherwise refuses a shared array whose shape changed."""
+        if not self._extra_inputs:
+            return {}
+        arg_shapes, _, _ = symbol.infer_shape_partial(**shapes)
+        inferred = dict(zip(symbol.list_arguments(), arg_shapes or [], strict=False))
+        return {n: tuple(inferred[n]) for n in self._extra_inputs if inferred.get(n)}
 
     def _decide_slices(self, key: Any, inputs: list[Any]) -> tuple[int, list[slice]]:
         batch_size = None
@@ -646,10 +662,11 @@ class BucketPool:
         batch_size, slices = self._decide_slices(bucket.key, inputs)
         # begin states are inputs the batch does not give: their shape follows the batch size
         partial = bool(self._state_names)
-        execs = [
-            ex.reshape(allow_up_sizing=True, partial_shaping=partial, **_sliced(inputs, slices[i]))
-            for i, ex in enumerate(bucket.base_execs)
-        ]
+        execs = []
+        for i, ex in enumerate(bucket.base_execs):
+            shapes = _sliced(inputs, slices[i])
+            shapes.update(self._extra_input_shapes(bucket.symbol, shapes))
+            execs.append(ex.reshape(allow_up_sizing=True, partial_shaping=partial, **shapes))
         return Bucket(
             bucket.key,
             bucket.symbol,

@@ -149,6 +149,8 @@ class BucketingModule:
         self.carried = CarriedStates(states, contexts)
         self.carried.check(symbol, args, data, labels)
         inputs = set(data) | set(labels) | set(self.carried.states)
+        if softmax_head is not None and softmax_head.gradient_input:
+            inputs.add(softmax_head.gradient_input)  # the head's buffer, not a parameter
         param_names = [a for a in args if a not in inputs]
         fixed = resolve_fixed(param_names, fixed_param_patterns, fixed_param_exclude)
         self.store = ParameterStore(param_names, symbol.list_auxiliary_states(), fixed)
@@ -164,13 +166,17 @@ class BucketingModule:
             label_names=labels,
             state_names=self.carried.names,
             logger=self.logger,
+            extra_inputs=[softmax_head.gradient_input]
+            if softmax_head is not None and softmax_head.gradient_input
+            else [],
             bucket_memory=bound,
             strict_memory=strict_memory,
         )
         head = None
         self._softmax_output: int | None = None
         if softmax_head is not None:
-            self._softmax_output = softmax_head.output
+            if not softmax_head.gradient_input:  # else nothing per bucket (softmax_head.py)
+                self._softmax_output = softmax_head.output
             if softmax_head.label not in labels:
                 raise ValueError(
                     f"the softmax head's label {softmax_head.label!r} is not a label input: "

@@ -15,6 +15,13 @@ backward). Here the model's training graph ends at the logits, and per batch:
    touch only those elements: the row indices come from the batch's labels on the host), and
    the executor's backward runs with the buffer as the logits' gradient.
 
+The buffer is best an input of the graph (``SoftmaxHeadSpec.gradient_input``) whose loss
+``make_loss(logits * buffer)`` hands it to the logits in backward (the product's gradient
+with respect to the logits is the buffer times exact ones): inputs are views of one array
+shared by every bucket, where a gradient passed to ``backward(out_grads)`` is copied into an
+array each executor allocates of its own, batch x length x classes floats for every bound
+bucket.
+
 The gradient is what ``SoftmaxOutput`` (normalization ``null``, ``use_ignore``) sends back, to
 float rounding; the loss is the ``softmax`` formulation's, operation for operation. Knows no
 model: the module is told which output holds the logits and which label input goes with it.
@@ -45,6 +52,12 @@ class SoftmaxHeadSpec:
     ignore_label: int | None = None
     probabilities: bool = False
     output: int = 0
+    #: the graph's input the head writes the logits' gradient into, when the graph takes it
+    #: that way (``make_loss(logits * input)``, output ``gradient_output``, which the module
+    #: does not show): backward then needs no out_grads, which MXNet would copy into an
+    #: array every bucket's executor keeps of its own; None: the gradient goes in out_grads
+    gradient_input: str | None = None
+    gradient_output: str | None = None
 
 
 class _Pending:
@@ -75,7 +88,8 @@ class SoftmaxGradientHead:
         """The module's output names: the head's outputs in place of the logits."""
         names = list(symbol_outputs)
         head = ["softmax_output", "nll_output"] if self.spec.probabilities else ["nll_output"]
-        return names[: self.spec.output] + head + names[self.spec.output + 1 :]
+        shown = names[: self.spec.output] + head + names[self.spec.output + 1 :]
+        return [n for n in shown if n != self.spec.gradient_output]
 
     def _buffer(self, k: int, rows: int, classes: int, ctx: Any) -> Any:
         size = rows * classes
@@ -85,15 +99,25 @@ class SoftmaxGradientHead:
         return flat[:size].reshape((rows, classes))
 
     def forward(
-        self, k: int, outputs: Sequence[Any], label: Any, host_label: Any, train: bool
+        self,
+        k: int,
+        outputs: Sequence[Any],
+        label: Any,
+        host_label: Any,
+        train: bool,
+        *,
+        gradient: Any = None,
+        hidden: int | None = None,
     ) -> list[Any]:
         """Device ``k``'s outputs for the metrics from the executor's ``outputs`` and its
         ``label`` input (on the device) and the same labels on the host (numpy);
-        ``train`` keeps what :meth:`gradient` needs."""
+        ``train`` keeps what :meth:`gradient` needs. ``gradient``: the executor's
+        ``gradient_input`` array, which then holds the probabilities and the gradient;
+        ``hidden``: the index of its ``gradient_output``, left out of the outputs."""
         spec = self.spec
         logits = outputs[spec.output]
         rows, classes = logits.shape
-        probs = self._buffer(k, rows, classes, logits.context)
+        probs = self._buffer(k, rows, classes, logits.context) if gradient is None else gradient
         mx.nd.softmax(logits, axis=-1, out=probs)
         label = label.reshape((-1,))
         picked = mx.nd.pick(probs, label, axis=-1)
@@ -102,7 +126,9 @@ class SoftmaxGradientHead:
             nll = nll * (label != spec.ignore_label)
         head = [probs.copy() if train else probs, nll] if spec.probabilities else [nll]
         self._pending[k] = self._plan(probs, host_label) if train else None
-        return [*outputs[: spec.output], *head, *outputs[spec.output + 1 :]]
+        shown = [o for i, o in enumerate(outputs) if i != hidden]
+        at = spec.output if hidden is None or hidden > spec.output else spec.output - 1
+        return [*shown[:at], *head, *shown[at + 1 :]]
 
     def _plan(self, probs: Any, host_label: Any) -> _Pending:
         labels = np.asarray(host_label).reshape(-1).astype(np.int64)

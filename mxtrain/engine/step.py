@@ -175,10 +175,21 @@ class BatchStep:
         if isinstance(host, NDArray):
             host = host.asnumpy()
         single = len(bucket.execs) == 1
+        spec = head.spec
+        hidden = (
+            bucket.output_names.index(spec.gradient_output)
+            if spec.gradient_output is not None
+            else None
+        )
         outs = []
         for k, ex in enumerate(bucket.execs):
             mine = host if single else host[bucket.slices[k].start : bucket.slices[k].stop]
-            outs.append(head.forward(k, ex.outputs, ex.arg_dict[name], mine, train))
+            gradient = ex.arg_dict[spec.gradient_input] if spec.gradient_input else None
+            outs.append(
+                head.forward(
+                    k, ex.outputs, ex.arg_dict[name], mine, train, gradient=gradient, hidden=hidden
+                )
+            )
         return outs
 
     def backward(self, bucket: Bucket, out_grads: Any) -> None:
@@ -187,7 +198,11 @@ class BatchStep:
             if out_grads is not None:
                 raise ValueError("a module with a softmax head computes its own out_grads")
             for k, ex in enumerate(bucket.execs):
-                ex.backward(out_grads=[self._head.gradient(k)])
+                gradient = self._head.gradient(k)
+                if self._head.spec.gradient_input:
+                    ex.backward()  # the gradient is the graph's input, written in place
+                else:
+                    ex.backward(out_grads=[gradient])
             return
         if out_grads is None:
             for ex in bucket.execs:

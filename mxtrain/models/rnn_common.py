@@ -42,6 +42,10 @@ ACCIDENTAL_HIT_PENALTY = 1e9
 #: Smallest probability ``softmax`` takes the log of: a label probability that underflows to 0
 #: (a logit gap over ~87) gives -log(1e-37) = 85.2 and no gradient instead of inf and NaN.
 PROBABILITY_FLOOR = 1e-37
+
+#: the training graph's input (``loss: one_pass``) the module's softmax head writes the
+#: logits' gradient into
+LOGITS_GRADIENT = "pred_logits_gradient"
 SymGen = Callable[[Any], tuple[Any, tuple[str, ...], tuple[str, ...]]]
 
 
@@ -227,7 +231,8 @@ def build_rnn_lm(
 
     With ``loss: one_pass``, ``sym_gen.softmax_head_variant(probabilities)`` returns the
     training graph (``logits_only``: its first output the (batch * time, num_classes)
-    logits, ``pred_output``, its second the labels, so that they stay an input) and what
+    logits, ``pred_logits_output``, its second the labels, so that they stay an input, its
+    third the loss that hands the input :data:`LOGITS_GRADIENT` to the logits) and what
     the module's softmax head needs to know (label input, ignored label, whether the metrics
     read the probabilities).
     """
@@ -257,8 +262,15 @@ def build_rnn_lm(
             x = mx.sym.FullyConnected(x, num_hidden=num_classes, name="pred", **tied)
             if logits_only:
                 # the label's only use in this graph: it stays an input the batches fill
-                # (the module's softmax head reads it there); a copy of (rows,) values
-                heads = [x, mx.sym.BlockGrad(label, name="label_passthrough")]
+                # (the module's softmax head reads it there); a copy of (rows,) values.
+                # The head writes the logits' gradient into LOGITS_GRADIENT, which this loss
+                # hands to the logits at backward (engine/softmax_head.py)
+                gradient = mx.sym.Variable(LOGITS_GRADIENT)
+                heads = [
+                    mx.sym.BlockGrad(x, name="pred_logits"),
+                    mx.sym.BlockGrad(label, name="label_passthrough"),
+                    mx.sym.make_loss(x * gradient, name=LOGITS_GRADIENT),
+                ]
             else:
                 heads = loss_heads(
                     x, label, options.loss_formulation, ignore_label, probabilities=probabilities
@@ -295,6 +307,8 @@ def build_rnn_lm(
             logits = build_rnn_lm(options, data_info, model=model, mode=mode, logits_only=True)
             head = {
                 "label": "softmax_label",
+                "gradient_input": LOGITS_GRADIENT,
+                "gradient_output": f"{LOGITS_GRADIENT}_loss",
                 "ignore_label": pad_id if options.ignore_padding else None,
                 "probability_floor": PROBABILITY_FLOOR,
                 "probabilities": probabilities,

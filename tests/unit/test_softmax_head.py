@@ -126,11 +126,58 @@ def test_every_row_ignored_gives_a_zero_gradient_and_a_module_refuses_out_grads(
         module.backward(out_grads=[mx.nd.ones((BATCH * STEPS, 11))])
 
 
+def _logits_module(contexts: list, gradient_input: bool) -> BucketingModule:
+    """A bare logits graph: the head's gradient in out_grads, or through an input."""
+
+    def sym_gen(key: int):
+        logits = mx.sym.FullyConnected(
+            mx.sym.Embedding(mx.sym.var("data"), input_dim=11, output_dim=3),
+            num_hidden=11, flatten=False,
+        ).reshape((-1, 11))  # fmt: skip
+        label = mx.sym.BlockGrad(mx.sym.var("softmax_label").reshape((-1,)), name="keep")
+        outputs = [logits, label]
+        if gradient_input:
+            outputs = [mx.sym.BlockGrad(logits), label]
+            outputs.append(mx.sym.make_loss(logits * mx.sym.var("grad_in"), name="grad_in"))
+        return mx.sym.Group(outputs), ("data",), ("softmax_label",)
+
+    names = {"gradient_input": "grad_in", "gradient_output": "grad_in_loss"}
+    spec = SoftmaxHeadSpec(
+        label="softmax_label", probability_floor=PROBABILITY_FLOOR,
+        **(names if gradient_input else {}),
+    )  # fmt: skip
+    module = BucketingModule(sym_gen, STEPS, contexts, softmax_head=spec)
+    module.bind([("data", (BATCH, STEPS))], [("softmax_label", (BATCH, STEPS))], for_training=True)
+    return module
+
+
 @pytest.mark.parametrize("devices", [1, 2])
-def test_each_bucket_keeps_a_logits_gradient_the_memory_estimate_counts(devices: int) -> None:
+def test_only_a_gradient_in_out_grads_costs_every_bucket_a_logits_array(devices: int) -> None:
     """MXNet copies a gradient handed to backward into arrays each executor allocates of its
-    own: a logits-sized array per bound bucket with the head, none without it."""
+    own, which the memory estimate counts; a gradient input is a view of one shared array.
+    Both ways train the same parameters, bit for bit (the product's gradient is exact)."""
     contexts = [mx.cpu(i) for i in range(devices)]
-    with_head = _module("one_pass", False, contexts, probabilities=False)
-    assert with_head.output_gradient_bytes() == BATCH * STEPS * INFO.num_classes * 4
-    assert _module("softmax", False, contexts, probabilities=False).output_gradient_bytes() == 0
+    out_grads = _logits_module(contexts, gradient_input=False)
+    through_input = _logits_module(contexts, gradient_input=True)
+    assert out_grads.output_gradient_bytes() == BATCH * STEPS * 11 * 4
+    assert through_input.output_gradient_bytes() == 0
+    assert "grad_in" not in through_input.param_names
+    assert through_input.output_names == ["nll_output", "keep_output"]
+    params = {"fullyconnected0_weight": None}
+    labels = np.random.RandomState(2).randint(1, 11, (BATCH, STEPS))
+    grads = []
+    for module in (out_grads, through_input):
+        module.init_params(mx.init.Uniform(0.5), force_init=True)
+        if params["fullyconnected0_weight"] is None:
+            params = {k: v.copy() for k, v in module.get_params()[0].items()}
+        module.set_params(params, {})
+        batch = mx.io.DataBatch([mx.nd.array(labels)], [mx.nd.array(labels)])
+        module.forward_backward(batch)
+        grads.append({n: module.grad_array(n).asnumpy() for n in module.param_names})
+    for name, value in grads[0].items():
+        assert np.array_equal(value, grads[1][name]), name
+
+
+def test_the_lm_graph_hands_its_gradient_through_an_input() -> None:
+    module = _module("one_pass", False, [mx.cpu()], probabilities=False)
+    assert module.output_gradient_bytes() == 0
