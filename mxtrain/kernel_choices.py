@@ -301,24 +301,29 @@ def _one_pass_step(
         SoftmaxGradientHead,
         SoftmaxHeadSpec,
     )
-    from mxtrain.models.rnn_common import PROBABILITY_FLOOR  # deferred: see the section comment
+    from mxtrain.models.rnn_common import (  # deferred: see the section comment
+        LOGITS_GRADIENT,
+        one_pass_head_spec,
+        one_pass_heads,
+    )
 
     label = mx.sym.Variable("softmax_label")
     logits = mx.sym.FullyConnected(mx.sym.Variable("x"), num_hidden=classes, name="pred")
-    symbol = mx.sym.Group([logits, mx.sym.BlockGrad(label)])
+    symbol = mx.sym.Group(one_pass_heads(logits, label))
     shapes = {"x": (rows, hidden), "softmax_label": (rows,)}
-    executor = kernels.bind_random(symbol, ctx, shapes, classes)
-    spec = SoftmaxHeadSpec(
-        "softmax_label", PROBABILITY_FLOOR, ignore_label=0, probabilities=probabilities
+    executor = kernels.bind_random(symbol, ctx, shapes, classes, no_gradient=[LOGITS_GRADIENT])
+    head = SoftmaxGradientHead(
+        SoftmaxHeadSpec(**one_pass_head_spec("softmax_label", 0, probabilities)), 1
     )
-    head = SoftmaxGradientHead(spec, 1)
     labels = executor.arg_dict["softmax_label"]
+    buffer = executor.arg_dict[LOGITS_GRADIENT]
     host = labels.asnumpy()
 
     def step() -> None:
         executor.forward(is_train=True)
-        head.forward(0, executor.outputs, labels, host, True)
-        executor.backward(out_grads=[head.gradient(0)])
+        head.forward(0, executor.outputs, labels, host, True, gradient=buffer, hidden=2)
+        head.gradient(0)  # written into the input the graph's last node hands on
+        executor.backward()
 
     return kernels.waited(step)
 

@@ -43,7 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -363,15 +363,20 @@ def median_ms(step: Callable[[], None], repeats: int = REPEATS, warmup: int = WA
 
 
 def bind_random(
-    symbol: Any, ctx: Any, shapes: Mapping[str, tuple[int, ...]], classes: int = 2
+    symbol: Any,
+    ctx: Any,
+    shapes: Mapping[str, tuple[int, ...]],
+    classes: int = 2,
+    no_gradient: Sequence[str] = (),
 ) -> Any:
     """An executor of ``symbol`` bound on ``ctx`` for training, its inputs drawn from a fixed
     seed: uniform in [-0.1, 0.1), ``softmax_label`` (no gradient) in 1..classes-1 (0 is the
-    padding id the loss ignores)."""
+    padding id the loss ignores); ``no_gradient``: further inputs without a gradient."""
     import mxnet as mx  # deferred: MXNet must load after the OpenMP settings are in place
     import numpy as np
 
-    req = {n: "null" if n == "softmax_label" else "write" for n in symbol.list_arguments()}
+    fixed = {"softmax_label", *no_gradient}
+    req = {n: "null" if n in fixed else "write" for n in symbol.list_arguments()}
     executor = symbol.simple_bind(ctx, grad_req=req, **shapes)
     rng = np.random.default_rng(0)
     for name, array in executor.arg_dict.items():

@@ -49,6 +49,29 @@ LOGITS_GRADIENT = "pred_logits_gradient"
 SymGen = Callable[[Any], tuple[Any, tuple[str, ...], tuple[str, ...]]]
 
 
+def one_pass_heads(logits: Any, label: Any) -> list[Any]:
+    """The outputs of a ``loss: one_pass`` training graph: the logits, the labels (so that
+    they stay an input the module's head reads) and the loss that hands the input
+    :data:`LOGITS_GRADIENT` to the logits at backward (engine/softmax_head.py)."""
+    return [
+        mx.sym.BlockGrad(logits, name="pred_logits"),
+        mx.sym.BlockGrad(label, name="label_passthrough"),
+        mx.sym.make_loss(logits * mx.sym.Variable(LOGITS_GRADIENT), name=LOGITS_GRADIENT),
+    ]
+
+
+def one_pass_head_spec(label: str, ignore_label: int | None, probabilities: bool) -> dict[str, Any]:
+    """The module's softmax head settings (SoftmaxHeadSpec's fields) for those outputs."""
+    return {
+        "label": label,
+        "gradient_input": LOGITS_GRADIENT,
+        "gradient_output": f"{LOGITS_GRADIENT}_loss",
+        "ignore_label": ignore_label,
+        "probability_floor": PROBABILITY_FLOOR,
+        "probabilities": probabilities,
+    }
+
+
 def concat_last_axis(*arrays: Any, name: str | None = None) -> Any:
     """3-D arrays (A, B, C_i) joined along their last axis into (A, B, sum C_i).
 
@@ -261,16 +284,7 @@ def build_rnn_lm(
             tied = {"weight": embed_weight} if options.tie_weights else {}
             x = mx.sym.FullyConnected(x, num_hidden=num_classes, name="pred", **tied)
             if logits_only:
-                # the label's only use in this graph: it stays an input the batches fill
-                # (the module's softmax head reads it there); a copy of (rows,) values.
-                # The head writes the logits' gradient into LOGITS_GRADIENT, which this loss
-                # hands to the logits at backward (engine/softmax_head.py)
-                gradient = mx.sym.Variable(LOGITS_GRADIENT)
-                heads = [
-                    mx.sym.BlockGrad(x, name="pred_logits"),
-                    mx.sym.BlockGrad(label, name="label_passthrough"),
-                    mx.sym.make_loss(x * gradient, name=LOGITS_GRADIENT),
-                ]
+                heads = one_pass_heads(x, label)
             else:
                 heads = loss_heads(
                     x, label, options.loss_formulation, ignore_label, probabilities=probabilities
@@ -305,15 +319,8 @@ def build_rnn_lm(
 
         def softmax_head_variant(probabilities: bool) -> tuple[SymGen, dict[str, Any]]:
             logits = build_rnn_lm(options, data_info, model=model, mode=mode, logits_only=True)
-            head = {
-                "label": "softmax_label",
-                "gradient_input": LOGITS_GRADIENT,
-                "gradient_output": f"{LOGITS_GRADIENT}_loss",
-                "ignore_label": pad_id if options.ignore_padding else None,
-                "probability_floor": PROBABILITY_FLOOR,
-                "probabilities": probabilities,
-            }
-            return logits, head
+            ignored = pad_id if options.ignore_padding else None
+            return logits, one_pass_head_spec("softmax_label", ignored, probabilities)
 
         sym_gen.softmax_head_variant = softmax_head_variant  # type: ignore[attr-defined]
     if options.sampled_softmax and not sampled:
