@@ -1063,9 +1063,14 @@ def main() -> None:
         # measure the chosen comparisons again into an earlier report of the same machine
         # and settings; the report lists each command with what it measured
         earlier = json.loads(Path(args.merge_into).read_text())
-        if earlier["machine"]["cpu"] != report["machine"]["cpu"]:
-            parser.error("--merge-into: that report was measured on another CPU")
-        own = ("compare", "json", "markdown", "merge_into", "verbose", "render")
+        other_cpu = earlier["machine"]["cpu"] != report["machine"]["cpu"]
+        if other_cpu and set(comparisons) - set(COMPARISONS):
+            parser.error(
+                "--merge-into: that report was measured on another CPU; only paired "
+                f"comparisons ({', '.join(COMPARISONS)}) say where they ran"
+            )
+        # each comparison keeps its own rounds, so their number may differ
+        own = ("compare", "json", "markdown", "merge_into", "verbose", "render", "repeats")
         differ = sorted(
             k
             for k, v in report["settings"].items()
@@ -1106,7 +1111,14 @@ def main() -> None:
                 )
             ours = sides[-1]
             tables = {theirs: summarize(rounds, ours, theirs) for theirs in sides[:-1]}
-            report["comparisons"][name] = {"rounds": rounds, "tables": tables}
+            report["comparisons"][name] = {
+                "rounds": rounds,
+                "tables": tables,
+                # its own machine: a merged comparison may come from another CPU
+                "machine": machine(),
+                "date": date,
+                "command": command,
+            }
             for theirs, table in tables.items():
                 print_table(name, table, ours, theirs)
         if "epoch" in comparisons:

@@ -419,10 +419,11 @@ def _comparison_sections(report: dict[str, Any]) -> list[str]:
         if name == "rss":
             out += _rss_section(report)
             continue
+        elsewhere = _measured_elsewhere(report, comparison)
         tables = comparison["tables"]
         for theirs, table in tables.items():
             ours = list(comparison["rounds"][0])[-1]
-            out += [f"## {name}: {ours} against {theirs}", ""]
+            out += [f"## {name}: {ours} against {theirs}", "", *elsewhere]
             out += _table(table, ours, theirs)
             out.append("")
         out += ["Per round (training tokens/s):", ""]
@@ -544,10 +545,25 @@ _RSS_SIDES = {
 }
 
 
+def _measured_elsewhere(report: dict[str, Any], comparison: dict[str, Any]) -> list[str]:
+    """A line naming the comparison's own CPU, date and command where it was measured on
+    another CPU than the page's (merged in with --merge-into); none otherwise."""
+    m = comparison.get("machine")
+    if not m or m["cpu"] == report["machine"]["cpu"]:
+        return []
+    isa = f", {m['isa']}" if m.get("isa") else ""
+    return [
+        f"Measured {comparison['date']} on {m['cpu']} ({m['cores']} cores{isa}), not the "
+        f"CPU the rest of this page names: `.venv/bin/{comparison['command']}`",
+        "",
+    ]
+
+
 def _rss_section(report: dict[str, Any]) -> list[str]:
     """Where the full epoch's peak RSS goes: stock, mxtrain with its choices, and with the
     two choices that keep memory for speed set back."""
-    rounds = report["comparisons"]["rss"]["rounds"]
+    comparison = report["comparisons"]["rss"]
+    rounds = comparison["rounds"]
     stock = "epoch-stock-omp"
 
     def median(values: list[float]) -> float:
@@ -556,12 +572,14 @@ def _rss_section(report: dict[str, Any]) -> list[str]:
     out = [
         "## Memory: where the full epoch's peak goes",
         "",
+        *_measured_elsewhere(report, comparison),
         "The `epoch` comparison's sides again (one whole epoch each, the same data), with "
         "mxtrain's two memory-for-speed choices forced either way: `context.large_buffers: "
         "reuse` keeps freed memory in the process (glibc: no mmap, no trimming), and "
         "`model.loss: one_pass` hands the logits' gradient to backward, which MXNet copies "
         "into an array every bound bucket allocates of its own (batch x length x vocabulary "
-        "floats). Medians over the rounds; ratios per round against stock, then the median.",
+        f"floats). Medians over {len(rounds)} rounds; ratios per round against stock, then "
+        "the median.",
         "",
         "| side | peak RSS, MB | x stock | training tokens/s x stock | fit's estimate, MB | "
         "choices |",

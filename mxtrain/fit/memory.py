@@ -16,7 +16,6 @@ import logging
 from typing import Any
 
 from mxtrain.config import Config
-from mxtrain.engine.bucket_pool import AUTO_BUCKET_MEMORY
 from mxtrain.memory_plan import (
     MemoryPlan,
     available_memory,
@@ -41,11 +40,14 @@ def plan_memory(
     memory is not the process's."""
     if any(getattr(c, "device_type", "cpu") != "cpu" for c in contexts):
         return None
+    # deferred: the engine imports MXNet, which must load after the run's thread settings
+    from mxtrain.engine.bucket_pool import AUTO_BUCKET_MEMORY
+
     plan = memory_plan(module, train_iter, len(contexts))
     setting = config.fit.bucket_memory
     factor: float | None = AUTO_BUCKET_MEMORY if setting == "auto" else setting
     if setting == "auto":
-        factor = _auto_factor(plan, module)
+        factor = _auto_factor(plan, module, AUTO_BUCKET_MEMORY)
     _report(config, plan, factor, setting == "auto")
     return plan
 
@@ -69,21 +71,23 @@ def memory_plan(module: Any, train_iter: Any, devices: int) -> MemoryPlan:
     )
 
 
-def _auto_factor(plan: MemoryPlan, module: Any) -> float:
-    """``auto``'s bound: 5 where it fits within :data:`AUTO_SHARE` of the available memory,
-    else the largest that does (at least 1); a bound below 5 returns freed memory at once."""
-    if plan.available is None or plan.growth(AUTO_BUCKET_MEMORY) <= AUTO_SHARE * plan.available:
-        return AUTO_BUCKET_MEMORY
-    fitted = plan.largest_factor_within(AUTO_SHARE, AUTO_BUCKET_MEMORY)
+def _auto_factor(plan: MemoryPlan, module: Any, auto: float) -> float:
+    """``auto``'s bound: ``auto`` (5 largest buckets) where it fits within
+    :data:`AUTO_SHARE` of the available memory, else the largest that does (at least 1);
+    a bound below it returns freed memory at once."""
+    if plan.available is None or plan.growth(auto) <= AUTO_SHARE * plan.available:
+        return auto
+    fitted = plan.largest_factor_within(AUTO_SHARE, auto)
     factor = 1.0 if fitted is None else max(1.0, round(fitted, 1))
-    if factor >= plan.buckets_bound(AUTO_BUCKET_MEMORY):
-        return AUTO_BUCKET_MEMORY  # every bucket fits either way
+    if factor >= plan.buckets_bound(auto):
+        return auto  # every bucket fits either way
     module.set_bucket_memory(factor, strict=True)
     log.info(
-        "fit.bucket_memory auto: %g x the largest bucket's positions (5 would keep "
+        "fit.bucket_memory auto: %g x the largest bucket's positions (%g would keep "
         "%s more bound than the %s available can take)",
         factor,
-        _size(plan.growth(AUTO_BUCKET_MEMORY) - plan.growth(factor)),
+        auto,
+        _size(plan.growth(auto) - plan.growth(factor)),
         _size(plan.available),
     )
     return factor

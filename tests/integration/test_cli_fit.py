@@ -174,6 +174,18 @@ def test_help_and_check_do_not_import_mxnet(tiny_config: Path, argv: list[str]) 
     assert "Example" in proc.stdout or "experiment:" in proc.stdout
 
 
+def test_the_training_modules_leave_mxnet_unloaded_until_the_threads_are_set() -> None:
+    """MXNet reads its OpenMP settings when it loads: fit and resume set the run's threads
+    first, so importing their modules must not load it (else OMP_NUM_THREADS is ignored)."""
+    code = (
+        "import sys\n"
+        "import mxtrain.fit.new_run, mxtrain.fit.resume, mxtrain.fit.setup\n"
+        "assert 'mxnet' not in sys.modules, 'mxnet was imported'\n"
+    )
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_real_subprocess_fit_prints_plain_lines(tiny_config: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
