@@ -574,11 +574,13 @@ def _rss_section(report: dict[str, Any]) -> list[str]:
         "",
         *_measured_elsewhere(report, comparison),
         "The `epoch` comparison's sides again (one whole epoch each, the same data), with "
-        "mxtrain's two memory-for-speed choices forced either way: `context.large_buffers: "
-        "reuse` keeps freed memory in the process (glibc: no mmap, no trimming), and "
-        "`model.loss: one_pass` hands the logits' gradient to backward, which MXNet copies "
-        "into an array every bound bucket allocates of its own (batch x length x vocabulary "
-        f"floats). Medians over {len(rounds)} rounds; ratios per round against stock, then "
+        "the two kernel choices that can hold memory for speed forced to what stock does: "
+        "`context.large_buffers: reuse` keeps freed memory in the process (glibc: no mmap, "
+        "no trimming), and `model.loss: one_pass` keeps its gradient buffer and the "
+        "product that hands it to the logits (a few positions x vocabulary arrays in the "
+        "executors' shared memory; where `auto` chose `softmax`, as the choices column "
+        "says, that row repeats another). fit's estimate does not model the heap `reuse` "
+        f"keeps. Medians over {len(rounds)} rounds; ratios per round against stock, then "
         "the median.",
         "",
         "| side | peak RSS, MB | x stock | training tokens/s x stock | fit's estimate, MB | "
