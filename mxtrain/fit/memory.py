@@ -94,42 +94,57 @@ def _auto_factor(plan: MemoryPlan, module: Any, auto: float) -> float:
 
 
 def _report(config: Config, plan: MemoryPlan, factor: float | None, auto: bool) -> None:
-    """Log the estimate; warn when it exceeds the available memory."""
+    """Log the estimate; warn when it exceeds the available memory. Data in one bucket
+    (not bucketed) has nothing for fit.bucket_memory to bound, which is then not named."""
+    bucketed = plan.buckets > 1
     bound = "no bound" if factor is None else f"bucket_memory {factor:g}"
     kept = plan.growth(factor) - plan.shared
+    parts = [
+        f"process now {_size(plan.resident)}",
+        f"executors' shared memory, gradients and optimizer state {_size(plan.shared)}",
+        f"buckets' own memory {_size(kept)} under {bound}, {plan.buckets} buckets"
+        if bucketed
+        else f"the operators' own memory {_size(kept)}",
+    ]
     log.info(
-        "memory estimate: peak %s (process now %s; executors' shared memory, gradients and "
-        "optimizer state %s; buckets' own memory %s under %s, %d buckets)%s",
+        "memory estimate: peak %s (%s)%s",
         _size(plan.peak(factor)),
-        _size(plan.resident),
-        _size(plan.shared),
-        _size(kept),
-        bound,
-        plan.buckets,
+        "; ".join(parts),
         f"; {_size(plan.available)} available" if plan.available is not None else "",
     )
     if plan.available is None or plan.growth(factor) <= plan.available:
         return
+    smaller = (
+        "Lower data.train.batch_size or the longest bucket (data.train.buckets, or the "
+        "data's longest sequence) or the model's size"
+        if bucketed
+        else "Lower data.train.batch_size or the model's size"
+    )
     tight = plan.growth(1.0)
     remedy = (
         f"Set fit.bucket_memory: 1.0 (the largest bucket alone: {_size(tight)} more than now)"
-        if tight <= plan.available and (factor is None or factor > 1)
-        else "Lower data.train.batch_size or the longest bucket (data.train.buckets, or the "
-        "data's longest sequence) or the model's size"
+        if bucketed and tight <= plan.available and (factor is None or factor > 1)
+        else smaller
     )
-    if auto:
-        setting = f"auto ({factor:g} x the largest bucket)"
+    if not bucketed:
+        where, share = config.where("data", "train", "batch_size"), ""
     else:
         setting = "null (no bound)" if factor is None else f"{factor:g}"
+        if auto:
+            setting = f"auto ({factor:g} x the largest bucket)"
+        where = config.where("fit", "bucket_memory")
+        share = (
+            f" ({_size(kept)} of it the memory of the buckets kept bound, under "
+            f"fit.bucket_memory {setting})"
+        )
     log.warning(
-        "%s: training is estimated to grow by %s from here (%s of it the memory of the "
-        "buckets kept bound, under fit.bucket_memory %s), but this machine has %s available: "
-        "the run may be killed for lack of memory. %s. (The estimate counts the fused RNN "
-        "operators' workspaces, the executors' planned memory, gradients and optimizer state.)",
-        config.where("fit", "bucket_memory"),
+        "%s: training is estimated to grow by %s from here%s, but this machine has %s "
+        "available: the run may be killed for lack of memory. %s. (The estimate counts the "
+        "fused RNN operators' workspaces, the executors' planned memory, gradients and "
+        "optimizer state.)",
+        where,
         _size(plan.growth(factor)),
-        _size(kept),
-        setting,
+        share,
         _size(plan.available),
         remedy,
     )
