@@ -124,14 +124,15 @@ def _argument_shapes(
     symbol: Any, shapes: Mapping[str, Sequence[int]]
 ) -> dict[str, tuple[int, ...]]:
     """Every argument's shape that ``symbol`` infers from the input ``shapes``."""
-    known = {k: tuple(v) for k, v in shapes.items() if k in set(symbol.list_arguments())}
+    names = symbol.list_arguments()
+    known = {k: tuple(v) for k, v in shapes.items() if k in names}
     try:
         arg_shapes, _, _ = symbol.infer_shape_partial(**known)
     except Exception:  # shapes MXNet cannot infer: nothing to estimate from
         return {}
     return {
         name: tuple(int(d) for d in shape)
-        for name, shape in zip(symbol.list_arguments(), arg_shapes or [], strict=False)
+        for name, shape in zip(names, arg_shapes or [], strict=False)
         if shape and 0 not in shape
     }
 

@@ -566,9 +566,6 @@ def _rss_section(report: dict[str, Any]) -> list[str]:
     rounds = comparison["rounds"]
     stock = "epoch-stock-omp"
 
-    def median(values: list[float]) -> float:
-        return statistics.median(values)
-
     out = [
         "## Memory: where the full epoch's peak goes",
         "",
@@ -599,9 +596,10 @@ def _rss_section(report: dict[str, Any]) -> list[str]:
             if k in ("model.loss", "context.large_buffers")
         )
         out.append(
-            f"| {_RSS_SIDES.get(side, side)} | {median(rss):,.0f} | {median(share):.2f} | "
-            f"{median(speed):.2f} | "
-            + (f"{median(estimates):,.0f}" if estimates else "-")
+            f"| {_RSS_SIDES.get(side, side)} | {statistics.median(rss):,.0f} | "
+            f"{statistics.median(share):.2f} | "
+            f"{statistics.median(speed):.2f} | "
+            + (f"{statistics.median(estimates):,.0f}" if estimates else "-")
             + f" | {shown or '-'} |"
         )
     out.append("")

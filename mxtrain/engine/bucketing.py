@@ -148,9 +148,14 @@ class BucketingModule:
             raise ValueError(f"data names {missing} are not arguments of the symbol: {args}")
         self.carried = CarriedStates(states, contexts)
         self.carried.check(symbol, args, data, labels)
-        inputs = set(data) | set(labels) | set(self.carried.states)
-        if softmax_head is not None and softmax_head.gradient_input:
-            inputs.add(softmax_head.gradient_input)  # the head's buffer, not a parameter
+        # the softmax head's gradient buffer, when the graph takes it as an input: shared by
+        # every bucket like the data, and not a parameter
+        head_inputs = (
+            [softmax_head.gradient_input]
+            if softmax_head is not None and softmax_head.gradient_input
+            else []
+        )
+        inputs = set(data) | set(labels) | set(self.carried.states) | set(head_inputs)
         param_names = [a for a in args if a not in inputs]
         fixed = resolve_fixed(param_names, fixed_param_patterns, fixed_param_exclude)
         self.store = ParameterStore(param_names, symbol.list_auxiliary_states(), fixed)
@@ -166,9 +171,7 @@ class BucketingModule:
             label_names=labels,
             state_names=self.carried.names,
             logger=self.logger,
-            extra_inputs=[softmax_head.gradient_input]
-            if softmax_head is not None and softmax_head.gradient_input
-            else [],
+            extra_inputs=head_inputs,
             bucket_memory=bound,
             strict_memory=strict_memory,
         )

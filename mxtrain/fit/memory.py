@@ -129,9 +129,10 @@ def _report(config: Config, plan: MemoryPlan, factor: float | None, auto: bool) 
     if not bucketed:
         where, share = config.where("data", "train", "batch_size"), ""
     else:
-        setting = "null (no bound)" if factor is None else f"{factor:g}"
         if auto:
             setting = f"auto ({factor:g} x the largest bucket)"
+        else:
+            setting = "null (no bound)" if factor is None else f"{factor:g}"
         where = config.where("fit", "bucket_memory")
         share = (
             f" ({_size(kept)} of it the memory of the buckets kept bound, under "
