@@ -240,6 +240,7 @@ def build_module(
     for_metrics: bool | None = None,
     shared_params: Any = None,
     model_sym_gen: Callable[..., Any] | None = None,
+    graphs: Callable[[Any], Any] | None = None,
 ) -> Any:
     """The model of ``config.model`` as a BucketingModule on ``contexts``, bound to
     ``data_iter``'s largest bucket (so a model that does not fit in memory fails here, and a
@@ -247,7 +248,9 @@ def build_module(
     and, with gradient accumulation, gradients that add up. ``for_metrics`` (default: when
     training): the outputs only feed the config's metrics, so a model whose metrics all read
     its loss leaves the probabilities out. ``shared_params``: a module whose parameter arrays
-    this one binds (BucketingModule.bind). ``model_sym_gen``: the model's, when already built."""
+    this one binds (BucketingModule.bind). ``model_sym_gen``: the model's, when already built.
+    ``graphs(sym_gen)``: a sym_gen whose graphs replace the model's as bound (int8 inference,
+    :mod:`mxtrain.engine.quantization`)."""
     # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     from mxtrain.engine.bucketing import BucketingModule
     from mxtrain.engine.parameters import ParamPatternError
@@ -280,7 +283,7 @@ def build_module(
         check_graph_sizes(config, sym_gen, data_iter, data_where, for_training=for_training)
         try:
             module = BucketingModule(
-                sym_gen,
+                graphs(sym_gen) if graphs is not None else sym_gen,
                 data_iter.default_bucket_key,
                 contexts,
                 work_load_list=list(work_load) if work_load else None,

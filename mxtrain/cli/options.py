@@ -77,6 +77,49 @@ def further_runs_option(flag: str, help: str) -> Callable[[F], F]:
     return click.option(flag, metavar="RUN[:EPOCH|:best|:TAG]", multiple=True, help=help)
 
 
+def int8_options(func: F) -> F:
+    """``--int8``, ``--calibration-batches`` and ``--calibration-data`` of predict and score."""
+    func = click.option(
+        "--calibration-data",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="--int8: measure the ranges on this file (read like the training data) instead "
+        "of data.train.",
+    )(func)
+    func = click.option(
+        "--calibration-batches",
+        type=click.IntRange(min=1),
+        default=None,
+        help="--int8: batches of data.train (spread over it) the ranges are measured on "
+        "(default 20).",
+    )(func)
+    return click.option(
+        "--int8",
+        is_flag=True,
+        help="Run the LSTM and FullyConnected layers in int8 (CPU, oneDNN): faster, at a "
+        "small cost in accuracy. The first run of a checkpoint measures the value ranges on "
+        "training data and keeps them in RUN/int8/ (docs/speed.md).",
+    )(func)
+
+
+def int8_request(int8: bool, batches: int | None, data: str | None) -> Any:
+    """The Int8Options of the --int8 flags, None without --int8 (a UsageError when the
+    calibration flags come without it)."""
+    if not int8:
+        for flag, value in (("--calibration-batches", batches), ("--calibration-data", data)):
+            if value is not None:
+                raise click.UsageError(f"{flag} applies only with --int8.")
+        return None
+    from pathlib import Path
+
+    from mxtrain.inference.int8 import DEFAULT_CALIBRATION_BATCHES, Int8Options
+
+    return Int8Options(
+        calibration_batches=batches if batches is not None else DEFAULT_CALIBRATION_BATCHES,
+        calibration_data=Path(data) if data is not None else None,
+    )
+
+
 def length_penalty_option(ranks: str) -> Callable[[F], F]:
     """``--length-penalty`` of predict and score (None: the library's default, 1.0);
     ``ranks`` says what the penalty ranks for the command."""

@@ -12,6 +12,8 @@ from mxtrain.cli.options import (
     batch_size_override,
     further_runs_option,
     handle_errors,
+    int8_options,
+    int8_request,
     length_penalty_option,
     set_option,
 )
@@ -177,6 +179,7 @@ score is log_prob divided by the GNMT length penalty. --task generate: {"line", 
     "reverse_target: true); every candidate either beam kept is scored by every model and "
     "they are ranked by the mean of the log-probabilities. Needs --beam-size > 1.",
 )
+@int8_options
 @set_option
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @handle_errors
@@ -202,6 +205,9 @@ def predict_command(
     seed: int | None,
     ensemble: tuple[str, ...],
     rerank: tuple[str, ...],
+    int8: bool,
+    calibration_batches: int | None,
+    calibration_data: str | None,
     overrides: tuple[str, ...],
     force: bool,
 ) -> None:
@@ -252,6 +258,7 @@ def predict_command(
             ),
             ensemble=ensemble,
             rerank=rerank,
+            int8=int8_request(int8, calibration_batches, calibration_data),
         )
     finally:
         reporter.close()

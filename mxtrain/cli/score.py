@@ -11,6 +11,8 @@ from mxtrain.cli.options import (
     batch_size_override,
     further_runs_option,
     handle_errors,
+    int8_options,
+    int8_request,
     length_penalty_option,
     set_option,
 )
@@ -97,6 +99,7 @@ Examples:
     "reverse_target: true); every candidate either beam kept is scored by every model and "
     "they are ranked by the mean of the log-probabilities. Needs a beam of 2 or more.",
 )
+@int8_options
 @set_option
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON line.")
 @handle_errors
@@ -112,6 +115,9 @@ def score_command(
     length_penalty: float | None,
     ensemble: tuple[str, ...],
     rerank: tuple[str, ...],
+    int8: bool,
+    calibration_batches: int | None,
+    calibration_data: str | None,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -161,6 +167,7 @@ def score_command(
             ensemble=ensemble,
             length_penalty=length_penalty,
             rerank=rerank,
+            int8=int8_request(int8, calibration_batches, calibration_data),
         )
     finally:
         reporter.close()

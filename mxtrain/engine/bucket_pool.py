@@ -199,6 +199,7 @@ class Bucket:
         self.batch_size = batch_size
         self.shares_memory = shares_memory
         self.update_indices = update_indices
+        self.watched = False  # whether the pool's output watcher is set on the executors
         # filled by the batch step's update() on first use
         self.device_updates: list[tuple[list[int], list[Any], list[Any]]] | None = None
         self.data_sig = shape_signature(data_descs)
@@ -303,7 +304,24 @@ class BucketPool:
         self.default_symbol = default_symbol
         self.data_names = data_names
         self.label_names = label_names
+        #: monitor callback set on every executor a batch runs (see watch_outputs)
+        self._output_watcher: Callable[[Any, Any], None] | None = None
         self.reset()
+
+    def watch_outputs(self, callback: Callable[[Any, Any], None]) -> None:
+        """Have every executor that runs from now on call ``callback(name, array_handle)``
+        for each node's inputs and outputs (MXNet's monitor, ``monitor_all``). Each node
+        then waits for the last: for calibration, not for speed."""
+        self._output_watcher = callback
+        for bucket in self.buckets.values():
+            self._watched(bucket)
+
+    def _watched(self, bucket: Bucket) -> Bucket:
+        if self._output_watcher is not None and not bucket.watched:
+            for ex in bucket.execs:
+                ex.set_monitor_callback(self._output_watcher, monitor_all=True)
+            bucket.watched = True
+        return bucket
 
     def reset(
         self,
@@ -699,7 +717,7 @@ class BucketPool:
         if bucket is not None:
             if bucket.matches(data_shapes, label_shapes):
                 self._touch(key)
-                return bucket
+                return self._watched(bucket)
             assert data_shapes is not None
             wanted = reshaped_elements(bucket.origin.elements, input_elements(data_shapes))
             self._make_room(max(wanted - bucket.elements, 0), keep=(key, *keep))
@@ -725,7 +743,7 @@ class BucketPool:
         # checks and rescale_grad keep referring to the executors bound first
         self.buckets[key] = bucket
         self._touch(key)
-        return bucket
+        return self._watched(bucket)
 
     def switch(
         self, key: Any, data_shapes: ShapeList | None, label_shapes: ShapeList | None
@@ -744,7 +762,7 @@ class BucketPool:
         label_descs = getattr(batch, "provide_label", None)
         if bucket is not None and bucket.matches(data_descs, label_descs):
             self._touch(key)
-            return bucket
+            return self._watched(bucket)
         if not data_descs:
             names = bucket.data_names if bucket is not None else call_sym_gen(self._sym_gen, key)[1]
             data_descs = [(n, a.shape) for n, a in zip(names or [], batch.data, strict=True)]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -413,6 +413,11 @@ class BucketingModule:
         curr = self.pool.curr
         keep = () if curr is None or curr is self.pool.default else (curr.key,)
         self.pool.for_batch(data_batch, keep=keep, ahead=True)
+
+    def watch_outputs(self, callback: Callable[[Any, Any], None]) -> None:
+        """``callback(name, array_handle)`` for every node input and output of every
+        forward from now on (MXNet's monitor): e.g. a calibration's range collector."""
+        self.pool.watch_outputs(callback)
 
     # -- parameters -------------------------------------------------------------------------
 

@@ -25,10 +25,11 @@ from typing import Any
 from mxtrain.build import build_data_iter, build_module, build_sym_gen
 from mxtrain.config import Config, load_config
 from mxtrain.config.schema import ComponentOptions, IteratorSection
-from mxtrain.data.base import DataContext
+from mxtrain.data.base import TASK_SEQ2SEQ, DataContext
 from mxtrain.data.bucket_sentence_options import TREEBANK_PREFIX
 from mxtrain.devices import build_contexts, configure_threads
 from mxtrain.errors import ConfigError, DataError, InvalidValue
+from mxtrain.inference.int8 import Int8Options, Int8Report, check_int8_devices, int8_module
 from mxtrain.models.char_options import reads_chars
 from mxtrain.run.bucket_keys import BucketKeys
 from mxtrain.run.choose import (
@@ -83,6 +84,7 @@ class OpenedRun:
     data_source: str  # what the iterator reads, for messages and reports
     checkpoint: ChosenCheckpoint | None = None  # what was loaded (tag, position)
     contexts: list[Any] = field(default_factory=list)  # the devices the run's config names
+    int8: Int8Report | None = None  # what runs in int8 (--int8)
 
     def sym_gen(self) -> Any:
         """The model's ``sym_gen``, built from the run's config and its data's facts."""
@@ -170,6 +172,16 @@ def _data_section(
     # row iterators (ndarray, csv): all of the file, and no labels file of the training data
     changes.update(max_rows=None, labels=None, num_parts=1, part_index=0)
     return _with_options(section, where, **changes), where
+
+
+def _calibration_section(config: Config, file: Path | None) -> tuple[IteratorSection, str]:
+    """The iterator section --int8 calibrates on: data.train, or ``file`` read with its
+    options."""
+    train = config.data.train
+    if file is None:
+        return train, "data.train"
+    changes = dict(source=str(file), max_sentences=None, max_rows=None, labels=None)
+    return _with_options(train, "data.train", **changes), "--calibration-data"
 
 
 def _option_names(section: IteratorSection | None) -> set[str]:
@@ -300,6 +312,7 @@ def open_run(
     role: str = "eval",
     target: str | os.PathLike[str] | None = None,
     needs_module: Callable[[Any], bool] | None = None,
+    int8: Int8Options | None = None,
 ) -> OpenedRun:
     """Rebuild a run's model and data for inference from its run folder.
 
@@ -312,7 +325,8 @@ def open_run(
     ``"predict"`` (every line whole, in file order, see ``DataContext``). ``target`` is the
     target side of parallel data (``data`` then being the source side). ``needs_module(
     data_iter)`` False: no module is bound (``module`` is None; decoding binds its own graphs
-    with :meth:`OpenedRun.params`); None: always bound.
+    with :meth:`OpenedRun.params`); None: always bound. ``int8``: the module runs its heavy
+    operators in int8 (:mod:`mxtrain.inference.int8`).
     """
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, not {role!r}")
@@ -325,6 +339,9 @@ def open_run(
     config_dir = run.config_dir()
     config = load_config(run.config_file, overrides, base_dir=config_dir)
     data_file, target_file = _named_files(data, target, role, config.data.eval_set_names)
+    if int8 is not None and int8.calibration_data is not None:
+        calibration_file = input_file(int8.calibration_data, "calibration data file")
+        int8 = dataclasses.replace(int8, calibration_data=calibration_file)
 
     configure_threads(config.context)  # before MXNet is imported (reading the checkpoint)
     chosen = resolve_checkpoint(run, config.checkpoint.prefix, wanted)
@@ -354,27 +371,53 @@ def open_run(
     if callable(describe):
         log.info("%s data: %s", role, describe())
 
-    if needs_module is not None and not needs_module(data_iter):
+    decodes = getattr(data_iter.data_info, "task", None) == TASK_SEQ2SEQ
+    bound = needs_module is None or needs_module(data_iter)
+    if int8 is not None and (decodes or not bound):
+        raise ConfigError(
+            "--int8 runs a model's own graph in int8; decoding (seq2seq models, --task "
+            "generate) binds step graphs of its own, which stay fp32.",
+            hint="Leave out --int8 here.",
+        )
+    if not bound:
         log.info("loaded the checkpoint %s (%s)", chosen.params_file, chosen.describe())
         return OpenedRun(
             run, chosen.epoch, chosen.params_file, config, data_iter, None, str(source), chosen,
             contexts,
         )  # fmt: skip
     logger = _module_log if role == "predict" else log
-    module = build_module(
-        config,
-        data_iter,
-        where,
-        contexts,
-        for_training=False,
-        logger=logger,
-        for_metrics=role == "eval",  # score: the same outputs as the evaluations in fit
-    )
+
+    def build(graphs: Callable[[Any], Any] | None, data: Any) -> Any:
+        return build_module(
+            config,
+            data,
+            where,
+            contexts,
+            for_training=False,
+            logger=logger,
+            for_metrics=role == "eval",  # score: the same outputs as the evaluations in fit
+            graphs=graphs,
+        )
+
+    if int8 is None:
+        module = build(None, data_iter)
+        report = None
+    else:
+        check_int8_devices(contexts)
+        section, section_where = _calibration_section(config, int8.calibration_data)
+
+        def calibration_iter() -> Any:
+            # read as predict reads (labels optional, nothing dropped), in file order
+            reading = dataclasses.replace(context, role="predict")
+            return build_data_iter(section, reading, config.base_dir, section_where)
+
+        module, report = int8_module(run, chosen, int8, build, data_iter, calibration_iter)
     opened = OpenedRun(
         run, chosen.epoch, chosen.params_file, config, data_iter, module, str(source), chosen,
-        contexts,
+        contexts, report,
     )  # fmt: skip
-    _load_params(opened, overrides)
+    if int8 is None:
+        _load_params(opened, overrides)
     log.info(
         "loaded %s (checkpoint %s: epoch %d, batch %d) on %s",
         chosen.params_file,

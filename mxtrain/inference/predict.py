@@ -27,6 +27,7 @@ from mxtrain.errors import ConfigError
 from mxtrain.inference.decode import TASK_GENERATE, DecodeFlags, DecodeOptions, decode_options
 from mxtrain.inference.ensemble import open_members
 from mxtrain.inference.generate import generate_text
+from mxtrain.inference.int8 import Int8Options
 from mxtrain.inference.lm import predict_lm
 from mxtrain.inference.open import OpenedRun, input_file, open_run
 from mxtrain.inference.output import check_output, resolve_output, write_output
@@ -152,6 +153,7 @@ def predict_run(
     decoding: DecodeFlags | None = None,
     ensemble: Sequence[str | os.PathLike[str]] = (),
     rerank: Sequence[str | os.PathLike[str]] = (),
+    int8: Int8Options | None = None,
 ) -> PredictSummary:
     """Predict every line of the text file ``input`` and write one record per line to ``output``.
 
@@ -197,7 +199,8 @@ def predict_run(
     (:mod:`mxtrain.inference.generate`); ``decoding`` holds the flags of both
     (:func:`mxtrain.inference.decode.decode_options`). ``ensemble``: further seq2seq runs
     decoding together with this one; ``rerank``: further seq2seq runs searching and scoring with it
-    (:mod:`mxtrain.inference.ensemble`).
+    (:mod:`mxtrain.inference.ensemble`). ``int8``: the model runs its LSTM and FullyConnected
+    layers in int8 (:mod:`mxtrain.inference.int8`).
     """
     started = time.perf_counter()
     _check_request(fmt, top_k, outputs)
@@ -216,6 +219,7 @@ def predict_run(
         needs_module=lambda data_iter: (
             outputs == "raw" or (not generate and _task(data_iter) != TASK_SEQ2SEQ)
         ),
+        int8=int8,
     )
     _check_ensemble(ensemble, outputs, generate, "--ensemble")
     _check_ensemble(rerank, outputs, generate, "--rerank")

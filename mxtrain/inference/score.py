@@ -25,6 +25,7 @@ from mxtrain.decoding.search import DEFAULT_LENGTH_PENALTY, DecodeOptions
 from mxtrain.errors import ConfigError
 from mxtrain.inference.decode import graphs_fit
 from mxtrain.inference.ensemble import describe, open_members, reverses_target
+from mxtrain.inference.int8 import Int8Options
 from mxtrain.inference.open import OpenedRun, open_run
 from mxtrain.inference.output import finite_or_none
 from mxtrain.inference.seq2seq import check_rerank
@@ -49,10 +50,12 @@ class ScoreReport:
     # how the decoding metrics decoded: {"beam_size", "sources"}, and "ensemble" (the runs
     # and checkpoints decoding together) with --ensemble; None: no decoding metric
     decoding: dict[str, Any] | None = None
+    int8: dict[str, Any] | None = None  # with --int8: what ran in int8, the calibration
 
     def to_json(self) -> dict[str, Any]:
         """``{"run", "epoch", "batch", "checkpoint", "data", "max_batches", "metrics",
-        "decoding"}``; non-finite values become null."""
+        "decoding"[, "int8"]}``; non-finite values become null."""
+        int8 = {"int8": self.int8} if self.int8 is not None else {}
         return {
             "run": str(self.run),
             "epoch": self.epoch,
@@ -62,6 +65,7 @@ class ScoreReport:
             "max_batches": self.max_batches,
             "metrics": {k: finite_or_none(v) for k, v in self.metrics.items()},
             "decoding": self.decoding,
+            **int8,
         }
 
 
@@ -80,6 +84,7 @@ def score_checkpoint(
     ensemble: Sequence[str | os.PathLike[str]] = (),
     length_penalty: float | None = None,
     rerank: Sequence[str | os.PathLike[str]] = (),
+    int8: Int8Options | None = None,
 ) -> ScoreReport:
     """Score a run's checkpoint with its evaluation metrics (``fit.eval_metrics``, else
     ``fit.metrics``; see :func:`score_run`), the device metrics over the first
@@ -93,7 +98,9 @@ def score_checkpoint(
     ``ensemble``: further seq2seq runs that decode together with this one
     (:mod:`mxtrain.inference.ensemble`); ``rerank``: further seq2seq runs that search too,
     every candidate scored by every model; the device metrics stay this checkpoint's own.
-    ``length_penalty``: the beam's GNMT alpha (default 1.0, as ``predict``).
+    ``length_penalty``: the beam's GNMT alpha (default 1.0, as ``predict``). ``int8``: the
+    device metrics of the model with its LSTM and FullyConnected layers in int8
+    (:mod:`mxtrain.inference.int8`).
     """
     started = time.perf_counter()
     unknown = [name for name in decoding_metrics if name not in DECODING_METRICS]
@@ -111,6 +118,7 @@ def score_checkpoint(
         data=data,
         role="eval",
         target=target,
+        int8=int8,
     )
     # deferred: MXNet reads its thread settings when it loads (devices.configure_threads first)
     from mxtrain.engine.loop import MetricSet, score
@@ -171,6 +179,7 @@ def score_checkpoint(
         batch=chosen.batch if chosen is not None else 0,
         max_batches=max_batches,
         decoding=decoding,
+        int8=opened.int8.as_dict() if opened.int8 is not None else None,
     )
     part = f" (first {max_batches} batches at most)" if max_batches is not None else ""
     log.info("scored %s%s in %.1fs", opened.data_source, part, report.seconds)

@@ -22,6 +22,7 @@ from mxtrain.run.layout import (
     BEST_FILE,
     CHECKPOINTS_DIR,
     CONFIG_FILE,
+    INT8_DIR,
     LOG_FILE,
     METRICS_FILE,
     MODEL_INPUTS_FILE,
@@ -90,6 +91,10 @@ class RunFolder:
     @property
     def monitor_file(self) -> Path:
         return self.path / MONITOR_FILE
+
+    def int8_calibration_file(self, checkpoint: str) -> Path:
+        """``int8/<checkpoint>.json``: the value ranges ``--int8`` measured for a checkpoint."""
+        return self.path / INT8_DIR / f"{checkpoint}.json"
 
     def write_profile_summary(self, text: str) -> Path:
         """Write fit.profile's per-operator summary table and return its path."""

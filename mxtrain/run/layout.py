@@ -39,6 +39,7 @@ PROFILE_DIR = "profile"  # fit.profile's traces
 PROFILE_TRACE_FILE = "trace.json"  # in profile/: MXNet's trace (chrome://tracing, ui.perfetto.dev)
 PROFILE_SUMMARY_FILE = "summary.txt"  # in profile/: MXNet's per-operator totals
 MONITOR_FILE = "monitor.jsonl"  # fit.monitor's statistics
+INT8_DIR = "int8"  # --int8's calibrated ranges, one file per checkpoint
 CHECKPOINTS_DIR = "checkpoints"
 PARAMS_FILE = "params.nd"
 OPTIMIZER_ARRAYS_FILE = "optimizer.nd"

@@ -318,3 +318,18 @@ def test_resume_mid_epoch_is_exact(demo: Path) -> None:
     ]
     assert epoch[-1]["train"] == reference[-1]["train"]
     assert epoch[-1]["eval"] == reference[-1]["eval"]
+
+
+def test_int8_scores_the_mlp_close_to_fp32(mlp_run: Path) -> None:
+    """--int8 runs the MLP's FullyConnected layers (ReLU fused) in int8; the unit tests bound
+    the error per layer, here the accuracy of the demo's well-separated blobs holds."""
+    code, out, err = invoke("score", mlp_run, "--json")
+    assert code == 0, out + err
+    fp32 = json.loads(out.strip().splitlines()[-1])
+    code, out, err = invoke("score", mlp_run, "--json", "--int8")
+    assert code == 0, out + err
+    int8 = json.loads(out.strip().splitlines()[-1])
+    assert int8["int8"]["operators"] and all(
+        op.startswith("FullyConnected ") for op in int8["int8"]["operators"]
+    )
+    assert int8["metrics"]["accuracy"] >= fp32["metrics"]["accuracy"] - 0.02

@@ -167,3 +167,23 @@ def test_warm_start_with_the_saved_vocabularies_and_a_frozen_encoder(
     )
     record = json.loads((run / "run.json").read_text())
     assert record["initialized_from"]["source"].endswith(":3")
+
+
+def test_int8_is_refused_for_decoding(straight_run: Path, workdir: Path) -> None:
+    for command in (
+        ["score", straight_run],
+        [
+            "predict",
+            "--checkpoint",
+            straight_run,
+            "--input",
+            workdir / "test.src",
+            "--output",
+            workdir / "int8.jsonl",
+        ],
+    ):
+        code, out, err = invoke(*command, "--int8")
+        assert code == 2, out + err
+        assert "--int8" in out + err and "stay fp32" in out + err
+        assert "Traceback" not in out + err
+    assert not (workdir / "int8.jsonl").exists()
