@@ -663,6 +663,7 @@ def render(report: dict[str, Any]) -> str:
     out += _limit_sections(report)
     out += _sampled_section(report)
     out += _sparse_section(report)
+    out += _int8_section(report)
     if report.get("seq2seq", {}).get("table"):
         out += [seq2seq_markdown(report["seq2seq"]).rstrip("\n"), ""]
     for key in ("operator_shares", "operator_shares_avx2"):
@@ -717,6 +718,38 @@ def _sparse_section(report: dict[str, Any]) -> list[str]:
     heads = ("sampled tok/s", "+ sparse embedding tok/s")
     sides = ("sampled_tokens_per_s", "sampled_sparse_tokens_per_s", "sparse_speedup")
     return [*out, *_speed_table(sparse["rows"], heads, sides), ""]
+
+
+def _int8_section(report: dict[str, Any]) -> list[str]:
+    """int8 predict against fp32 with the perplexity beside it (scripts/bench_int8.py)."""
+    int8 = report.get("int8")
+    if not int8:
+        return []
+    m = int8["machine"]
+    rates = int8["predict_tokens_per_s"]
+    fp32, quantized = (statistics.median(rates[side]) for side in ("fp32", "int8"))
+    ppl = int8["score_perplexity"]
+    return [
+        "## Inference in int8 (`--int8`)",
+        "",
+        f"Measured {int8['date']} with `{int8['command']}` on the {m['cpu']} ({m['isa']}), "
+        f"{int8['omp_threads']} OpenMP threads: `mxtrain predict` of {int8['model']} over "
+        f"PTB's validation sentences five times ({int8['predict_tokens']:,} tokens; predict's "
+        "own seconds, MXNet's loading and binding included), fp32 and `--int8` alternating "
+        f"in fresh processes; in int8: {', '.join(int8['operators'])} (ranges from "
+        f"{int8['calibration_batches']} training batches, measured before the timed runs).",
+        "",
+        "| | predict tok/s (median) | rounds | validation perplexity |",
+        "|---|---:|---|---:|",
+        f"| fp32 | {fp32:,.0f} | {', '.join(f'{x:,.0f}' for x in rates['fp32'])} | "
+        f"{ppl['fp32']:.2f} |",
+        f"| int8 | {quantized:,.0f} | {', '.join(f'{x:,.0f}' for x in rates['int8'])} | "
+        f"{ppl['int8']:.2f} |",
+        "",
+        f"int8 predicts at {int8['speedup']:.2f}x fp32's tokens/s, perplexity "
+        f"{ppl['int8'] / ppl['fp32'] - 1:+.2%}.",
+        "",
+    ]
 
 
 def _speed_table(
