@@ -98,7 +98,7 @@ def int8_options(func: F) -> F:
         is_flag=True,
         help="Run the LSTM and FullyConnected layers in int8 (CPU, oneDNN): faster, at a "
         "small cost in accuracy. The first run of a checkpoint measures the value ranges on "
-        "training data and keeps them in RUN/int8/ (docs/speed.md).",
+        "training data and keeps them in RUN/int8/ (docs/inference.md).",
     )(func)
 
 

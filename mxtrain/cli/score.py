@@ -129,7 +129,8 @@ def score_command(
     checkpoint (tags: `mxtrain show RUN`). Needs only the run folder `mxtrain fit` wrote. On
     data.eval the result equals the eval value fit logged for that checkpoint. Prints a
     table and one JSON line {"run", "epoch", "batch", "checkpoint", "data", "max_batches",
-    "metrics", "decoding"}.
+    "metrics", "decoding"}; with --int8 also "int8": the layers run in int8 and where their
+    calibration came from.
 
     Seq2seq runs: the metrics of decoded output (bleu, chrf, wer, per) in fit.eval_metrics
     or --metrics decode each distinct source once by beam search. A source on several lines
