@@ -22,7 +22,7 @@ def reseal(folder: Path, name: str, data: bytes) -> None:
     (folder / name).write_bytes(data)
     manifest = json.loads((folder / MANIFEST_FILE).read_text())
     del manifest["manifest_sha256"]
-    manifest["files"][name] = checkpoint._digest(folder / name)
+    manifest["files"][name] = checkpoint.file_digest(folder / name)
     (folder / MANIFEST_FILE).write_bytes(checkpoint._seal(manifest))
 
 

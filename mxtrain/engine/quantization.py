@@ -28,14 +28,18 @@ from typing import Any
 import mxnet as mx
 from mxnet.contrib import quantization
 
+from mxtrain.run.environment import cpu_flags
+
 __all__ = [
     "FUSION_BACKEND",
     "GRANULARITY",
     "FusedSymGen",
     "Int8SymGen",
+    "MissingRanges",
     "RangeCollector",
     "calibration_layers",
     "fused_graph",
+    "has_vnni",
     "int8_available",
     "int8_graph",
     "quantized_operators",
@@ -93,6 +97,15 @@ def calibration_layers(fused: Any, params: Mapping[str, Any]) -> list[str]:
     return _quantize(fused, params)[1]
 
 
+class MissingRanges(Exception):
+    """A graph needs ranges that were not measured (ranges kept for another graph). Not a
+    ValueError: building a module explains those as faults of the model."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(f"no calibrated range for {', '.join(names)}")
+        self.names = names
+
+
 class RangeCollector:
     """The smallest and largest value of named outputs over the batches an executor runs:
     a monitor callback (``Executor.set_monitor_callback(collector, monitor_all=True)``)."""
@@ -128,12 +141,12 @@ def int8_graph(
 ) -> tuple[Any, dict[str, Any]]:
     """The int8 graph of the fp32 ``symbol`` with the calibrated ``ranges`` and its
     parameters: ``arg_params`` (fp32) with each quantized weight replaced by its int8 values
-    and their range. A ValueError names a layer that has no range."""
+    and their range. MissingRanges names the layers that have no range."""
     fused = fused_graph(symbol)
     qsym, needed = _quantize(fused, arg_params)
     missing = [name for name in needed if name not in ranges]
     if missing:
-        raise ValueError(f"no calibrated range for {', '.join(missing)}")
+        raise MissingRanges(missing)
     used = {name: ranges[name] for name in needed}
     narrow = not has_vnni()
     for name in _recurrent_inputs(qsym, needed):
@@ -162,16 +175,8 @@ def int8_graph(
 def has_vnni() -> bool:
     """Whether the CPU has AVX512-VNNI or AVX-VNNI (int8 products summed in int32). Without
     it oneDNN sums pairs of uint8 x int8 products in int16 (``vpmaddubsw``), which saturates
-    when both factors use their full range; False where /proc/cpuinfo cannot be read."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_vnni", "avx_vnni"})
-    except OSError:
-        pass
-    return False
+    when both factors use their full range; False where the CPU's flags cannot be read."""
+    return bool(cpu_flags() & {"avx512_vnni", "avx_vnni"})
 
 
 def _weights_in_int8(name: str, weights: Any, *, halved: bool) -> dict[str, Any]:

@@ -12,7 +12,6 @@ and reused while those agree; a run folder that cannot be written is only warned
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from typing import Any
 
 from mxtrain.errors import ConfigError
 from mxtrain.run.atomic import atomic_write_text
+from mxtrain.run.checkpoint import file_digest
 from mxtrain.run.choose import ChosenCheckpoint
 from mxtrain.run.folder import RunFolder
 
@@ -86,14 +86,6 @@ def check_int8_devices(contexts: list[Any]) -> None:
             hint="Install the mxnet==1.9.1 wheel from PyPI (built with oneDNN), or leave "
             "out --int8.",
         )
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _stored_ranges(
@@ -184,11 +176,11 @@ def int8_module(
     bucket's graph replaced by ``graphs(sym_gen)``'s; ``calibration_iter()`` returns the
     calibration data's iterator (only called when no kept ranges fit).
     """
-    from mxtrain.engine.quantization import FusedSymGen, Int8SymGen
+    from mxtrain.engine.quantization import FusedSymGen, Int8SymGen, MissingRanges
 
     params = chosen.arrays()
     file = run.int8_calibration_file(chosen.describe())
-    checksum = _sha256(chosen.params_file)
+    checksum = file_digest(chosen.params_file)["sha256"]
     source = str(options.calibration_data) if options.calibration_data is not None else "data.train"
     wanted = options.calibration_batches
     ranges = _stored_ranges(file, checksum, source, wanted)
@@ -216,8 +208,8 @@ def int8_module(
         try:
             module = build(int8_graphs, data_iter)
             break
-        except ValueError as exc:  # the kept ranges were measured on another graph
-            if attempt != "kept" or not reused or "no calibrated range" not in str(exc):
+        except MissingRanges:  # the kept ranges were measured on another graph
+            if attempt != "kept" or not reused:
                 raise
             ranges, reused = None, False
     graphs = made[-1]

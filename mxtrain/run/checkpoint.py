@@ -181,7 +181,8 @@ def _copy_file(src: Path, dst: Path) -> None:
         write_durably(dst, lambda fout: shutil.copyfileobj(fin, fout, _CHUNK))
 
 
-def _digest(path: Path) -> dict[str, Any]:
+def file_digest(path: Path) -> dict[str, Any]:
+    """``{"size", "sha256"}`` of a regular file, read in chunks."""
     sha = hashlib.sha256()
     size = 0
     with open_regular(path) as handle:
@@ -356,7 +357,7 @@ def _write_folder(
     crash_point("checkpoint.optimizer-meta-written", tag=tag)
     _write_bytes(tmp / STATE_FILE, files.state)
     crash_point("checkpoint.state-written", tag=tag)
-    digests = {name: _digest(tmp / name) for name in DATA_FILES}
+    digests = {name: file_digest(tmp / name) for name in DATA_FILES}
     manifest: dict[str, Any] = {
         "format": FORMAT_VERSION,
         "tag": tag,
@@ -566,7 +567,7 @@ def verify_checkpoint(ckpt: Checkpoint) -> None:
         path = ckpt.path / name
         expected = files[name]
         try:
-            actual = _digest(path)
+            actual = file_digest(path)
         except UnusableFile as exc:
             raise _broken(
                 ckpt, name, "is missing" if exc.problem == MISSING else exc.problem

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -130,9 +131,9 @@ def run_json_facts() -> dict[str, Any]:
     }
 
 
-def cpu_facts() -> dict[str, str]:
-    """The CPU model and the widest vector instruction set MXNet's kernels can use (AVX-512,
-    AVX2 or neither): what decides which kernels win, so every figure names them."""
+@cache
+def _first_cpu() -> dict[str, str]:
+    """The first CPU's entries of /proc/cpuinfo (empty where it cannot be read)."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
@@ -141,11 +142,23 @@ def cpu_facts() -> dict[str, str]:
     for line in lines:
         key, _, value = line.partition(":")
         first.setdefault(key.strip(), value.strip())
+    return first
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (``avx2``, ``avx512_vnni``, ...); empty where unknown."""
+    return frozenset(_first_cpu().get("flags", "").split())
+
+
+def cpu_facts() -> dict[str, str]:
+    """The CPU model and the widest vector instruction set MXNet's kernels can use (AVX-512,
+    AVX2 or neither): what decides which kernels win, so every figure names them."""
+    first = _first_cpu()
     model = first.get("model name") or platform.processor() or "unknown"
     if "cpu family" in first and "model" in first:  # virtual machines often name no model
         model += f" (family {first['cpu family']}, model {first['model']})"
-    flags = f" {first.get('flags', '')} "
-    isa = "AVX-512" if " avx512f " in flags else "AVX2" if " avx2 " in flags else "no AVX2"
+    flags = cpu_flags()
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
     return {"cpu": model, "isa": isa}
 
 

@@ -386,7 +386,7 @@ def test_epoch_rates_after_a_mid_epoch_resume_cover_the_whole_epoch(
     (ckpt.path / "state.json").write_text(json.dumps(saved))
     manifest = json.loads((ckpt.path / "manifest.json").read_text())
     del manifest["manifest_sha256"]
-    manifest["files"]["state.json"] = checkpoint._digest(ckpt.path / "state.json")
+    manifest["files"]["state.json"] = checkpoint.file_digest(ckpt.path / "state.json")
     (ckpt.path / "manifest.json").write_bytes(checkpoint._seal(manifest))
 
     code, output = invoke("resume", str(run), "--progress", "plain")

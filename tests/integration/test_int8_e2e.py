@@ -108,3 +108,18 @@ def test_bad_int8_requests_are_clear_errors(lm_run: Path, tmp_path: Path) -> Non
     assert code == 2 and ("--int8 runs on CPUs" in out + err or "CPU-only build" in out + err)
     for text in (out, err):
         assert "Traceback" not in text
+
+
+def test_kept_ranges_that_miss_a_layer_are_measured_again(lm_run: Path) -> None:
+    scoring = ("score", f"{lm_run}:2", "--json", "--int8", "--calibration-batches", "4")
+    code, out, err = invoke(*scoring)
+    assert code == 0, out + err
+    kept = Path(last_json(out)["int8"]["calibration_file"])
+    record = json.loads(kept.read_text())
+    complete = dict(record["ranges"])
+    record["ranges"].pop(sorted(complete)[0])  # as if kept for a graph without that layer
+    kept.write_text(json.dumps(record))
+    code, out, err = invoke(*scoring)
+    assert code == 0, out + err
+    assert not last_json(out)["int8"]["calibration_reused"]
+    assert json.loads(kept.read_text())["ranges"] == complete

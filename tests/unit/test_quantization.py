@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mxtrain.engine.quantization import (
+    MissingRanges,
     RangeCollector,
     calibration_layers,
     fused_graph,
@@ -158,5 +159,5 @@ def test_nothing_to_quantize_and_a_missing_range() -> None:
     params = {"embed_weight": mx.nd.zeros((10, 4))}
     assert calibration_layers(fused_graph(embed), params) == []
     symbol = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, name="fc")
-    with pytest.raises(ValueError, match="no calibrated range"):
+    with pytest.raises(MissingRanges, match="no calibrated range"):
         int8_graph(symbol, {}, {"fc_weight": mx.nd.zeros((3, 5)), "fc_bias": mx.nd.zeros(3)})
