@@ -59,7 +59,10 @@ Run the same command again to continue a stopped sweep.""",
     type=click.IntRange(min=1, max=64),
     default=1,
     show_default=True,
-    help="Points run at once; the CPU cores are split between them (OpenMP threads).",
+    help=(
+        "Points run at once; the usable CPU cores are split between them (OpenMP threads) "
+        "unless the config or OMP_NUM_THREADS fixes the count."
+    ),
 )
 @click.option("--name", default=None, help="Sweep folder name (default: EXPERIMENT-sweep).")
 @click.option(

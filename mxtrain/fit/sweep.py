@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mxtrain.config import Config, load_config
+from mxtrain.devices import usable_cores
 from mxtrain.errors import ConfigError, ExitCode, PreemptedError, RunFolderError
 from mxtrain.run.atomic import atomic_write_text
 from mxtrain.run.history import summarize_run
@@ -198,11 +199,11 @@ class GridDriver:
 
 
 def run_sweep(sweep: Sweep, *, parallel: int, driver: Driver | None = None) -> Sweep:
-    """Run the sweep's unfinished points, ``parallel`` at a time, each with an equal share
-    of the CPU cores as its OpenMP threads; ``driver`` chooses them (default: the grid).
+    """Run the sweep's unfinished points, ``parallel`` at a time, each with the OpenMP
+    threads :class:`ThreadShare` gives it; ``driver`` chooses them (default: the grid).
     Raises PreemptedError on SIGTERM/SIGINT."""
     driver = driver or GridDriver(sweep)
-    threads = max(1, (os.cpu_count() or 1) // parallel)
+    threads = ThreadShare(parallel)
     running: dict[str, tuple[SweepPoint, subprocess.Popen[bytes]]] = {}
     stopping = "stopping every running point at a checkpoint"
     with StopRequests(action=stopping) as stop:
@@ -240,7 +241,47 @@ def run_sweep(sweep: Sweep, *, parallel: int, driver: Driver | None = None) -> S
     return sweep
 
 
-def _start(sweep: Sweep, point: SweepPoint, threads: int) -> subprocess.Popen[bytes]:
+class ThreadShare:
+    """The OpenMP threads of the points a sweep runs ``parallel`` at a time.
+
+    Where the threads are left to ``auto``, each point gets an equal share of the cores this
+    process may use (its CPU affinity: ``taskset`` counts). A count the user fixed (the
+    config, ``--set``, a grid axis, or an exported OMP_NUM_THREADS, which ``auto`` keeps)
+    is kept, as everywhere in mxtrain, with a warning when the points would then run more
+    threads than there are cores: OpenMP teams that share cores wait for each other's
+    descheduled members, which slows every point far more than the extra threads gain.
+    """
+
+    def __init__(self, parallel: int) -> None:
+        self.parallel = parallel
+        self.cores = usable_cores()
+        self.share = max(1, self.cores // parallel)
+        self.warned: set[int] = set()
+
+    def set_for(self, sweep: Sweep, point: SweepPoint) -> list[str]:
+        """The ``--set`` the point's ``mxtrain fit`` needs for its threads (none when fixed)."""
+        sets = [*sweep.overrides, *(f"{k}={v}" for k, v in point.overrides)]
+        fixed = load_config(sweep.config, sets).context.omp_threads
+        where = "context.omp_threads"
+        if fixed == "auto":
+            exported = os.environ.get("OMP_NUM_THREADS", "").strip()
+            if not exported.isdigit():
+                return [f"context.omp_threads={self.share}"]
+            fixed, where = int(exported), "OMP_NUM_THREADS in the environment"
+        if int(fixed) * self.parallel > self.cores and int(fixed) not in self.warned:
+            self.warned.add(int(fixed))
+            log.warning(
+                "sweep: %s is %d, so %d points at a time run %d OpenMP threads on %d usable "
+                "cores; teams that share cores wait for each other, which can slow every point "
+                "many times over. Leave context.omp_threads at auto (unset OMP_NUM_THREADS) to "
+                "give each point %d, or lower --parallel.",
+                where, int(fixed), self.parallel, int(fixed) * self.parallel, self.cores,
+                self.share,
+            )  # fmt: skip
+        return []
+
+
+def _start(sweep: Sweep, point: SweepPoint, threads: ThreadShare) -> subprocess.Popen[bytes]:
     run = sweep.folder / point.name
     command = [sys.executable, "-m", "mxtrain"]
     checkpoints = run / "checkpoints"
@@ -250,7 +291,7 @@ def _start(sweep: Sweep, point: SweepPoint, threads: int) -> subprocess.Popen[by
         log.info("sweep: resuming %s", point.name)
     else:
         sets = [*sweep.overrides, *(f"{k}={v}" for k, v in point.overrides)]
-        sets += [f"experiment.runs_dir={sweep.folder}", f"context.omp_threads={threads}"]
+        sets += [f"experiment.runs_dir={sweep.folder}", *threads.set_for(sweep, point)]
         command += ["fit", sweep.config, "--name", point.name, "--progress", "plain", "--force"]
         for value in sets:
             command += ["--set", value]
