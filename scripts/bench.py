@@ -31,6 +31,11 @@ training perplexity. Ratios are mxtrain/stock per paired round (min/median/max).
     python scripts/bench.py                                  # synthetic data, 3 rounds
     python scripts/bench.py --data ptb --json bench.json
     python scripts/bench.py --markdown BENCHMARKS.md         # regenerate the report
+    python scripts/bench.py --compare all --json BENCHMARKS.json --markdown BENCHMARKS.md
+
+``--compare`` also takes sections that are not paired rounds against stock (memory, output,
+profile, sampled, int8: see its help); ``all`` measures every section of BENCHMARKS.md but the
+seq2seq comparison against Sockeye (scripts/bench_seq2seq.py, which needs the peer's venv).
 """
 
 from __future__ import annotations
@@ -73,6 +78,10 @@ COMPARISONS = {
         "epoch-mxtrain",
     ),
 }
+#: ``--compare all``: every section of BENCHMARKS.md that scripts/bench.py measures (the
+#: seq2seq comparison against Sockeye is scripts/bench_seq2seq.py's: it needs the peer's venv)
+ALL = ("epoch", "loaded", "tool", "engine", "char", "rss", "memory", "output", "profile",
+       "sampled", "int8")  # fmt: skip
 #: ``epoch-mxtrain+NAME``: the full epoch with these config values
 VARIANTS = {
     "release": "context.large_buffers=release",
@@ -91,6 +100,8 @@ PROFILE = "profile"
 #: not paired with stock: the sampled softmax against the full one at large vocabularies
 #: (scripts/bench_sampled_softmax.py)
 SAMPLED = "sampled"
+#: not paired with stock: `mxtrain predict`/`score` in int8 against fp32 (scripts/bench_int8.py)
+INT8 = "int8"
 FIGURES = (
     "train_tokens_per_s",
     "score_tokens_per_s",
@@ -919,6 +930,16 @@ def sampled_softmax_table(args: argparse.Namespace, *, sparse: bool = False) -> 
     return child_result(argv, dict(os.environ, OMP_NUM_THREADS=str(args.omp_threads)))
 
 
+def int8_table(args: argparse.Namespace) -> dict[str, Any]:
+    """scripts/bench_int8.py in a child process, with this run's threads and rounds."""
+    script = str(ROOT / "scripts" / "bench_int8.py")
+    argv = [sys.executable, script, "--omp-threads", str(args.omp_threads)]
+    argv += ["--repeats", str(args.repeats), "--batches", str(args.int8_batches)]
+    if args.int8_lines:
+        argv += ["--max-lines", str(args.int8_lines), "--copies", "1"]
+    return child_result(argv, dict(os.environ, OMP_NUM_THREADS=str(args.omp_threads)))
+
+
 def memory_tables(args: argparse.Namespace) -> list[dict[str, Any]]:
     """scripts/bench_memory.py's report for the char and the word LM."""
     import bench_memory  # scripts/bench_memory.py
@@ -1015,7 +1036,16 @@ def main() -> None:
         "(heavy-tailed char LM), rss (where the full epoch's peak RSS goes), memory (peak RSS "
         "against the bucket count), output (the output "
         "layer against the GEMM peak), profile (operator shares), sampled (sampled softmax "
-        "against the full one at 50k and 100k words)",
+        "against the full one at 50k and 100k words), int8 (predict in int8 against fp32), "
+        f"or all: {','.join(ALL)}",
+    )
+    parser.add_argument(
+        "--int8-batches", type=int, default=800, help="int8: the LM's training batches"
+    )
+    parser.add_argument(
+        "--int8-lines",
+        type=int,
+        help="int8: only the validation text's first lines, read once (quick runs)",
     )
     parser.add_argument("--log-interval", type=int, default=50, help="stock Speedometer period")
     parser.add_argument("--json", help="also write the results here")
@@ -1045,7 +1075,9 @@ def main() -> None:
         return
 
     comparisons = [c.strip() for c in args.compare.split(",") if c.strip()]
-    extra = {MEMORY, OUTPUT_LAYER, PROFILE, SAMPLED}
+    if comparisons == ["all"]:
+        comparisons = list(ALL)
+    extra = {MEMORY, OUTPUT_LAYER, PROFILE, SAMPLED, INT8}
     unknown = sorted(set(comparisons) - set(COMPARISONS) - extra)
     if unknown:
         known = [*COMPARISONS, *sorted(extra)]
@@ -1064,10 +1096,10 @@ def main() -> None:
         # and settings; the report lists each command with what it measured
         earlier = json.loads(Path(args.merge_into).read_text())
         other_cpu = earlier["machine"]["cpu"] != report["machine"]["cpu"]
-        if other_cpu and set(comparisons) - set(COMPARISONS):
+        if other_cpu and set(comparisons) - set(COMPARISONS) - {INT8}:
             parser.error(
                 "--merge-into: that report was measured on another CPU; only paired "
-                f"comparisons ({', '.join(COMPARISONS)}) say where they ran"
+                f"comparisons ({', '.join(COMPARISONS)}) and {INT8} say where they ran"
             )
         # each comparison keeps its own rounds, so their number may differ
         own = ("compare", "json", "markdown", "merge_into", "verbose", "render", "repeats")
@@ -1091,6 +1123,9 @@ def main() -> None:
                 continue  # after the comparisons
             if name == OUTPUT_LAYER:
                 report["output_layer"] = output_layer_tables(args)
+                continue
+            if name == INT8:
+                report["int8"] = int8_table(args)
                 continue
             if name == SAMPLED:
                 report["sampled_softmax"] = sampled_softmax_table(args)

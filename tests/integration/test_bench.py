@@ -126,3 +126,27 @@ def test_bench_sampled_softmax_measures_both_sides(tmp_path: Path) -> None:
     assert "| 300 | 32 |" in shown.stdout and "## Large vocabularies" in shown.stdout
     assert "test CPU (AVX2)" in shown.stdout
     assert "## Large vocabularies: sparse embedding gradients" in shown.stdout
+
+
+def test_bench_int8_compares_predict_and_reports_the_perplexity(tmp_path: Path) -> None:
+    """bench.py's int8 section (scripts/bench_int8.py in a child) on a few lines of PTB."""
+    out, md = tmp_path / "bench.json", tmp_path / "BENCHMARKS.md"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--compare", "int8", "--int8-batches", "3",
+         "--int8-lines", "40", "--repeats", "1", "--omp-threads", "1",
+         "--json", str(out), "--markdown", str(md)],
+        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    int8 = json.loads(out.read_text())["int8"]
+    assert int8["max_lines"] == 40 and int8["copies"] == 1
+    assert set(int8["predict_tokens_per_s"]) == {"fp32", "int8"}
+    assert all(len(rates) == 1 and rates[0] > 0 for rates in int8["predict_tokens_per_s"].values())
+    assert int8["operators"], "nothing was quantized"
+    # the metric beside the speed: both sides score the same lines
+    assert int8["score_perplexity"]["fp32"] > 1 and int8["score_perplexity"]["int8"] > 1
+    assert int8["machine"]["cpu"] and int8["command"].startswith("python scripts/bench_int8.py")
+    text = md.read_text()
+    assert "## Inference in int8 (`--int8`)" in text
+    assert "PTB's first 40 validation lines once" in text
+    assert "**Inference in int8**" in text
