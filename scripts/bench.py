@@ -78,10 +78,6 @@ COMPARISONS = {
         "epoch-mxtrain",
     ),
 }
-#: ``--compare all``: every section of BENCHMARKS.md that scripts/bench.py measures (the
-#: seq2seq comparison against Sockeye is scripts/bench_seq2seq.py's: it needs the peer's venv)
-ALL = ("epoch", "loaded", "tool", "engine", "char", "rss", "memory", "output", "profile",
-       "sampled", "int8")  # fmt: skip
 #: ``epoch-mxtrain+NAME``: the full epoch with these config values
 VARIANTS = {
     "release": "context.large_buffers=release",
@@ -102,6 +98,11 @@ PROFILE = "profile"
 SAMPLED = "sampled"
 #: not paired with stock: `mxtrain predict`/`score` in int8 against fp32 (scripts/bench_int8.py)
 INT8 = "int8"
+#: the sections that are not paired rounds against stock
+UNPAIRED = (MEMORY, OUTPUT_LAYER, PROFILE, SAMPLED, INT8)
+#: ``--compare all``: every section of BENCHMARKS.md that scripts/bench.py measures (the
+#: seq2seq comparison against Sockeye is scripts/bench_seq2seq.py's: it needs the peer's venv)
+ALL = (*COMPARISONS, *UNPAIRED)
 FIGURES = (
     "train_tokens_per_s",
     "score_tokens_per_s",
@@ -1077,7 +1078,7 @@ def main() -> None:
     comparisons = [c.strip() for c in args.compare.split(",") if c.strip()]
     if comparisons == ["all"]:
         comparisons = list(ALL)
-    extra = {MEMORY, OUTPUT_LAYER, PROFILE, SAMPLED, INT8}
+    extra = set(UNPAIRED)
     unknown = sorted(set(comparisons) - set(COMPARISONS) - extra)
     if unknown:
         known = [*COMPARISONS, *sorted(extra)]

@@ -258,10 +258,10 @@ class ThreadShare:
         self.share = max(1, self.cores // parallel)
         self.warned: set[int] = set()
 
-    def set_for(self, sweep: Sweep, point: SweepPoint) -> list[str]:
-        """The ``--set`` the point's ``mxtrain fit`` needs for its threads (none when fixed)."""
-        sets = [*sweep.overrides, *(f"{k}={v}" for k, v in point.overrides)]
-        fixed = load_config(sweep.config, sets).context.omp_threads
+    def set_for(self, config: str, sets: list[str]) -> list[str]:
+        """The ``--set`` a point's ``mxtrain fit`` (``config`` with ``sets``) needs for its
+        threads (none when fixed)."""
+        fixed = load_config(config, sets).context.omp_threads
         where = "context.omp_threads"
         if fixed == "auto":
             exported = os.environ.get("OMP_NUM_THREADS", "").strip()
@@ -291,7 +291,7 @@ def _start(sweep: Sweep, point: SweepPoint, threads: ThreadShare) -> subprocess.
         log.info("sweep: resuming %s", point.name)
     else:
         sets = [*sweep.overrides, *(f"{k}={v}" for k, v in point.overrides)]
-        sets += [f"experiment.runs_dir={sweep.folder}", *threads.set_for(sweep, point)]
+        sets += [f"experiment.runs_dir={sweep.folder}", *threads.set_for(sweep.config, sets)]
         command += ["fit", sweep.config, "--name", point.name, "--progress", "plain", "--force"]
         for value in sets:
             command += ["--set", value]

@@ -12,6 +12,11 @@ from mxtrain.fit import sweep as sweep_module
 from mxtrain.fit.sweep import Sweep, SweepPoint, ThreadShare
 
 
+def _sets(sweep: Sweep, point: SweepPoint) -> tuple[str, list[str]]:
+    """The config and --set values a point's fit gets before its threads (as _start builds)."""
+    return sweep.config, [*sweep.overrides, *(f"{k}={v}" for k, v in point.overrides)]
+
+
 def _sweep(config: Path, overrides: list[str] | None = None) -> Sweep:
     return Sweep(config.parent / "sweep", str(config), overrides or [], [], None, 0)
 
@@ -26,9 +31,9 @@ def test_auto_threads_get_an_equal_share_of_the_usable_cores(
     tiny_config: Path, four_cores: None
 ) -> None:
     point = SweepPoint("001_x", [("optimizer.learning_rate", "0.5")])
-    assert ThreadShare(2).set_for(_sweep(tiny_config), point) == ["context.omp_threads=2"]
-    assert ThreadShare(3).set_for(_sweep(tiny_config), point) == ["context.omp_threads=1"]
-    assert ThreadShare(8).set_for(_sweep(tiny_config), point) == ["context.omp_threads=1"]
+    assert ThreadShare(2).set_for(*_sets(_sweep(tiny_config), point)) == ["context.omp_threads=2"]
+    assert ThreadShare(3).set_for(*_sets(_sweep(tiny_config), point)) == ["context.omp_threads=1"]
+    assert ThreadShare(8).set_for(*_sets(_sweep(tiny_config), point)) == ["context.omp_threads=1"]
 
 
 def test_the_affinity_counts_not_the_machine(
@@ -40,7 +45,9 @@ def test_the_affinity_counts_not_the_machine(
     monkeypatch.setattr("os.cpu_count", lambda: 64)
     share = ThreadShare(1)
     assert share.cores == 1
-    assert share.set_for(_sweep(tiny_config), SweepPoint("001", [])) == ["context.omp_threads=1"]
+    assert share.set_for(*_sets(_sweep(tiny_config), SweepPoint("001", []))) == [
+        "context.omp_threads=1"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -58,7 +65,9 @@ def test_a_count_the_user_fixed_is_kept(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="mxtrain"):
-        sets = ThreadShare(2).set_for(_sweep(tiny_config, overrides), SweepPoint("001", point))
+        sets = ThreadShare(2).set_for(
+            *_sets(_sweep(tiny_config, overrides), SweepPoint("001", point))
+        )
     assert sets == []
     assert not caplog.records
 
@@ -67,14 +76,14 @@ def test_a_count_in_the_config_file_is_kept(tiny_config: Path, four_cores: None)
     text = tiny_config.read_text()
     assert "context:" not in text
     tiny_config.write_text(text + "context:\n  omp_threads: 1\n")
-    assert ThreadShare(2).set_for(_sweep(tiny_config), SweepPoint("001", [])) == []
+    assert ThreadShare(2).set_for(*_sets(_sweep(tiny_config), SweepPoint("001", []))) == []
 
 
 def test_an_exported_count_is_kept_as_fit_keeps_it(
     tiny_config: Path, four_cores: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    assert ThreadShare(2).set_for(_sweep(tiny_config), SweepPoint("001", [])) == []
+    assert ThreadShare(2).set_for(*_sets(_sweep(tiny_config), SweepPoint("001", []))) == []
 
 
 def test_oversubscribing_counts_are_warned_about_once_with_the_fix(
@@ -87,7 +96,7 @@ def test_oversubscribing_counts_are_warned_about_once_with_the_fix(
     share = ThreadShare(2)
     with caplog.at_level(logging.WARNING, logger="mxtrain"):
         for name in ("001", "002"):
-            assert share.set_for(_sweep(tiny_config), SweepPoint(name, [])) == []
+            assert share.set_for(*_sets(_sweep(tiny_config), SweepPoint(name, []))) == []
     (record,) = caplog.records
     message = record.getMessage()
     assert "OMP_NUM_THREADS in the environment is 4" in message
