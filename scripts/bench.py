@@ -774,9 +774,8 @@ def gemm_gflops(omp_threads: int) -> dict[str, float]:
 
 
 #: operators of the loss head (softmax / log_softmax / SoftmaxOutput and what picks the
-#: label's term out of them), of the output layer and of the recurrent layers; the profiler
-#: lists copies (CopyCPU2CPU) without saying whose, so one_pass's copy of the gradient into
-#: the executor is left out with the others
+#: label's term out of them), of the output layer and of the recurrent layers (the
+#: profiler's own copies, CopyCPU2CPU without saying whose, are left out)
 LOSS_HEAD_OPS = frozenset(
     {
         "softmax",
@@ -801,14 +800,16 @@ LOSS_HEAD_OPS = frozenset(
         "MakeLoss",
         "_backward_MakeLoss",
         "BlockGrad",
-        # model.loss: one_pass (the engine's head): the label's -1 and the ignored rows' zeros,
-        # and the copy MXNet makes of the logits' gradient the head hands its backward
+        # model.loss: one_pass (the engine's head): the label's -1 and the ignored rows' zeros
         "gather_nd",
         "_scatter_set_nd",
         "_contrib_index_copy",
         "_identity_with_attr_like_rhs",
     }
 )
+#: model.loss: one_pass's loss (models/given_gradient.py): its backward copies the head's
+#: gradient into the logits' (in the profile's "Custom Operator" section)
+GIVEN_GRADIENT_OP = "mxtrain_given_gradient"
 #: profiler rows that are not operators' work
 NOT_OPERATORS = frozenset(
     {"WaitForVar", "DeleteVariable", "DeleteOperator", "ResourceNativeRandomSetSeed"}
@@ -820,23 +821,26 @@ def operator_shares(summary: str) -> dict[str, Any]:
     loss head, the output layer (FullyConnected), the recurrent layers and the rest."""
     groups = {"loss head": 0.0, "output layer": 0.0, "recurrent layers": 0.0, "other": 0.0}
     top: dict[str, float] = {}
-    in_operators = False
+    section = ""
     for line in summary.splitlines():
-        if line.strip() == "operator":
-            in_operators = True
+        if line.strip() in ("operator", "Custom Operator"):
+            section = line.strip()
             continue
         fields = line.split()
-        if not in_operators or len(fields) < 6 or line.startswith(("[", "-", "Name")):
+        if not section or len(fields) < 6 or line.startswith(("[", "-", "Name")):
             continue
         name, total_ms = fields[0], fields[2]
         try:
             ms = float(total_ms)
         except ValueError:
             continue
-        if name in NOT_OPERATORS or name.startswith("Copy"):
+        if name in NOT_OPERATORS or (section == "operator" and name.startswith("Copy")):
             continue
         top[name] = ms
-        if name in LOSS_HEAD_OPS:
+        # a Python operator's rows: "OP::pure_python" (its callbacks) and "OP::INNER" (what
+        # they ran), "_backward_OP::..." for its backward
+        custom = section == "Custom Operator" and name.split("::")[0].removeprefix("_backward_")
+        if name in LOSS_HEAD_OPS or custom == GIVEN_GRADIENT_OP:
             groups["loss head"] += ms
         elif name.lstrip("_").removeprefix("backward_") == "FullyConnected":
             groups["output layer"] += ms

@@ -16,11 +16,10 @@ backward). Here the model's training graph ends at the logits, and per batch:
    the executor's backward runs with the buffer as the logits' gradient.
 
 The buffer is best an input of the graph (``SoftmaxHeadSpec.gradient_input``) whose loss
-``make_loss(logits * buffer)`` hands it to the logits in backward (the product's gradient
-with respect to the logits is the buffer times exact ones): inputs are views of one array
-shared by every bucket, where a gradient passed to ``backward(out_grads)`` is copied into an
-array each executor allocates of its own, batch x length x classes floats for every bound
-bucket.
+hands it to the logits in backward (models/given_gradient.py: one copy, no forward work):
+inputs are views of one array shared by every bucket, where a gradient passed to
+``backward(out_grads)`` is copied into an array each executor allocates of its own, batch x
+length x classes floats for every bound bucket.
 
 The gradient is what ``SoftmaxOutput`` (normalization ``null``, ``use_ignore``) sends back, to
 float rounding; the loss is the ``softmax`` formulation's, operation for operation. Knows no
@@ -53,8 +52,8 @@ class SoftmaxHeadSpec:
     probabilities: bool = False
     output: int = 0
     #: the graph's input the head writes the logits' gradient into, when the graph takes it
-    #: that way (``make_loss(logits * input)``, output ``gradient_output``, which the module
-    #: does not show): backward then needs no out_grads, which MXNet would copy into an
+    #: that way (a loss whose backward copies that input, output ``gradient_output``, which
+    #: the module does not show): backward then needs no out_grads, which MXNet would copy into an
     #: array every bucket's executor keeps of its own; None: the gradient goes in out_grads
     gradient_input: str | None = None
     gradient_output: str | None = None

@@ -32,6 +32,7 @@ import mxnet as mx
 from mxtrain.data.base import DataInfo
 from mxtrain.errors import InvalidValue
 from mxtrain.models.char_words import char_word_vectors
+from mxtrain.models.given_gradient import given_gradient_loss
 from mxtrain.models.language_model_options import LOSS_FORMULATIONS, LmOptions, check_sampled_count
 from mxtrain.models.recurrent_options import MODES
 from mxtrain.option_checks import check_choice
@@ -56,7 +57,7 @@ def one_pass_heads(logits: Any, label: Any) -> list[Any]:
     return [
         mx.sym.BlockGrad(logits, name="pred_logits"),
         mx.sym.BlockGrad(label, name="label_passthrough"),
-        mx.sym.make_loss(logits * mx.sym.Variable(LOGITS_GRADIENT), name=LOGITS_GRADIENT),
+        given_gradient_loss(logits, mx.sym.Variable(LOGITS_GRADIENT), name=LOGITS_GRADIENT),
     ]
 
 

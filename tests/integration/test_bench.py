@@ -150,3 +150,33 @@ def test_bench_int8_compares_predict_and_reports_the_perplexity(tmp_path: Path) 
     assert "## Inference in int8 (`--int8`)" in text
     assert "PTB's first 40 validation lines once" in text
     assert "**Inference in int8**" in text
+
+
+def test_operator_shares_count_the_one_pass_loss_in_the_loss_head() -> None:
+    """The profile's "Custom Operator" rows of one_pass's loss (its Python callbacks and the
+    copy its backward makes) go to the loss head; other custom operators to "other"."""
+    sys.path.insert(0, str(BENCH.parent))
+    from bench import operator_shares
+
+    header = "Name  Total Count  Time (ms)  Min Time (ms)  Max Time (ms)  Avg Time (ms)\n"
+    summary = (
+        "Profile Statistics:\nCustom Operator\n=================\n" + header
+        + "----  -----  -----  -----  -----  -----\n"
+        + "_backward_mxtrain_given_gradient::CopyCPU2CPU  200  30.0  0.1  1.0  0.15\n"
+        + "mxtrain_given_gradient::pure_python  200  10.0  0.1  1.0  0.05\n"
+        + "someone_else::pure_python  200  5.0  0.1  1.0  0.02\n"
+        + "\noperator\n=================\n" + header
+        + "softmax  200  60.0  0.1  1.0  0.3\n"
+        + "FullyConnected  200  500.0  0.1  1.0  2.5\n"
+        + "_backward_RNN  200  300.0  0.1  1.0  1.5\n"
+        + "CopyCPU2CPU  800  40.0  0.1  1.0  0.05\n"
+        + "WaitForVar  600  99.0  0.1  1.0  0.1\n"
+    )  # fmt: skip
+    shares = operator_shares(summary)
+    assert shares["ms"] == {
+        "loss head": 100.0,
+        "output layer": 500.0,
+        "recurrent layers": 300.0,
+        "other": 5.0,
+    }
+    assert shares["total_ms"] == 905.0
