@@ -1101,10 +1101,11 @@ def main() -> None:
         # and settings; the report lists each command with what it measured
         earlier = json.loads(Path(args.merge_into).read_text())
         other_cpu = earlier["machine"]["cpu"] != report["machine"]["cpu"]
-        if other_cpu and set(comparisons) - set(COMPARISONS) - {INT8}:
+        if other_cpu and set(comparisons) - set(COMPARISONS) - {INT8, PROFILE}:
             parser.error(
                 "--merge-into: that report was measured on another CPU; only paired "
-                f"comparisons ({', '.join(COMPARISONS)}) and {INT8} say where they ran"
+                f"comparisons ({', '.join(COMPARISONS)}), {INT8} and {PROFILE} say where "
+                "they ran"
             )
         # each comparison keeps its own rounds, so their number may differ
         own = ("compare", "json", "markdown", "merge_into", "verbose", "render", "repeats")
@@ -1166,9 +1167,14 @@ def main() -> None:
             # the full epoch's share of the peak is taken against this run's own peak
             gemm_now = report["epoch_gemm_gflops"] = gemm_gflops(args.omp_threads)
         if "epoch" in comparisons or PROFILE in comparisons:
-            report["operator_shares"] = profile_mxtrain(args, workdir)
+            # its own machine line: a merged profile may come from another CPU, and the
+            # AVX2-capped one of an earlier AVX-512 CPU does not stay beside it
+            measured = {"machine": machine(), "date": date, "command": command}
+            report["operator_shares"] = {**profile_mxtrain(args, workdir), **measured}
+            report.pop("operator_shares_avx2", None)
             if machine()["isa"] == "AVX-512":
-                report["operator_shares_avx2"] = profile_mxtrain(args, workdir, isa_cap="AVX2")
+                capped = profile_mxtrain(args, workdir, isa_cap="AVX2")
+                report["operator_shares_avx2"] = {**capped, **measured}
         for key in ("operator_shares", "operator_shares_avx2"):
             if key in report and ("epoch" in comparisons or PROFILE in comparisons):
                 shares = report[key]

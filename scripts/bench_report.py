@@ -311,11 +311,13 @@ def _headline(report: dict[str, Any]) -> list[str]:
                     f"; with oneDNN capped at AVX2 on the same CPU, "
                     f"{avx2['share']['loss head']:.1%}"
                 )
+            m = shares.get("machine") or report["machine"]
+            where = "" if m["cpu"] == report["machine"]["cpu"] else f"; measured on {m['cpu']}"
             headline.append(
                 f"- The loss head takes **{shares['share']['loss head']:.1%} of operator time** "
                 f"(`fit.profile`, {shares['batches']} batches; the output layer "
                 f"{shares['share']['output layer']:.1%}, the recurrent layers "
-                f"{shares['share']['recurrent layers']:.1%}{also})."
+                f"{shares['share']['recurrent layers']:.1%}{also}{where})."
             )
     loaded = _ratio(report, "loaded", "loaded-epoch-stock-omp", "train_tokens_per_s")
     if loaded is not None:
@@ -688,14 +690,17 @@ def render(report: dict[str, Any]) -> str:
             continue
         chosen = ", ".join(f"`{k}: {v}`" for k, v in shares["kernel_choices"].items())
         cap = shares.get("isa_cap", "none")
+        m = shares.get("machine") or report["machine"]
+        cpu = "this CPU" if m["cpu"] == report["machine"]["cpu"] else m["cpu"]
         where = (
-            f"this CPU ({report['machine']['isa']})"
+            f"{cpu} ({m['isa']})"
             if cap == "none"
-            else f"this CPU with oneDNN capped at {cap} (`DNNL_MAX_CPU_ISA={cap}`)"
+            else f"{cpu} with oneDNN capped at {cap} (`DNNL_MAX_CPU_ISA={cap}`)"
         )
         out += [
             f"## Where the operator time goes: {where}",
             "",
+            *_measured_elsewhere(report, shares),
             f"`mxtrain fit` on the same data with `fit.profile: {shares['batches']}` (bulk "
             f"execution off, so each operator is timed on its own), with the kernel settings "
             f"`auto` chose there ({chosen}):",

@@ -180,3 +180,24 @@ def test_operator_shares_count_the_one_pass_loss_in_the_loss_head() -> None:
         "other": 5.0,
     }
     assert shares["total_ms"] == 905.0
+
+
+def test_a_profile_merged_from_another_cpu_is_shown_with_its_own_machine() -> None:
+    """BENCHMARKS.json's own report, its profile replaced by one from another CPU (what
+    ``--compare profile --merge-into`` keeps): the section and the headline name that CPU."""
+    sys.path.insert(0, str(BENCH.parent))
+    from bench_report import render
+
+    report = json.loads((BENCH.parents[1] / "BENCHMARKS.json").read_text())
+    shares = dict(report["operator_shares"])
+    shares["machine"] = {**report["machine"], "cpu": "Other CPU (family 1)", "isa": "AVX2"}
+    shares.update(date="2026-01-01T00:00:00", command="python scripts/bench.py --x")
+    report["operator_shares"] = shares
+    report.pop("operator_shares_avx2", None)
+    text = render(report)
+    assert "## Where the operator time goes: Other CPU (family 1) (AVX2)" in text
+    assert "not the CPU the rest of this page names: `.venv/bin/python scripts/bench.py --x`" in (
+        text
+    )
+    assert "batches; the output layer" in text and "; measured on Other CPU (family 1))." in text
+    assert "operator time goes: this CPU with oneDNN capped" not in text
