@@ -5,8 +5,9 @@ an input of the training graph; :func:`given_gradient_loss` hands that input to 
 at backward, one copy and nothing else, and computes nothing forward (its one-element output
 is never read). ``make_loss(logits * buffer)`` gets the same gradient (the buffer times
 exact ones) but reads the logits and the buffer and writes a (rows, classes) product
-forward, then reads two such arrays again backward: on the default word LM's largest bucket
-(1,216 rows x 10,000 classes) about 2.7x the memory traffic of the copy.
+forward, then reads two such arrays and writes a third backward: three times the passes over
+(rows, classes) arrays of the copy's two (on the default word LM's largest bucket, 1,216 rows
+x 10,000 classes, 48 MB each).
 
 The operator is MXNet's Python ``CustomOp``, registered when this module is imported; it
 appears only in the graphs the engine trains, never in a saved ``*-symbol.json``.
