@@ -311,8 +311,8 @@ def _headline(report: dict[str, Any]) -> list[str]:
                     f"; with oneDNN capped at AVX2 on the same CPU, "
                     f"{avx2['share']['loss head']:.1%}"
                 )
-            m = shares.get("machine") or report["machine"]
-            where = "" if m["cpu"] == report["machine"]["cpu"] else f"; measured on {m['cpu']}"
+            other = _other_cpu(report, shares)
+            where = f"; measured on {other}" if other else ""
             headline.append(
                 f"- The loss head takes **{shares['share']['loss head']:.1%} of operator time** "
                 f"(`fit.profile`, {shares['batches']} batches; the output layer "
@@ -366,7 +366,8 @@ def _int8_headline(report: dict[str, Any]) -> list[str]:
         return []
     ppl = int8["score_perplexity"]
     m = int8["machine"]
-    where = "" if m["cpu"] == report["machine"]["cpu"] else f"; measured on {m['cpu']}"
+    other = _other_cpu(report, int8)
+    where = f"; measured on {other}" if other else ""
     return [
         f"- **Inference in int8** (`predict --int8`, MXNet's oneDNN quantization): "
         f"{int8['speedup']:.2f}x fp32's predict tokens/s at a validation perplexity "
@@ -563,12 +564,21 @@ _RSS_SIDES = {
 }
 
 
+def _other_cpu(report: dict[str, Any], part: dict[str, Any]) -> str | None:
+    """The CPU a part of the report was measured on (its own machine line, kept by a
+    --merge-into from another CPU), where it is not the page's; None otherwise."""
+    m = part.get("machine")
+    if not m or m["cpu"] == report["machine"]["cpu"]:
+        return None
+    return str(m["cpu"])
+
+
 def _measured_elsewhere(report: dict[str, Any], comparison: dict[str, Any]) -> list[str]:
     """A line naming the comparison's own CPU, date and command where it was measured on
     another CPU than the page's (merged in with --merge-into); none otherwise."""
-    m = comparison.get("machine")
-    if not m or m["cpu"] == report["machine"]["cpu"]:
+    if not _other_cpu(report, comparison):
         return []
+    m = comparison["machine"]
     isa = f", {m['isa']}" if m.get("isa") else ""
     return [
         f"Measured {comparison['date']} on {m['cpu']} ({m['cores']} cores{isa}), not the "
@@ -691,7 +701,7 @@ def render(report: dict[str, Any]) -> str:
         chosen = ", ".join(f"`{k}: {v}`" for k, v in shares["kernel_choices"].items())
         cap = shares.get("isa_cap", "none")
         m = shares.get("machine") or report["machine"]
-        cpu = "this CPU" if m["cpu"] == report["machine"]["cpu"] else m["cpu"]
+        cpu = _other_cpu(report, shares) or "this CPU"
         where = (
             f"{cpu} ({m['isa']})"
             if cap == "none"
