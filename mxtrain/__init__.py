@@ -1,7 +1,7 @@
 """mxtrain: train, evaluate and serve Apache MXNet models from YAML experiment files."""
 
-from mxtrain.mxnet_import import keep_scikit_learn_out_of_mxnet
+from mxtrain.mxnet_import import lighten_mxnet_import
 
 __version__ = "0.1.0"
 
-keep_scikit_learn_out_of_mxnet()
+lighten_mxnet_import()

@@ -2,8 +2,9 @@
 
 MXNet's distributed kvstores (``dist_sync``, ``dist_device_sync``, ``dist_async``) run on
 ps-lite: one scheduler, S servers and W workers that find each other through ``DMLC_*``
-environment variables. A server or the scheduler is just ``python -c "import mxnet"`` with
-``DMLC_ROLE`` set; a worker is ``python -m mxtrain fit CONFIG`` (or ``resume RUN``).
+environment variables. A server or the scheduler is just ``python -c "import mxtrain, mxnet"``
+with ``DMLC_ROLE`` set (mxtrain first, for its lighter MXNet import); a worker is
+``python -m mxtrain fit CONFIG`` (or ``resume RUN``).
 
 Launchers:
 
@@ -232,8 +233,9 @@ def role_env(
 
 
 def _server_argv(python: str) -> list[str]:
-    # importing mxnet with DMLC_ROLE=server/scheduler runs that role until the job ends
-    return [python, "-c", "import mxnet"]
+    # importing mxnet with DMLC_ROLE=server/scheduler runs that role until the job ends;
+    # mxtrain first, so that MXNet's import leaves out what a server never uses
+    return [python, "-c", "import mxtrain, mxnet"]
 
 
 def _worker_argv(job: JobSpec) -> list[str]:

@@ -13,3 +13,6 @@ if [ ! -x "$ROOT/.venv/bin/python" ]; then
 fi
 "$ROOT/.venv/bin/python" -m pip install --quiet --upgrade pip
 "$ROOT/.venv/bin/python" -m pip install --quiet -e "$ROOT${1:-}"
+# Bytecode for mxtrain's own modules, which an editable install leaves uncompiled: where
+# PYTHONDONTWRITEBYTECODE is set (CI machines), every process would compile what it imports.
+"$ROOT/.venv/bin/python" -m compileall -q "$ROOT/mxtrain" "$ROOT/scripts"

@@ -73,7 +73,7 @@ def measure(shapes: list[tuple[int, ...]], updates: int, compression: dict | Non
         "int(sys.argv[2]), json.loads(sys.argv[3]))))"
     )
     specs = [
-        ProcessSpec(role, [sys.executable, "-c", "import mxnet"],
+        ProcessSpec(role, [sys.executable, "-c", "import mxtrain, mxnet"],
                     role_env(role, job, "127.0.0.1", port, "127.0.0.1"))
         for role in ("scheduler", "server")
     ]  # fmt: skip

@@ -23,6 +23,28 @@ def measuring_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(kernels.MEASURE_ENV, raising=False)
 
 
+@pytest.fixture
+def figures_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measurements answered with set figures, no child process, each won by a value other
+    than the fallback: for the tests of what happens around measuring (the real child is
+    test_auto_is_measured_once_cached_and_recorded's)."""
+
+    def measure(request: dict, env: dict | None = None) -> dict[str, float]:
+        if request["kind"] == "loss":
+            figures = {"softmax": 4.0, "log_softmax": 3.0, "softmax_output": 5.0}
+            if not request.get("probabilities"):
+                figures["one_pass"] = 2.0
+            return figures
+        if request["kind"] == "cell":
+            return {"fused": 2.0, "unfused": 1.0}
+        if request["kind"] == "buffers":
+            policy = request["large_buffers"]
+            return {policy: 1.0 if policy == "reuse" else 2.0}
+        raise AssertionError(f"not expected to be measured: {request}")
+
+    monkeypatch.setattr(kernel_choices, "measure_in_child", measure)
+
+
 def invoke(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
     return result.exit_code, result.output
@@ -138,6 +160,7 @@ def test_a_failed_measurement_falls_back_and_says_why(
         assert "out of memory" in again[key]["why"]
 
 
+@pytest.mark.usefixtures("figures_given")
 def test_an_unusable_cache_costs_a_measurement_not_the_run(
     tiny_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -160,6 +183,7 @@ def test_an_unusable_cache_costs_a_measurement_not_the_run(
     assert choices["model.loss"]["value"] == "softmax"
 
 
+@pytest.mark.usefixtures("figures_given")
 def test_resume_keeps_the_recorded_choices_and_never_measures(
     tiny_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -178,6 +202,12 @@ def test_resume_keeps_the_recorded_choices_and_never_measures(
     assert (stopped / "kernels.json").read_text() == before  # the fresh run's record is kept
     values = {k: c["value"] for k, c in recorded(stopped).items()}
     assert values == {k: c["value"] for k, c in recorded(straight).items()}
+    # none of them the fallback, which a run without measuring would compute with too
+    assert values == {
+        "model.loss": "one_pass",
+        "model.cell": "unfused",
+        "context.large_buffers": "reuse",
+    }
     import mxnet as mx
 
     a = mx.nd.load(str(straight / "model-0002.params"))
@@ -201,6 +231,7 @@ def _clear_openmp_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name)
 
 
+@pytest.mark.usefixtures("figures_given")
 def test_openmp_settings_are_measured_kept_and_recorded_whatever_the_load(
     tiny_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -238,6 +269,7 @@ def test_openmp_settings_are_measured_kept_and_recorded_whatever_the_load(
     assert again["context.omp_threads"]["source"] == "cache"
 
 
+@pytest.mark.usefixtures("figures_given")
 def test_exported_or_configured_openmp_settings_are_kept(
     tiny_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

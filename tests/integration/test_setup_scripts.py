@@ -66,6 +66,11 @@ def test_quickstart_passes_its_arguments_to_fit_not_to_pip(tmp_path: Path) -> No
     calls = _calls(tmp_path)
     installs = [c for c in calls if "pip install" in c and " -e " in c]
     assert installs == [f"python -m pip install --quiet -e {project}"]
+    # mxtrain's own bytecode, written once (PYTHONDONTWRITEBYTECODE would have every process
+    # compile it)
+    assert calls.index(f"python -m compileall -q {project}/mxtrain {project}/scripts") > (
+        calls.index(installs[0])
+    )
     fits = [c for c in calls if c.startswith("mxtrain fit")]
     assert fits == [
         "mxtrain fit configs/ptb_lstm.yaml --name ptb_lstm_quickstart --force "
@@ -98,6 +103,7 @@ def test_test_sh_installs_the_test_extras_and_passes_pytest_arguments(tmp_path: 
     _run(project, {**env, "MXTRAIN_TEST_WORKERS": "1"}, "scripts/test.sh", "-k", "config")
     calls = _calls(tmp_path)
     assert f"python -m pip install --quiet -e {project}[test]" in calls
+    assert f"python -m compileall -q {project}/mxtrain {project}/scripts" in calls
     assert "python -m pytest -q --durations=15 -k config" in calls
     # one worker per usable core: each test file runs whole on one of them
     _run(project, {**env, "MXTRAIN_TEST_WORKERS": "3"}, "scripts/test.sh", "-k", "config")
