@@ -100,6 +100,13 @@ class _MXNetImport(importlib.abc.MetaPathFinder):
                 del sys.modules[name]
 
 
+def _hand_back(module: ModuleType, loader: importlib.abc.Loader) -> None:
+    """Make ``loader``, the one a wrapper stood in for, the module's and its spec's again."""
+    module.__loader__ = loader
+    if module.__spec__ is not None:
+        module.__spec__.loader = loader
+
+
 class _WithinMXNetImport(importlib.abc.Loader):
     """The ``mxnet`` package's own loader, run with :class:`_MXNetImport` in force."""
 
@@ -111,9 +118,7 @@ class _WithinMXNetImport(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         # the package keeps its own loader: nothing outlives the import but what it imported
-        module.__loader__ = self.loader
-        if module.__spec__ is not None:
-            module.__spec__.loader = self.loader
+        _hand_back(module, self.loader)
         self.finder.running = True
         try:
             self.loader.exec_module(module)
@@ -143,11 +148,9 @@ class _PutOff(importlib.abc.Loader):
             with lock:
                 if not started:
                     started.append(True)
-                    module.__loader__ = loader
-                    if spec is not None:
-                        spec.loader = loader
-                        if spec.submodule_search_locations is not None:
-                            module.__path__ = spec.submodule_search_locations
+                    _hand_back(module, loader)
+                    if spec is not None and spec.submodule_search_locations is not None:
+                        module.__path__ = spec.submodule_search_locations
                     try:
                         loader.exec_module(module)
                     finally:

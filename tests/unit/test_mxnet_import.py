@@ -1,5 +1,5 @@
 """MXNet's import under mxtrain leaves out scikit-learn and setuptools and puts off SciPy's
-statistics and requests, during MXNet's import only; each still works when used."""
+statistics, requests and onnx, during MXNet's import only; each still works when used."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from mxtrain.mxnet_import import _PutOff
 
 HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
 HAVE_REQUESTS = importlib.util.find_spec("requests") is not None
+HAVE_ONNX = importlib.util.find_spec("onnx") is not None
 
 PROBE = """
 import json, sys
@@ -24,13 +25,13 @@ import json, sys
 import mxtrain
 import mxnet
 seen = {{
-    "shim": "_distutils_hack" in sys.modules,
     "sklearn": "sklearn" in sys.modules,
     "base": mxnet.model.BASE_ESTIMATOR.__module__,
     "setuptools": "setuptools" in sys.modules or "pkg_resources" in sys.modules,
     "distutils": "distutils" in sys.modules,
     "stats_ran": "scipy.stats._stats_py" in sys.modules,
     "requests_ran": "requests.models" in sys.modules,
+    "onnx_ran": "onnx.helper" in sys.modules,
     "mxnet_loader": type(mxnet.__loader__).__name__,
     "mxnet_spec_loader": mxnet.__spec__.loader is mxnet.__loader__,
 }}
@@ -59,6 +60,10 @@ if "requests" in sys.modules:
     seen["session"] = mxnet.gluon.utils.requests.Session.__name__
     import requests
     seen["version"] = isinstance(requests.__version__, str)
+if "onnx" in sys.modules:
+    # a submodule first: the package runs before it, as in a plain import
+    from onnx.defs import onnx_opset_version
+    seen["opset"] = onnx_opset_version() > 0 and "onnx.helper" in sys.modules
 import distutils.version
 seen["loose"] = distutils.version.LooseVersion("1.10") > distutils.version.LooseVersion("1.9")
 """
@@ -88,6 +93,8 @@ def test_mxnet_imports_without_what_it_does_not_use_and_all_of_it_works_after() 
     if HAVE_REQUESTS:
         assert not seen["requests_ran"]
         assert seen["session"] == "Session" and seen["version"]
+    if HAVE_ONNX:
+        assert not seen["onnx_ran"] and seen["opset"]
 
 
 def test_what_was_imported_before_mxtrain_is_used_as_it_is() -> None:
